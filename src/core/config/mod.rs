@@ -1,0 +1,177 @@
+//! The plugin config, compiled: the catalog, the virtual models and lookup tables.
+//!
+//! The JSON contract is fixed by the foundation issue (`models[]`, `virtual_models[]` with
+//! TrueFoundry's `routing_config` field names). [`Config::parse`] reads and validates it once;
+//! the request path only looks names up in the compiled tables.
+
+mod compile;
+mod fields;
+mod routing_config;
+
+pub use fields::ConfigError;
+
+use crate::core::endpoint::ModelTypes;
+use hashbrown::HashMap;
+
+/// Default limit for a buffered request body: 16 MiB holds long-context prompts with images.
+pub const DEFAULT_MAX_REQUEST_BODY_BYTES: usize = 16 * 1024 * 1024;
+
+/// Index of a catalog model in [`Config::models`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ModelId(pub usize);
+
+/// Who may call a catalog model by name (agentgateway seed, "Public and internal models").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Visibility {
+    /// Clients may call it directly; it may also be a target.
+    Public,
+    /// Only usable as a virtual model's target.
+    Internal,
+}
+
+/// The API family a provider speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Provider {
+    /// OpenAI.
+    OpenAi,
+    /// Azure OpenAI.
+    Azure,
+    /// Anthropic.
+    Anthropic,
+    /// A self-hosted server with an OpenAI-compatible API (vLLM, TGI, Ollama, ...).
+    OpenAiCompatible,
+}
+
+impl Provider {
+    /// Every provider with its config name.
+    pub const ALL: [(Provider, &'static str); 4] = [
+        (Provider::OpenAi, "openai"),
+        (Provider::Azure, "azure"),
+        (Provider::Anthropic, "anthropic"),
+        (Provider::OpenAiCompatible, "openai-compatible"),
+    ];
+}
+
+/// A real model in the catalog: where it lives and what it is called there.
+#[derive(Debug, Clone)]
+pub struct Model {
+    /// The name clients and targets use, e.g. `openai-main/gpt-4o`.
+    pub name: String,
+    /// The Envoy cluster that serves it.
+    pub cluster: String,
+    /// The model id sent upstream in the body, e.g. `gpt-4o`.
+    pub upstream_model: String,
+    /// `upstream_model` as a JSON string literal, ready to splice into a body.
+    pub upstream_model_json: String,
+    /// The API family of the provider.
+    pub provider: Provider,
+    /// Whether clients may call it directly.
+    pub visibility: Visibility,
+    /// Headers set on every request to it (names lower-cased).
+    pub headers: Vec<(String, String)>,
+}
+
+/// A target of a weighted virtual model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WeightedTarget {
+    /// The catalog model.
+    pub model: ModelId,
+    /// Share of traffic, 0–100; all weights of a virtual model sum to 100.
+    pub weight: u32,
+}
+
+/// A target of a priority virtual model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PriorityTarget {
+    /// The catalog model.
+    pub model: ModelId,
+    /// Lower is preferred; 0 is the highest priority.
+    pub priority: u32,
+}
+
+/// How a virtual model picks among its targets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Routing {
+    /// `weight-based-routing`.
+    Weighted(Vec<WeightedTarget>),
+    /// `priority-based-routing`.
+    Priority(Vec<PriorityTarget>),
+}
+
+/// A client-facing model name backed by a routing strategy over catalog models.
+#[derive(Debug, Clone)]
+pub struct VirtualModel {
+    /// The name clients call, e.g. `my-group/production-chat`.
+    pub name: String,
+    /// Which endpoints it serves.
+    pub model_types: ModelTypes,
+    /// The strategy and its targets.
+    pub routing: Routing,
+}
+
+/// Header names the filter reads and writes (configurable, default prefix `x-switchboard-`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderNames {
+    /// Internal: set by the filter, read by the Envoy route's `cluster_header`.
+    pub cluster: String,
+    /// Response: the catalog model that answered.
+    pub resolved_model: String,
+}
+
+impl Default for HeaderNames {
+    fn default() -> Self {
+        HeaderNames {
+            cluster: "x-switchboard-cluster".to_string(),
+            resolved_model: "x-switchboard-resolved-model".to_string(),
+        }
+    }
+}
+
+/// What a model name in a request refers to.
+#[derive(Debug, Clone, Copy)]
+pub enum Named<'a> {
+    /// A catalog model.
+    Catalog(ModelId, &'a Model),
+    /// A virtual model.
+    Virtual(&'a VirtualModel),
+}
+
+#[derive(Debug, Clone, Copy)]
+enum NameEntry {
+    Catalog(ModelId),
+    Virtual(usize),
+}
+
+/// The compiled plugin config.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The catalog, indexed by [`ModelId`].
+    pub models: Vec<Model>,
+    /// The virtual models.
+    pub virtual_models: Vec<VirtualModel>,
+    /// Largest request body buffered for inspection; larger ones get a 413.
+    pub max_request_body_bytes: usize,
+    /// Header names.
+    pub header_names: HeaderNames,
+    names: HashMap<String, NameEntry>,
+}
+
+impl Config {
+    /// Parses, validates and compiles the plugin config JSON.
+    pub fn parse(json: &[u8]) -> Result<Config, ConfigError> {
+        compile::compile(json)
+    }
+
+    /// Looks a model name up in the catalog and the virtual models.
+    pub fn lookup(&self, name: &str) -> Option<Named<'_>> {
+        match *self.names.get(name)? {
+            NameEntry::Catalog(id) => self.models.get(id.0).map(|m| Named::Catalog(id, m)),
+            NameEntry::Virtual(i) => self.virtual_models.get(i).map(Named::Virtual),
+        }
+    }
+
+    /// The catalog model with this id.
+    pub fn model(&self, id: ModelId) -> Option<&Model> {
+        self.models.get(id.0)
+    }
+}

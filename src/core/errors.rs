@@ -1,0 +1,159 @@
+//! OpenAI-shaped error replies the filter sends itself.
+//!
+//! The shape is `{"error":{"message","type","param","code"}}`, what the OpenAI SDKs parse into
+//! their typed exceptions. Each reply is built by a named constructor so a status and its code
+//! never drift apart.
+
+use serde::Serialize;
+
+/// A complete local reply: HTTP status and JSON body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorReply {
+    /// HTTP status code.
+    pub status: u16,
+    /// Serialised JSON body.
+    pub body: String,
+}
+
+#[derive(Serialize)]
+struct Envelope<'a> {
+    error: Body<'a>,
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    message: &'a str,
+    #[serde(rename = "type")]
+    kind: &'a str,
+    param: Option<&'a str>,
+    code: &'a str,
+}
+
+impl ErrorReply {
+    fn new(status: u16, kind: &str, code: &str, param: Option<&str>, message: &str) -> Self {
+        let envelope = Envelope {
+            error: Body {
+                message,
+                kind,
+                param,
+                code,
+            },
+        };
+        // Serialising plain strings cannot fail; the fallback keeps the reply valid anyway.
+        let body = serde_json::to_string(&envelope).unwrap_or_else(|_| {
+            r#"{"error":{"message":"internal error","type":"server_error","code":"internal"}}"#
+                .to_string()
+        });
+        ErrorReply { status, body }
+    }
+
+    /// 404: the model is unknown, or internal and so not callable directly.
+    pub fn model_not_found(model: &str) -> Self {
+        let message =
+            format!("The model `{model}` does not exist or you do not have access to it.");
+        Self::new(
+            404,
+            "invalid_request_error",
+            "model_not_found",
+            Some("model"),
+            &message,
+        )
+    }
+
+    /// 400: the body has no `model` field (or it is null).
+    pub fn missing_model() -> Self {
+        Self::new(
+            400,
+            "invalid_request_error",
+            "missing_model",
+            Some("model"),
+            "You must provide a model parameter.",
+        )
+    }
+
+    /// 400: `model` is present but not a string.
+    pub fn model_not_string() -> Self {
+        Self::new(
+            400,
+            "invalid_request_error",
+            "invalid_model",
+            Some("model"),
+            "The `model` field must be a string.",
+        )
+    }
+
+    /// 400: the body is not a JSON object we can read.
+    pub fn invalid_json(detail: &str) -> Self {
+        let message = format!("The request body is not valid JSON: {detail}.");
+        Self::new(400, "invalid_request_error", "invalid_json", None, &message)
+    }
+
+    /// 400: an LLM endpoint was called without a body.
+    pub fn body_required() -> Self {
+        Self::new(
+            400,
+            "invalid_request_error",
+            "missing_body",
+            None,
+            "This endpoint needs a JSON request body.",
+        )
+    }
+
+    /// 413: the body is larger than the configured limit.
+    pub fn body_too_large(limit: usize) -> Self {
+        let message = format!("The request body is larger than the limit of {limit} bytes.");
+        Self::new(
+            413,
+            "invalid_request_error",
+            "request_too_large",
+            None,
+            &message,
+        )
+    }
+
+    /// 400: a virtual model was called on an endpoint its `model_types` do not include.
+    pub fn endpoint_not_served(model: &str, endpoint: &str) -> Self {
+        let message =
+            format!("The model `{model}` does not serve `{endpoint}`; check its model_types.");
+        Self::new(
+            400,
+            "invalid_request_error",
+            "unsupported_endpoint",
+            Some("model"),
+            &message,
+        )
+    }
+
+    /// 503: no target could be chosen (every target drained or unavailable).
+    pub fn no_target_available(model: &str) -> Self {
+        let message = format!("No target of `{model}` is available.");
+        Self::new(503, "server_error", "no_target_available", None, &message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_body_is_openai_shaped() {
+        let reply = ErrorReply::model_not_found("a\"b");
+        assert_eq!(reply.status, 404);
+        let v: serde_json::Value = serde_json::from_str(&reply.body).unwrap();
+        assert_eq!(v["error"]["code"], "model_not_found");
+        assert_eq!(v["error"]["type"], "invalid_request_error");
+        assert_eq!(v["error"]["param"], "model");
+        assert!(v["error"]["message"].as_str().unwrap().contains("a\"b"));
+    }
+
+    #[test]
+    fn each_constructor_has_its_status() {
+        assert_eq!(ErrorReply::missing_model().status, 400);
+        assert_eq!(ErrorReply::model_not_string().status, 400);
+        assert_eq!(ErrorReply::invalid_json("x").status, 400);
+        assert_eq!(ErrorReply::body_required().status, 400);
+        assert_eq!(ErrorReply::body_too_large(10).status, 413);
+        assert_eq!(ErrorReply::endpoint_not_served("m", "e").status, 400);
+        assert_eq!(ErrorReply::no_target_available("m").status, 503);
+    }
+}

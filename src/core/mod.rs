@@ -1,0 +1,11 @@
+//! The pure routing core: config, request inspection, strategies and error bodies.
+//!
+//! Nothing here calls proxy-wasm. Time and randomness are passed in, so every decision
+//! can be reproduced in a unit test.
+
+pub mod config;
+pub mod decision;
+pub mod endpoint;
+pub mod errors;
+pub mod request;
+pub mod routing;
