@@ -1,0 +1,69 @@
+//! The root context: loads the plugin config once per (re)configuration and creates the
+//! per-request contexts that share it.
+
+use super::host;
+use super::http::Http;
+use crate::core::config::Config;
+use proxy_wasm::traits::{Context, HttpContext, RootContext};
+use proxy_wasm::types::ContextType;
+use std::cell::Cell;
+use std::rc::Rc;
+
+/// One per plugin per worker thread.
+pub struct Root {
+    config: Option<Rc<Config>>,
+    /// State of a splitmix64 sequence that seeds each request's RNG.
+    seed: Cell<u64>,
+}
+
+impl Root {
+    /// A root context with no config yet.
+    pub fn new(context_id: u32) -> Self {
+        Root {
+            config: None,
+            seed: Cell::new(host::now_nanos() ^ (u64::from(context_id) << 32)),
+        }
+    }
+
+    /// The next seed (splitmix64), so each request draws from its own stream.
+    fn next_seed(&self) -> u64 {
+        let s = self.seed.get().wrapping_add(0x9e37_79b9_7f4a_7c15);
+        self.seed.set(s);
+        let mut z = s;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
+impl Context for Root {}
+
+impl RootContext for Root {
+    fn on_configure(&mut self, _plugin_configuration_size: usize) -> bool {
+        match Config::parse(&host::plugin_configuration()) {
+            Ok(config) => {
+                log::info!(
+                    "loaded {} models and {} virtual models",
+                    config.models.len(),
+                    config.virtual_models.len()
+                );
+                self.config = Some(Rc::new(config));
+                true
+            }
+            Err(e) => {
+                // Returning false makes Envoy reject the configuration.
+                log::error!("invalid plugin configuration: {e}");
+                false
+            }
+        }
+    }
+
+    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
+        let rng = fastrand::Rng::with_seed(self.next_seed());
+        Some(Box::new(Http::new(self.config.clone(), rng)))
+    }
+
+    fn get_type(&self) -> Option<ContextType> {
+        Some(ContextType::HttpContext)
+    }
+}
