@@ -1,0 +1,397 @@
+//! OpenAI-compatible answers: chat completions, legacy completions,
+//! embeddings and the Responses API.
+
+use crate::generate::{new_id, Gen};
+use crate::respond::{Reply, Step};
+use crate::sse;
+use serde_json::{json, Value};
+
+/// Dimensions of every returned embedding.
+pub const EMBEDDING_DIMS: usize = 8;
+
+fn usage(g: &Gen) -> Value {
+    json!({
+        "prompt_tokens": g.prompt_tokens,
+        "completion_tokens": g.output_tokens,
+        "total_tokens": g.prompt_tokens + g.output_tokens,
+    })
+}
+
+/// `POST /v1/chat/completions`.
+pub fn chat(g: &Gen) -> Reply {
+    let id = new_id("chatcmpl-");
+    if !g.stream {
+        let body = json!({
+            "id": id,
+            "object": "chat.completion",
+            "created": g.created,
+            "model": g.model,
+            "choices": [{
+                "index": 0,
+                "message": {"role": "assistant", "content": g.text(), "refusal": null},
+                "logprobs": null,
+                "finish_reason": "stop",
+            }],
+            "usage": usage(g),
+            "system_fingerprint": null,
+            "served_by": g.name,
+        });
+        return Reply::Json {
+            body,
+            delay: g.total_delay(),
+        };
+    }
+    let chunk = |delta: Value, finish: Value| {
+        let mut c = json!({
+            "id": id,
+            "object": "chat.completion.chunk",
+            "created": g.created,
+            "model": g.model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
+            "served_by": g.name,
+        });
+        if g.include_usage {
+            c["usage"] = Value::Null;
+        }
+        sse::data(&c)
+    };
+    let mut steps = vec![Step::now(chunk(
+        json!({"role": "assistant", "content": ""}),
+        Value::Null,
+    ))];
+    steps.extend(g.token_steps(|t| chunk(json!({"content": t}), Value::Null)));
+    steps.push(Step::now(chunk(json!({}), json!("stop"))));
+    if g.include_usage {
+        let c = json!({
+            "id": id,
+            "object": "chat.completion.chunk",
+            "created": g.created,
+            "model": g.model,
+            "choices": [],
+            "usage": usage(g),
+            "served_by": g.name,
+        });
+        steps.push(Step::now(sse::data(&c)));
+    }
+    steps.push(Step::now(sse::done()));
+    Reply::Stream(steps)
+}
+
+/// `POST /v1/completions`.
+pub fn completions(g: &Gen) -> Reply {
+    let id = new_id("cmpl-");
+    let chunk = |text: &str, finish: Value, usage: Option<Value>| {
+        let mut c = json!({
+            "id": id,
+            "object": "text_completion",
+            "created": g.created,
+            "model": g.model,
+            "choices": [{"text": text, "index": 0, "logprobs": null, "finish_reason": finish}],
+            "served_by": g.name,
+        });
+        if let Some(u) = usage {
+            c["usage"] = u;
+        }
+        c
+    };
+    if !g.stream {
+        return Reply::Json {
+            body: chunk(&g.text(), json!("stop"), Some(usage(g))),
+            delay: g.total_delay(),
+        };
+    }
+    let mut steps: Vec<Step> = g
+        .token_steps(|t| sse::data(&chunk(t, Value::Null, None)))
+        .collect();
+    steps.push(Step::now(sse::data(&chunk("", json!("stop"), None))));
+    if g.include_usage {
+        let mut c = chunk("", Value::Null, Some(usage(g)));
+        c["choices"] = json!([]);
+        steps.push(Step::now(sse::data(&c)));
+    }
+    steps.push(Step::now(sse::done()));
+    Reply::Stream(steps)
+}
+
+/// `POST /v1/embeddings`; `Err` is a client error message.
+pub fn embeddings(g: &Gen, body: &Value) -> Result<Reply, String> {
+    let inputs = embedding_inputs(body.get("input"))?;
+    let base64 = match body.get("encoding_format").and_then(Value::as_str) {
+        None | Some("float") => false,
+        Some("base64") => true,
+        Some(other) => return Err(format!("unsupported encoding_format {other:?}")),
+    };
+    let data: Vec<Value> = inputs
+        .iter()
+        .enumerate()
+        .map(|(index, input)| {
+            let vector = embed(input);
+            let embedding = if base64 {
+                Value::from(base64_f32(&vector))
+            } else {
+                json!(vector)
+            };
+            json!({"object": "embedding", "index": index, "embedding": embedding})
+        })
+        .collect();
+    Ok(Reply::Json {
+        body: json!({
+            "object": "list",
+            "data": data,
+            "model": g.model,
+            "usage": {"prompt_tokens": g.prompt_tokens, "total_tokens": g.prompt_tokens},
+            "served_by": g.name,
+        }),
+        delay: g.ttft,
+    })
+}
+
+/// The inputs to embed, each as canonical JSON text: a string, an array of
+/// strings, a token array, or an array of token arrays.
+fn embedding_inputs(input: Option<&Value>) -> Result<Vec<String>, String> {
+    match input {
+        Some(Value::String(s)) => Ok(vec![s.clone()]),
+        Some(Value::Array(items)) if !items.is_empty() => {
+            if items.iter().all(Value::is_number) {
+                Ok(vec![Value::Array(items.clone()).to_string()])
+            } else if items.iter().all(|v| v.is_string() || v.is_array()) {
+                Ok(items
+                    .iter()
+                    .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned))
+                    .collect())
+            } else {
+                Err("input must be a string, an array of strings or token arrays".into())
+            }
+        }
+        _ => Err("input must be a non-empty string or array".into()),
+    }
+}
+
+/// A deterministic unit vector derived from the text (FNV-1a + xorshift).
+pub fn embed(text: &str) -> Vec<f32> {
+    let mut state = text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let mut raw = Vec::with_capacity(EMBEDDING_DIMS);
+    for _ in 0..EMBEDDING_DIMS {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        // Top 24 bits -> [-1, 1).
+        raw.push(((state >> 40) as f32 / (1u64 << 23) as f32) - 1.0);
+    }
+    let norm = raw
+        .iter()
+        .map(|x| x * x)
+        .sum::<f32>()
+        .sqrt()
+        .max(f32::EPSILON);
+    raw.into_iter().map(|x| x / norm).collect()
+}
+
+/// Base64 (standard alphabet, padded) of the little-endian `f32` bytes, as
+/// the OpenAI API returns for `encoding_format: "base64"`.
+pub fn base64_f32(values: &[f32]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk.first().copied().unwrap_or(0),
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                let idx = ((n >> (18 - 6 * i)) & 63) as usize;
+                out.push(char::from(ALPHABET[idx]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// `POST /v1/responses`.
+pub fn responses(g: &Gen) -> Reply {
+    let resp_id = new_id("resp_");
+    let msg_id = new_id("msg_");
+    let text = g.text();
+    let message = |status: &str, content: Value| {
+        json!({
+            "type": "message", "id": msg_id, "status": status,
+            "role": "assistant", "content": content,
+        })
+    };
+    let part = |text: &str| json!({"type": "output_text", "text": text, "annotations": []});
+    let response = |status: &str, output: Value, usage: Value| {
+        json!({
+            "id": resp_id,
+            "object": "response",
+            "created_at": g.created,
+            "status": status,
+            "error": null,
+            "incomplete_details": null,
+            "instructions": null,
+            "model": g.model,
+            "output": output,
+            "parallel_tool_calls": true,
+            "tool_choice": "auto",
+            "tools": [],
+            "metadata": {},
+            "usage": usage,
+            "served_by": g.name,
+        })
+    };
+    let usage = json!({
+        "input_tokens": g.prompt_tokens,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": g.output_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": g.prompt_tokens + g.output_tokens,
+    });
+    let done_message = message("completed", json!([part(&text)]));
+    let done = response("completed", json!([done_message]), usage);
+    if !g.stream {
+        return Reply::Json {
+            body: done,
+            delay: g.total_delay(),
+        };
+    }
+
+    let mut seq = 0u64;
+    let mut ev = |name: &str, mut v: Value| {
+        v["type"] = Value::from(name);
+        v["sequence_number"] = Value::from(seq);
+        v["served_by"] = Value::from(g.name.as_str());
+        seq += 1;
+        sse::event(name, &v)
+    };
+    let pending = response("in_progress", json!([]), Value::Null);
+    let ids = json!({"item_id": msg_id, "output_index": 0, "content_index": 0});
+    let with_ids = |extra: Value| {
+        let mut v = ids.clone();
+        if let (Some(dst), Value::Object(src)) = (v.as_object_mut(), extra) {
+            dst.extend(src);
+        }
+        v
+    };
+    let mut steps = vec![
+        Step::now(ev("response.created", json!({"response": pending}))),
+        Step::now(ev("response.in_progress", json!({"response": pending}))),
+        Step::now(ev(
+            "response.output_item.added",
+            json!({"output_index": 0, "item": message("in_progress", json!([]))}),
+        )),
+        Step::now(ev(
+            "response.content_part.added",
+            with_ids(json!({"part": part("")})),
+        )),
+    ];
+    for (i, token) in g.tokens().enumerate() {
+        let delay = if i == 0 { g.ttft } else { g.token_delay };
+        let bytes = ev(
+            "response.output_text.delta",
+            with_ids(json!({"delta": token, "logprobs": []})),
+        );
+        steps.push(Step::after(delay, bytes));
+    }
+    steps.push(Step::now(ev(
+        "response.output_text.done",
+        with_ids(json!({"text": text, "logprobs": []})),
+    )));
+    steps.push(Step::now(ev(
+        "response.content_part.done",
+        with_ids(json!({"part": part(&text)})),
+    )));
+    steps.push(Step::now(ev(
+        "response.output_item.done",
+        json!({"output_index": 0, "item": done_message}),
+    )));
+    steps.push(Step::now(ev(
+        "response.completed",
+        json!({"response": done}),
+    )));
+    Reply::Stream(steps)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::behaviour::Behaviour;
+
+    fn gen(body: Value) -> Gen {
+        let b = Behaviour {
+            output_tokens: 2,
+            ..Behaviour::default()
+        };
+        Gen::new(&b, &body)
+    }
+
+    fn stream_text(reply: Reply) -> String {
+        match reply {
+            Reply::Stream(steps) => steps
+                .iter()
+                .map(|s| String::from_utf8_lossy(&s.bytes).into_owned())
+                .collect(),
+            Reply::Json { .. } => panic!("expected a stream"),
+        }
+    }
+
+    #[test]
+    fn chat_stream_shape() {
+        let s = stream_text(chat(&gen(json!({
+            "model": "x", "stream": true, "stream_options": {"include_usage": true}
+        }))));
+        let events: Vec<Value> = s
+            .split("\n\n")
+            .filter_map(|e| e.strip_prefix("data: "))
+            .filter(|d| *d != "[DONE]")
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect();
+        assert_eq!(events.len(), 5, "role + 2 tokens + finish + usage");
+        assert_eq!(events[0]["choices"][0]["delta"]["role"], "assistant");
+        assert_eq!(events[1]["choices"][0]["delta"]["content"], "tok1 ");
+        assert_eq!(events[3]["choices"][0]["finish_reason"], "stop");
+        assert_eq!(events[4]["choices"], json!([]));
+        assert_eq!(events[4]["usage"]["completion_tokens"], 2);
+        assert!(s.ends_with("data: [DONE]\n\n"));
+        assert!(events
+            .iter()
+            .all(|e| e["served_by"] == "mock" && e["model"] == "x"));
+    }
+
+    #[test]
+    fn chat_json_caps_tokens() {
+        let Reply::Json { body, .. } = chat(&gen(json!({"model": "m", "max_tokens": 1}))) else {
+            panic!("expected json");
+        };
+        assert_eq!(body["choices"][0]["message"]["content"], "tok1 ");
+        assert_eq!(body["usage"]["completion_tokens"], 1);
+        assert_eq!(body["model"], "m");
+    }
+
+    #[test]
+    fn base64_matches_reference() {
+        assert_eq!(base64_f32(&[1.0]), "AACAPw==");
+        assert_eq!(base64_f32(&[1.0, -2.0]), "AACAPwAAAMA=");
+        assert_eq!(base64_f32(&[]), "");
+    }
+
+    #[test]
+    fn embeddings_per_input() {
+        assert_eq!(embedding_inputs(Some(&json!("a"))).unwrap().len(), 1);
+        assert_eq!(embedding_inputs(Some(&json!(["a", "b"]))).unwrap().len(), 2);
+        assert_eq!(embedding_inputs(Some(&json!([1, 2, 3]))).unwrap().len(), 1);
+        assert_eq!(embedding_inputs(Some(&json!([[1], [2]]))).unwrap().len(), 2);
+        assert!(embedding_inputs(None).is_err());
+        assert!(embedding_inputs(Some(&json!([]))).is_err());
+        let v = embed("hello");
+        assert_eq!(v.len(), EMBEDDING_DIMS);
+        assert_eq!(v, embed("hello"));
+        let norm: f32 = v.iter().map(|x| x * x).sum();
+        assert!((norm - 1.0).abs() < 1e-4);
+    }
+}

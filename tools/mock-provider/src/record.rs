@@ -1,0 +1,114 @@
+//! Recording of received API requests for `/__requests` and `/__stats`.
+
+use hyper::http::request::Parts;
+use serde::Serialize;
+use serde_json::{Map, Value};
+use std::collections::VecDeque;
+
+/// How many records are kept; older ones are discarded first.
+pub const MAX_RECORDS: usize = 10_000;
+
+/// One received request as the tests see it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Record {
+    pub method: String,
+    pub path: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub query: Option<String>,
+    /// Lowercase header name -> value; repeated headers joined with ", ".
+    pub headers: Map<String, Value>,
+    /// The body as lossy UTF-8.
+    pub body: String,
+    pub body_len: usize,
+}
+
+impl Record {
+    pub fn new(parts: &Parts, body: &[u8]) -> Self {
+        let mut headers = Map::new();
+        for (name, value) in &parts.headers {
+            let value = String::from_utf8_lossy(value.as_bytes());
+            match headers.get_mut(name.as_str()) {
+                Some(Value::String(existing)) => {
+                    existing.push_str(", ");
+                    existing.push_str(&value);
+                }
+                _ => {
+                    headers.insert(name.as_str().to_owned(), Value::String(value.into_owned()));
+                }
+            }
+        }
+        Self {
+            method: parts.method.as_str().to_owned(),
+            path: parts.uri.path().to_owned(),
+            query: parts.uri.query().map(str::to_owned),
+            headers,
+            body: String::from_utf8_lossy(body).into_owned(),
+            body_len: body.len(),
+        }
+    }
+}
+
+/// The bounded log plus a counter of every request since the last clear.
+#[derive(Debug, Default)]
+pub struct Recorder {
+    records: VecDeque<Record>,
+    count: u64,
+}
+
+impl Recorder {
+    pub fn push(&mut self, record: Record) {
+        if self.records.len() >= MAX_RECORDS {
+            self.records.pop_front();
+        }
+        self.records.push_back(record);
+        self.count += 1;
+    }
+
+    pub fn records(&self) -> &VecDeque<Record> {
+        &self.records
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// Forgets all records and resets the counter; returns how many were kept.
+    pub fn clear(&mut self) -> usize {
+        let n = self.records.len();
+        self.records.clear();
+        self.count = 0;
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn joins_repeated_headers_and_bounds_log() {
+        let req = hyper::Request::builder()
+            .method("POST")
+            .uri("/v1/x?a=1")
+            .header("X-Tag", "a")
+            .header("x-tag", "b")
+            .body(())
+            .unwrap();
+        let (parts, ()) = req.into_parts();
+        let r = Record::new(&parts, b"hi\xff");
+        assert_eq!(r.headers["x-tag"], "a, b");
+        assert_eq!(r.path, "/v1/x");
+        assert_eq!(r.query.as_deref(), Some("a=1"));
+        assert_eq!(r.body_len, 3);
+        assert_eq!(r.body, "hi\u{fffd}");
+
+        let mut rec = Recorder::default();
+        for _ in 0..MAX_RECORDS + 5 {
+            rec.push(r.clone());
+        }
+        assert_eq!(rec.records().len(), MAX_RECORDS);
+        assert_eq!(rec.count(), (MAX_RECORDS + 5) as u64);
+        assert_eq!(rec.clear(), MAX_RECORDS);
+        assert_eq!(rec.count(), 0);
+    }
+}
