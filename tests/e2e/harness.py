@@ -1,0 +1,269 @@
+"""Starts real processes for end-to-end tests: mock providers and an Envoy with the filter.
+
+Each test builds its own stack on free loopback ports and tears it down afterwards. Nothing
+here is skipped when a binary is missing: a missing Envoy or build output is a test failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[2]
+ENVOY_BIN = Path(os.environ.get("SWITCHBOARD_ENVOY", ROOT / ".venv" / "bin" / "envoy"))
+WASM = ROOT / "target" / "wasm32-wasip1" / "release" / "switchboard.wasm"
+MOCK_PROVIDER = ROOT / "target" / "release" / "mock-provider"
+CLUSTER_HEADER = "x-switchboard-cluster"
+# Envoy's own request buffer limit must exceed the filter's, so the filter answers the 413.
+ENVOY_BUFFER_LIMIT = 64 * 1024 * 1024
+
+
+class HarnessError(RuntimeError):
+    """A process of the test stack could not be started."""
+
+
+def require(path: Path, what: str) -> Path:
+    if not path.exists():
+        raise HarnessError(f"{what} not found at {path}; run `make test` (it builds and installs it)")
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Provider:
+    """A running mock provider process."""
+
+    name: str
+    proc: subprocess.Popen
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def requests(self) -> list[dict]:
+        return requests.get(f"{self.url}/__requests", timeout=5).json()
+
+    def clear(self) -> None:
+        requests.delete(f"{self.url}/__requests", timeout=5).raise_for_status()
+
+    def configure(self, **settings) -> dict:
+        r = requests.post(f"{self.url}/__config", json=settings, timeout=5)
+        r.raise_for_status()
+        return r.json()
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+
+
+def start_provider(name: str, port: int = 0, **flags) -> Provider:
+    """Starts `mock-provider --name NAME` with `--flag value` for each keyword (snake_case)."""
+    args = [str(require(MOCK_PROVIDER, "mock-provider")), "--name", name, "--port", str(port)]
+    for key, value in flags.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            args.append(flag)
+        elif value is not None and value is not False:
+            args += [flag, str(value)]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline().strip()
+    if not line.startswith("listening on "):
+        stop_process(proc)
+        raise HarnessError(f"mock provider {name} did not start: {line!r} {proc.stderr.read()}")
+    return Provider(name=name, proc=proc, port=int(line.rsplit(":", 1)[1]))
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+    for stream in (proc.stdout, proc.stderr):
+        if stream:
+            stream.close()
+
+
+def cluster(name: str, port: int) -> dict:
+    return {
+        "name": name,
+        "type": "STATIC",
+        "connect_timeout": "1s",
+        "per_connection_buffer_limit_bytes": ENVOY_BUFFER_LIMIT,
+        "load_assignment": {
+            "cluster_name": name,
+            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {
+                "socket_address": {"address": "127.0.0.1", "port_value": port}}}}]}],
+        },
+    }
+
+
+def wasm_filter(plugin_config: dict | str, wasm_path: Path = WASM) -> dict:
+    """The Switchboard HTTP filter entry; the plugin config travels as a JSON string."""
+    value = plugin_config if isinstance(plugin_config, str) else json.dumps(plugin_config)
+    return {
+        "name": "switchboard",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
+            "config": {
+                "name": "switchboard",
+                "root_id": "switchboard",
+                # Without this, pausing in on_http_request_headers stops the body callbacks.
+                "allow_on_headers_stop_iteration": True,
+                "configuration": {"@type": "type.googleapis.com/google.protobuf.StringValue", "value": value},
+                "vm_config": {
+                    "vm_id": "switchboard",
+                    "runtime": "envoy.wasm.runtime.v8",
+                    "code": {"local": {"filename": str(wasm_path)}},
+                },
+            },
+        },
+    }
+
+
+def bootstrap(listen_port: int, admin_port: int, clusters: dict[str, int], http_filters: list[dict],
+              passthrough: str) -> dict:
+    """An Envoy bootstrap: one listener whose route sends to the cluster the filter names."""
+    routes = [
+        {"match": {"prefix": "/", "headers": [{"name": CLUSTER_HEADER, "present_match": True}]},
+         "route": {"cluster_header": CLUSTER_HEADER, "timeout": "300s"},
+         # The cluster name is internal: providers never see it.
+         "request_headers_to_remove": [CLUSTER_HEADER]},
+        {"match": {"prefix": "/"}, "route": {"cluster": passthrough, "timeout": "300s"}},
+    ]
+    hcm = {
+        "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+        "stat_prefix": "ingress",
+        "codec_type": "AUTO",
+        "route_config": {"name": "local", "virtual_hosts": [{"name": "all", "domains": ["*"], "routes": routes}]},
+        "http_filters": http_filters + [{
+            "name": "envoy.filters.http.router",
+            "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
+        }],
+    }
+    return {
+        "node": {"id": "switchboard-test", "cluster": "switchboard"},
+        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin_port}}},
+        "static_resources": {
+            "listeners": [{
+                "name": "main",
+                "address": {"socket_address": {"address": "127.0.0.1", "port_value": listen_port}},
+                "per_connection_buffer_limit_bytes": ENVOY_BUFFER_LIMIT,
+                "filter_chains": [{"filters": [{"name": "envoy.filters.network.http_connection_manager",
+                                                "typed_config": hcm}]}],
+            }],
+            "clusters": [cluster(name, port) for name, port in clusters.items()],
+        },
+    }
+
+
+@dataclass
+class Envoy:
+    """A running Envoy process."""
+
+    proc: subprocess.Popen
+    port: int
+    admin_port: int
+    log_path: Path
+    workdir: tempfile.TemporaryDirectory = field(repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stats(self) -> str:
+        return requests.get(f"http://127.0.0.1:{self.admin_port}/stats", timeout=5).text
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+        self.workdir.cleanup()
+
+
+def start_envoy(config: dict | str, concurrency: int = 2, expect_failure: bool = False,
+                timeout: float = 30.0, ports: tuple[int, int] | None = None) -> Envoy:
+    """Starts Envoy and waits until it is ready (or, with `expect_failure`, has exited).
+
+    `config` is a bootstrap dict, or YAML text with `ports` = (listener, admin) given.
+    """
+    envoy_bin = require(ENVOY_BIN, "Envoy")
+    require(WASM, "switchboard.wasm")
+    workdir = tempfile.TemporaryDirectory(prefix="switchboard-envoy-")
+    if isinstance(config, dict):
+        config_path = Path(workdir.name) / "envoy.json"
+        config_path.write_text(json.dumps(config, indent=1))
+        listener = config["static_resources"]["listeners"][0]["address"]["socket_address"]["port_value"]
+        admin = config["admin"]["address"]["socket_address"]["port_value"]
+    else:
+        config_path = Path(workdir.name) / "envoy.yaml"
+        config_path.write_text(config)
+        listener, admin = ports
+    log_path = Path(workdir.name) / "envoy.log"
+    args = [str(envoy_bin), "-c", str(config_path), "--concurrency", str(concurrency),
+            "--disable-hot-restart", "--log-level", "warning", "--component-log-level", "wasm:info",
+            "--log-path", str(log_path)]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    envoy = Envoy(proc=proc, port=listener, admin_port=admin, log_path=log_path, workdir=workdir)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            if expect_failure:
+                return envoy
+            log = envoy.log() if log_path.exists() else ""
+            envoy.stop()
+            raise HarnessError(f"Envoy exited with {proc.returncode}:\n{log[-4000:]}")
+        if not expect_failure:
+            try:
+                if requests.get(f"http://127.0.0.1:{admin}/ready", timeout=1).status_code == 200:
+                    return envoy
+            except requests.RequestException:
+                pass
+        time.sleep(0.05)
+    envoy.stop()
+    raise HarnessError("Envoy did not become ready" if not expect_failure else "Envoy did not exit")
+
+
+class Stack:
+    """Providers plus an Envoy in front of them; every process is stopped by `close()`."""
+
+    def __init__(self) -> None:
+        self.providers: dict[str, Provider] = {}
+        self.envoys: list[Envoy] = []
+
+    def provider(self, name: str, **flags) -> Provider:
+        p = start_provider(name, **flags)
+        self.providers[name] = p
+        return p
+
+    def envoy(self, plugin_config: dict | str, concurrency: int = 2, passthrough: str | None = None,
+              expect_failure: bool = False) -> Envoy:
+        """Envoy with one cluster per provider (cluster name = provider name)."""
+        clusters = {name: p.port for name, p in self.providers.items()}
+        passthrough = passthrough or next(iter(clusters))
+        config = bootstrap(free_port(), free_port(), clusters, [wasm_filter(plugin_config)], passthrough)
+        e = start_envoy(config, concurrency=concurrency, expect_failure=expect_failure)
+        self.envoys.append(e)
+        return e
+
+    def close(self) -> None:
+        for e in self.envoys:
+            e.stop()
+        for p in self.providers.values():
+            p.stop()

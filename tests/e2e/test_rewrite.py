@@ -1,0 +1,76 @@
+"""The provider receives the request rewritten for the chosen target, and nothing else changes."""
+
+import json
+
+import pytest
+import requests
+
+from configs import AZURE_KEY, INTERNAL_KEY, PRIMARY, PUBLIC, SECONDARY, VIRTUAL, weighted_80_20
+
+
+def only_target(name: str) -> dict:
+    """The 80/20 config with all weight on one target, so the target is known."""
+    config = weighted_80_20()
+    for t in config["virtual_models"][0]["routing_config"]["load_balance_targets"]:
+        t["weight"] = 100 if t["target"] == name else 0
+    return config
+
+
+@pytest.mark.parametrize("concurrency", [1, 2])
+def test_provider_receives_rewritten_model_and_target_headers(stack, concurrency):
+    stack.provider("openai_main")
+    azure = stack.provider("azure_east")
+    envoy = stack.envoy(only_target(SECONDARY), concurrency=concurrency)
+    # Odd spacing, unicode, escapes and a nested "model" must all survive byte for byte.
+    body = ('{ "messages" : [{"role":"user","content":"h\\u00e9llo \\"model\\": \u00fc"}],\n'
+            f'  "model"  :  "{VIRTUAL}", "metadata": {{"model": "keep-me"}}, "temperature": 0.25 }}')
+
+    r = requests.post(f"{envoy.url}/v1/chat/completions", data=body.encode(), timeout=10,
+                      headers={"content-type": "application/json", "authorization": "Bearer client-key",
+                               "x-client": "kept"})
+
+    assert r.status_code == 200, r.text
+    assert r.headers["x-switchboard-resolved-model"] == SECONDARY
+    assert r.json()["model"] == "gpt-4o-2024-08-06"
+    [seen] = azure.requests()
+    expected = body.replace(f'"{VIRTUAL}"', '"gpt-4o-2024-08-06"').encode()
+    assert seen["body"].encode() == expected
+    assert int(seen["headers"]["content-length"]) == len(expected)
+    assert seen["headers"]["api-key"] == AZURE_KEY
+    assert seen["headers"]["x-target"] == "azure"
+    # Headers the target does not set pass through; the internal cluster header does not.
+    assert seen["headers"]["authorization"] == "Bearer client-key"
+    assert seen["headers"]["x-client"] == "kept"
+    assert "x-switchboard-cluster" not in seen["headers"]
+
+
+def test_target_headers_replace_client_values(stack):
+    main = stack.provider("openai_main")
+    stack.provider("azure_east")
+    envoy = stack.envoy(only_target(PRIMARY))
+
+    r = requests.post(f"{envoy.url}/chat/completions", timeout=10,
+                      headers={"authorization": "Bearer client-key"},
+                      json={"model": VIRTUAL, "messages": [{"role": "user", "content": "hi"}]})
+
+    assert r.status_code == 200, r.text
+    [seen] = main.requests()
+    assert seen["headers"]["authorization"] == INTERNAL_KEY
+    assert json.loads(seen["body"])["model"] == "gpt-4o"
+    assert seen["path"] == "/chat/completions", "the path is not rewritten"
+
+
+def test_public_catalog_model_routes_straight_to_it(stack):
+    main = stack.provider("openai_main")
+    azure = stack.provider("azure_east")
+    envoy = stack.envoy(weighted_80_20())
+
+    for _ in range(20):
+        r = requests.post(f"{envoy.url}/v1/chat/completions", timeout=10,
+                          json={"model": PUBLIC, "messages": [{"role": "user", "content": "hi"}]})
+        assert r.status_code == 200, r.text
+        assert r.headers["x-switchboard-resolved-model"] == PUBLIC
+    assert [json.loads(s["body"])["model"] for s in main.requests()] == ["gpt-4o-mini"] * 20
+    assert azure.requests() == []
+    # A public model without headers leaves the client's credentials alone.
+    assert "authorization" not in main.requests()[0]["headers"]

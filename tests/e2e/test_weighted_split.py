@@ -1,0 +1,42 @@
+"""An 80/20 weighted virtual model splits real traffic through Envoy as configured."""
+
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+
+from configs import PRIMARY, SECONDARY, VIRTUAL, weighted_80_20
+
+REQUESTS = 1000
+WORKERS = 8
+
+
+def send_many(url: str, n: int) -> list[requests.Response]:
+    def worker(count: int) -> list[requests.Response]:
+        with requests.Session() as s:
+            return [s.post(f"{url}/v1/chat/completions", timeout=10,
+                           json={"model": VIRTUAL, "messages": [{"role": "user", "content": f"hi {i}"}]})
+                    for i in range(count)]
+
+    per_worker = [n // WORKERS + (1 if i < n % WORKERS else 0) for i in range(WORKERS)]
+    with ThreadPoolExecutor(WORKERS) as pool:
+        return [r for batch in pool.map(worker, per_worker) for r in batch]
+
+
+@pytest.mark.parametrize("concurrency", [1, 2])
+def test_80_20_split_lands_within_5_points(stack, concurrency):
+    openai_main = stack.provider("openai_main")
+    azure_east = stack.provider("azure_east")
+    envoy = stack.envoy(weighted_80_20(), concurrency=concurrency)
+
+    responses = send_many(envoy.url, REQUESTS)
+
+    assert [r.status_code for r in responses] == [200] * REQUESTS
+    resolved = Counter(r.headers["x-switchboard-resolved-model"] for r in responses)
+    served = Counter(r.headers["x-mock-provider"] for r in responses)
+    # The header names the target that really answered.
+    assert resolved[PRIMARY] == served["openai_main"] == len(openai_main.requests())
+    assert resolved[SECONDARY] == served["azure_east"] == len(azure_east.requests())
+    share = 100 * resolved[PRIMARY] / REQUESTS
+    assert 75 <= share <= 85, f"primary share {share:.1f}% ({resolved})"
