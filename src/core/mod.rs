@@ -7,5 +7,7 @@ pub mod config;
 pub mod decision;
 pub mod endpoint;
 pub mod errors;
+pub mod health;
 pub mod request;
 pub mod routing;
+pub mod status_set;
