@@ -54,7 +54,13 @@ impl Http {
             return self.reply(&ErrorReply::no_target_available("any model"));
         };
         let body = host::request_body(body_size);
-        match decide(&config, endpoint, &body, &mut self.rng) {
+        match decide(
+            &config,
+            endpoint,
+            &body,
+            &crate::core::routing::HealthInput::NONE,
+            &mut self.rng,
+        ) {
             Ok(decision) => self.forward(&config, &decision, body.len()),
             Err(reply) => self.reply(&reply),
         }

@@ -7,7 +7,7 @@ use crate::core::config::{Config, Model, ModelId};
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
 use crate::core::request::{inspect, splice};
-use crate::core::routing::{plan, Plan};
+use crate::core::routing::{plan, HealthInput, Plan};
 
 /// What to do with a request that will be forwarded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,10 +32,11 @@ pub fn decide(
     config: &Config,
     endpoint: Endpoint,
     body: &[u8],
+    health: &HealthInput<'_>,
     rng: &mut fastrand::Rng,
 ) -> Result<Decision, ErrorReply> {
     let inspected = inspect(body)?;
-    let plan = plan(config, endpoint, &inspected.model, rng)?;
+    let plan = plan(config, endpoint, &inspected.model, health, rng)?;
     let target = plan
         .primary()
         .ok_or_else(|| ErrorReply::no_target_available(&inspected.model))?;
@@ -66,7 +67,7 @@ mod tests {
     const CONFIG: &str = r#"{
       "models": [
         {"name": "openai/gpt-4o", "cluster": "c1", "model": "gpt-4o", "visibility": "internal"},
-        {"name": "gpt-4o", "cluster": "c2", "model": "gpt-4o"}
+        {"name": "gpt-4o", "cluster": "c2", "model": "gpt-4o", "visibility": "public"}
       ],
       "virtual_models": [
         {"name": "chat", "model_types": ["chat"],
@@ -86,6 +87,7 @@ mod tests {
             &config(),
             Endpoint::ChatCompletions,
             body,
+            &HealthInput::NONE,
             &mut fastrand::Rng::with_seed(1),
         )
         .unwrap();
@@ -103,6 +105,7 @@ mod tests {
             &config(),
             Endpoint::ChatCompletions,
             body,
+            &HealthInput::NONE,
             &mut fastrand::Rng::with_seed(1),
         )
         .unwrap();
@@ -114,9 +117,15 @@ mod tests {
     fn client_errors_come_back_as_replies() {
         let mut rng = fastrand::Rng::with_seed(1);
         assert_eq!(
-            decide(&config(), Endpoint::ChatCompletions, b"{", &mut rng)
-                .unwrap_err()
-                .status,
+            decide(
+                &config(),
+                Endpoint::ChatCompletions,
+                b"{",
+                &HealthInput::NONE,
+                &mut rng
+            )
+            .unwrap_err()
+            .status,
             400
         );
         assert_eq!(
@@ -124,6 +133,7 @@ mod tests {
                 &config(),
                 Endpoint::ChatCompletions,
                 br#"{"model":"x"}"#,
+                &HealthInput::NONE,
                 &mut rng
             )
             .unwrap_err()
@@ -135,6 +145,7 @@ mod tests {
                 &config(),
                 Endpoint::Embeddings,
                 br#"{"model":"chat"}"#,
+                &HealthInput::NONE,
                 &mut rng
             )
             .unwrap_err()

@@ -7,6 +7,7 @@ pub mod config;
 pub mod decision;
 pub mod endpoint;
 pub mod errors;
+pub mod fallback;
 pub mod health;
 pub mod request;
 pub mod routing;

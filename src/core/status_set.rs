@@ -6,6 +6,9 @@
 pub struct StatusSet([u64; 10]);
 
 impl StatusSet {
+    /// The empty set.
+    pub const EMPTY: StatusSet = StatusSet([0; 10]);
+
     /// The set of the given codes; codes outside 0–639 are ignored.
     pub fn of(codes: &[u16]) -> Self {
         let mut s = StatusSet::default();

@@ -1,19 +1,21 @@
 //! Reads the plugin config JSON into [`Config`], validating every field with its path.
 
 use super::fields::{ConfigError, Fields};
-use super::routing_config::compile_virtual_model;
+use super::routing_config::{compile_virtual_model, Catalog};
 use super::{
     Config, HeaderNames, Model, ModelId, NameEntry, Provider, Visibility,
     DEFAULT_MAX_REQUEST_BODY_BYTES,
 };
+use crate::core::health::policy::{Eviction, FailureWindow, HealthPolicy};
 use hashbrown::HashMap;
 use serde_json::Value;
 
 /// Seed fields of the config root that a later version implements.
 const ROOT_NOT_YET: &[&str] = &["default_metadata"];
 
-/// Upper bound for `max_request_body_bytes`: Envoy buffers the whole body in memory.
-const MAX_BODY_LIMIT: u64 = 1 << 30;
+/// Upper bound for `max_request_body_bytes`: the body is copied into the 32-bit Wasm memory
+/// (once read, once rewritten), which must not run out.
+const MAX_BODY_LIMIT: u64 = 128 * 1024 * 1024;
 
 pub(super) fn compile(json: &[u8]) -> Result<Config, ConfigError> {
     let root: Value = serde_json::from_slice(json)
@@ -57,7 +59,12 @@ pub(super) fn compile(json: &[u8]) -> Result<Config, ConfigError> {
         .collect();
     for (path, value) in vm_items.iter() {
         let f = Fields::new(path.clone(), value)?;
-        let vm = compile_virtual_model(f, &models, &names, &virtual_names)?;
+        let catalog = Catalog {
+            models: &models,
+            names: &names,
+            virtual_names: &virtual_names,
+        };
+        let vm = compile_virtual_model(f, &catalog)?;
         if names
             .insert(vm.name.clone(), NameEntry::Virtual(virtual_models.len()))
             .is_some()
@@ -79,12 +86,26 @@ pub(super) fn compile(json: &[u8]) -> Result<Config, ConfigError> {
         None => DEFAULT_MAX_REQUEST_BODY_BYTES,
     };
 
+    let failure_window = match root.opt_object("failure_window")? {
+        Some(obj) => compile_failure_window(obj)?,
+        None => FailureWindow::default(),
+    };
+    let health_view_ms = root.opt_u64("health_view_ms", 10_000)?.unwrap_or(100);
+    let attempt_timeout_ms = match root.opt_u64("attempt_timeout_ms", 3_600_000)? {
+        Some(0) => return Err(root.error("attempt_timeout_ms", "must be greater than 0")),
+        Some(n) => n,
+        None => 300_000,
+    };
+
     root.finish(ROOT_NOT_YET)?;
     Ok(Config {
         models,
         virtual_models,
         max_request_body_bytes,
         header_names,
+        failure_window,
+        health_view_ms,
+        attempt_timeout_ms,
         names,
     })
 }
@@ -114,8 +135,9 @@ fn compile_model(mut f: Fields<'_>, header_names: &HeaderNames) -> Result<Model,
             })?,
     };
     let visibility = match f.opt_str("visibility")? {
-        None | Some("public") => Visibility::Public,
-        Some("internal") => Visibility::Internal,
+        // Internal by default: a catalog entry holding credentials is never callable by accident.
+        None | Some("internal") => Visibility::Internal,
+        Some("public") => Visibility::Public,
         Some(other) => {
             return Err(f.error(
                 "visibility",
@@ -135,10 +157,14 @@ fn compile_model(mut f: Fields<'_>, header_names: &HeaderNames) -> Result<Model,
         }
         headers.push((name, entry.value.to_string()));
     }
+    let health = match f.opt_object("health")? {
+        Some(obj) => compile_health(obj)?,
+        None => HealthPolicy::default(),
+    };
     // Serialising a string cannot fail; the fallback is only to stay panic-free.
     let upstream_model_json =
         serde_json::to_string(&upstream_model).unwrap_or_else(|_| String::from("\"\""));
-    f.finish(&["health", "params"])?;
+    f.finish(&["params"])?;
     Ok(Model {
         name,
         cluster: cluster.to_string(),
@@ -147,6 +173,48 @@ fn compile_model(mut f: Fields<'_>, header_names: &HeaderNames) -> Result<Model,
         provider,
         visibility,
         headers,
+        health,
+    })
+}
+
+/// `models[].health` (agentgateway seed, "Health vs eviction").
+fn compile_health(mut f: Fields<'_>) -> Result<HealthPolicy, ConfigError> {
+    let mut policy = HealthPolicy::default();
+    if let Some(codes) = f.opt_status_codes("unhealthy_status_codes")? {
+        policy.unhealthy_status_codes = codes;
+    }
+    if let Some(mut e) = f.opt_object("eviction")? {
+        let consecutive_failures = e
+            .opt_u64("consecutive_failures", 1_000)?
+            .map(|n| u32::try_from(n).unwrap_or(1_000));
+        if consecutive_failures == Some(0) {
+            return Err(e.error("consecutive_failures", "must be at least 1"));
+        }
+        policy.eviction = Some(Eviction {
+            duration_ms: e.opt_duration_ms("duration")?,
+            consecutive_failures,
+            health_threshold: e.opt_fraction("health_threshold")?,
+            restore_health: e.opt_fraction("restore_health")?,
+        });
+        e.finish(&[])?;
+    }
+    f.finish(&["unhealthy_expression"])?;
+    Ok(policy)
+}
+
+/// `failure_window`: how many failures in how long make a target unhealthy.
+fn compile_failure_window(mut f: Fields<'_>) -> Result<FailureWindow, ConfigError> {
+    let d = FailureWindow::default();
+    let failures = f
+        .opt_u64("failures", 1_000)?
+        .map_or(d.failures, |n| n as u32);
+    let window_ms = f
+        .opt_u64("window_seconds", 86_400)?
+        .map_or(d.window_ms, |s| s * 1000);
+    f.finish(&[])?;
+    Ok(FailureWindow {
+        failures,
+        window_ms,
     })
 }
 
@@ -157,11 +225,15 @@ fn compile_header_names(mut f: Fields<'_>) -> Result<HeaderNames, ConfigError> {
         ("resolved_model", &mut names.resolved_model),
     ] {
         if let Some(value) = f.opt_str(key)? {
-            if !is_token(value) {
-                return Err(f.error(key, "must be a valid lower-case HTTP header name"));
+            let lower = value.to_ascii_lowercase();
+            if !is_token(value) || !lower.starts_with("x-") {
+                return Err(f.error(key, "must be a valid HTTP header name starting with `x-`"));
             }
-            *slot = value.to_ascii_lowercase();
+            *slot = lower;
         }
+    }
+    if names.cluster == names.resolved_model {
+        return Err(f.error("resolved_model", "must differ from `cluster`"));
     }
     f.finish(&["metadata"])?;
     Ok(names)
@@ -252,19 +324,19 @@ mod tests {
         );
         assert_eq!(m.upstream_model_json, "\"gpt-4o\"");
         let Some(Named::Catalog(_, mini)) = c.lookup("openai-main/gpt-4o-mini") else {
-            panic!("public model not found")
+            panic!("model not found")
         };
         assert_eq!(
             mini.visibility,
-            Visibility::Public,
-            "visibility defaults to public"
+            Visibility::Internal,
+            "visibility defaults to internal"
         );
         assert_eq!(
             mini.provider,
             Provider::OpenAi,
             "provider defaults to openai"
         );
-        let Some(Named::Virtual(vm)) = c.lookup("my-group/production-chat") else {
+        let Some(Named::Virtual(_, vm)) = c.lookup("my-group/production-chat") else {
             panic!("virtual model not found")
         };
         assert!(vm.model_types.contains(ModelType::Chat));
@@ -346,8 +418,8 @@ mod tests {
         ))
         .starts_with("models[1].provder: unknown field; expected one of:"));
         assert_eq!(
-            err(&sample_with(r#""provider": "azure","#, r#""health": {},"#)),
-            "models[1].health: is not supported yet by this version of Switchboard; remove it"
+            err(&sample_with(r#""provider": "azure","#, r#""params": {},"#)),
+            "models[1].params: is not supported yet by this version of Switchboard; remove it"
         );
         assert_eq!(
             err(&sample_with(
@@ -355,6 +427,51 @@ mod tests {
                 r#""default_metadata": {}, "models": ["#
             )),
             "default_metadata: is not supported yet by this version of Switchboard; remove it"
+        );
+    }
+
+    #[test]
+    fn model_health_and_failure_window_parse_with_paths() {
+        let json = sample_with(
+            r#""provider": "azure","#,
+            r#""provider": "azure", "health": {"unhealthy_status_codes": [500, "429"],
+                "eviction": {"duration": "1m30s", "consecutive_failures": 2,
+                             "health_threshold": 0.5, "restore_health": 0.7}},"#,
+        );
+        let json = json.replacen(
+            r#""models": ["#,
+            r#""failure_window": {"failures": 3, "window_seconds": 60}, "models": ["#,
+            1,
+        );
+        let c = Config::parse(json.as_bytes()).unwrap();
+        let h = c.models[1].health;
+        assert!(h.is_failure(500) && h.is_failure(429) && !h.is_failure(503));
+        let e = h.eviction.unwrap();
+        assert_eq!(
+            (e.duration_ms, e.consecutive_failures),
+            (Some(90_000), Some(2))
+        );
+        assert_eq!(
+            (e.health_threshold, e.restore_health),
+            (Some(0.5), Some(0.7))
+        );
+        assert_eq!(
+            (c.failure_window.failures, c.failure_window.window_ms),
+            (3, 60_000)
+        );
+        assert!(c.models[0].health.is_failure(503) && c.models[0].health.is_failure(401));
+        assert!(!c.models[0].health.is_failure(404) && c.models[0].health.eviction.is_none());
+
+        assert_eq!(
+            err(&sample_with(r#""provider": "azure","#, r#""provider": "azure", "health": {"eviction": {"duration": "3 secs"}},"#)),
+            "models[1].health.eviction.duration: expected a duration such as \"3s\" or \"500ms\", got \"3 secs\""
+        );
+        assert_eq!(
+            err(&sample_with(
+                r#""provider": "azure","#,
+                r#""provider": "azure", "health": {"eviction": {"health_threshold": 2}},"#
+            )),
+            "models[1].health.eviction.health_threshold: expected a number from 0.0 to 1.0, got 2"
         );
     }
 
@@ -380,7 +497,17 @@ mod tests {
                 r#""models": ["#,
                 r#""header_names": {"cluster": "a b"}, "models": ["#
             )),
-            "header_names.cluster: must be a valid lower-case HTTP header name"
+            "header_names.cluster: must be a valid HTTP header name starting with `x-`"
         );
+        for bad in [
+            r#"{"cluster": "authorization"}"#,
+            r#"{"resolved_model": "x-switchboard-cluster"}"#,
+        ] {
+            let json = sample_with(
+                r#""models": ["#,
+                &format!(r#""header_names": {bad}, "models": ["#),
+            );
+            assert!(err(&json).starts_with("header_names."), "{bad}");
+        }
     }
 }

@@ -149,6 +149,79 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// An optional boolean.
+    pub fn opt_bool(&mut self, key: &'static str) -> Result<Option<bool>, ConfigError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(other) => Err(self.error(
+                key,
+                format!("expected true or false, got {}", type_name(other)),
+            )),
+        }
+    }
+
+    /// An optional number from 0.0 to 1.0.
+    pub fn opt_fraction(&mut self, key: &'static str) -> Result<Option<f32>, ConfigError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => match v.as_f64() {
+                Some(n) if (0.0..=1.0).contains(&n) => Ok(Some(n as f32)),
+                _ => Err(self.error(key, format!("expected a number from 0.0 to 1.0, got {v}"))),
+            },
+        }
+    }
+
+    /// An optional duration written like `3s`, `500ms` or `1m30s`, in milliseconds.
+    pub fn opt_duration_ms(&mut self, key: &'static str) -> Result<Option<u64>, ConfigError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::String(s)) => crate::core::health::retry_after::duration_ms(s)
+                .map(Some)
+                .ok_or_else(|| {
+                    self.error(
+                        key,
+                        format!("expected a duration such as \"3s\" or \"500ms\", got \"{s}\""),
+                    )
+                }),
+            Some(other) => Err(self.error(
+                key,
+                format!(
+                    "expected a duration such as \"3s\", got {}",
+                    type_name(other)
+                ),
+            )),
+        }
+    }
+
+    /// An optional list of HTTP status codes, as strings (`"429"`, as in the seeds) or numbers.
+    pub fn opt_status_codes(
+        &mut self,
+        key: &'static str,
+    ) -> Result<Option<crate::core::status_set::StatusSet>, ConfigError> {
+        let Some(items) = self.opt_array(key)? else {
+            return Ok(None);
+        };
+        let mut set = crate::core::status_set::StatusSet::default();
+        for (path, v) in items {
+            let code = match v {
+                Value::String(s) => s.trim().parse::<u16>().ok(),
+                Value::Number(n) => n.as_u64().and_then(|n| u16::try_from(n).ok()),
+                _ => None,
+            };
+            match code {
+                Some(c) if (100..=599).contains(&c) => set.insert(c),
+                _ => {
+                    return Err(ConfigError::new(
+                        path,
+                        format!("expected an HTTP status code such as \"429\", got {v}"),
+                    ))
+                }
+            }
+        }
+        Ok(Some(set))
+    }
+
     /// An optional array, returned with the path of each element.
     pub fn opt_array(
         &mut self,

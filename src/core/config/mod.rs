@@ -11,6 +11,9 @@ mod routing_config;
 pub use fields::ConfigError;
 
 use crate::core::endpoint::ModelTypes;
+use crate::core::health::policy::{FailureWindow, HealthPolicy};
+use crate::core::health::sla::SlaCutoff;
+use crate::core::status_set::StatusSet;
 use hashbrown::HashMap;
 
 /// Default limit for a buffered request body: 16 MiB holds long-context prompts with images.
@@ -69,6 +72,8 @@ pub struct Model {
     pub visibility: Visibility,
     /// Headers set on every request to it (names lower-cased).
     pub headers: Vec<(String, String)>,
+    /// What counts as a failure and when it is evicted.
+    pub health: HealthPolicy,
 }
 
 /// A target of a weighted virtual model.
@@ -98,6 +103,47 @@ pub enum Routing {
     Priority(Vec<PriorityTarget>),
 }
 
+/// What happens when one target fails (TrueFoundry seed, "Retries and fallbacks").
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TargetPolicy {
+    /// `retry_config.attempts`: retries on the same target (default 0).
+    pub retry_attempts: u32,
+    /// `retry_config.delay`: milliseconds between retries (default 100).
+    pub retry_delay_ms: u64,
+    /// `retry_config.on_status_codes` (default 429, 500, 502, 503).
+    pub retry_on: StatusSet,
+    /// `fallback_status_codes`: codes that move the request to another target
+    /// (default 401, 403, 404, 408, 429, 500, 502, 503).
+    pub fallback_on: StatusSet,
+    /// `fallback_candidate`: may receive other targets' fallback traffic (default true).
+    pub fallback_candidate: bool,
+    /// `sla_cutoff` (priority-based routing only).
+    pub sla: Option<SlaCutoff>,
+}
+
+impl Default for TargetPolicy {
+    fn default() -> Self {
+        TargetPolicy {
+            retry_attempts: 0,
+            retry_delay_ms: 100,
+            retry_on: StatusSet::of(&[429, 500, 502, 503]),
+            fallback_on: StatusSet::of(&[401, 403, 404, 408, 429, 500, 502, 503]),
+            fallback_candidate: true,
+            sla: None,
+        }
+    }
+}
+
+/// The policy of a catalog model called directly: no retries, nowhere to fall back to.
+pub static DIRECT_POLICY: TargetPolicy = TargetPolicy {
+    retry_attempts: 0,
+    retry_delay_ms: 0,
+    retry_on: StatusSet::EMPTY,
+    fallback_on: StatusSet::EMPTY,
+    fallback_candidate: false,
+    sla: None,
+};
+
 /// A client-facing model name backed by a routing strategy over catalog models.
 #[derive(Debug, Clone)]
 pub struct VirtualModel {
@@ -107,6 +153,20 @@ pub struct VirtualModel {
     pub model_types: ModelTypes,
     /// The strategy and its targets.
     pub routing: Routing,
+    /// Each target's retry and fallback policy, in config order.
+    pub policies: Vec<(ModelId, TargetPolicy)>,
+    /// `fallback_timeout_ms` (Zuplo seed): abandon a target that has not started answering.
+    pub fallback_timeout_ms: Option<u64>,
+}
+
+impl VirtualModel {
+    /// The policy of one of its targets.
+    pub fn policy(&self, model: ModelId) -> &TargetPolicy {
+        self.policies
+            .iter()
+            .find(|(m, _)| *m == model)
+            .map_or(&DIRECT_POLICY, |(_, p)| p)
+    }
 }
 
 /// Header names the filter reads and writes (configurable, default prefix `x-switchboard-`).
@@ -132,8 +192,8 @@ impl Default for HeaderNames {
 pub enum Named<'a> {
     /// A catalog model.
     Catalog(ModelId, &'a Model),
-    /// A virtual model.
-    Virtual(&'a VirtualModel),
+    /// A virtual model, with its index in [`Config::virtual_models`].
+    Virtual(usize, &'a VirtualModel),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -153,6 +213,12 @@ pub struct Config {
     pub max_request_body_bytes: usize,
     /// Header names.
     pub header_names: HeaderNames,
+    /// The rolling failure window that marks targets unhealthy.
+    pub failure_window: FailureWindow,
+    /// How long a worker may use its cached view of shared health before re-reading it.
+    pub health_view_ms: u64,
+    /// Longest time a fallback or retry attempt made by the filter may take.
+    pub attempt_timeout_ms: u64,
     names: HashMap<String, NameEntry>,
 }
 
@@ -166,7 +232,7 @@ impl Config {
     pub fn lookup(&self, name: &str) -> Option<Named<'_>> {
         match *self.names.get(name)? {
             NameEntry::Catalog(id) => self.models.get(id.0).map(|m| Named::Catalog(id, m)),
-            NameEntry::Virtual(i) => self.virtual_models.get(i).map(Named::Virtual),
+            NameEntry::Virtual(i) => self.virtual_models.get(i).map(|vm| Named::Virtual(i, vm)),
         }
     }
 

@@ -1,12 +1,16 @@
 //! Compiles one `virtual_models[]` entry and its `routing_config`.
 //!
 //! Field names follow the TrueFoundry seed ("Configuration structure"). This version implements
-//! `weight-based-routing` and `priority-based-routing`; every other strategy and per-target option of the seed is rejected
-//! with a "not supported yet" error rather than silently ignored.
+//! `weight-based-routing` and `priority-based-routing` with per-target retries, fallback and
+//! SLA cutoff; every other strategy and per-target option of the seed is rejected with a
+//! "not supported yet" error rather than silently ignored.
 
 use super::fields::{ConfigError, Fields};
-use super::{Model, ModelId, NameEntry, PriorityTarget, Routing, VirtualModel, WeightedTarget};
+use super::{
+    Model, ModelId, NameEntry, PriorityTarget, Routing, TargetPolicy, VirtualModel, WeightedTarget,
+};
 use crate::core::endpoint::{ModelType, ModelTypes};
+use crate::core::health::sla::SlaCutoff;
 use hashbrown::HashMap;
 
 /// Strategies of the seeds that a later version implements.
@@ -21,21 +25,11 @@ const TYPES_NOT_YET: &[&str] = &[
 const SUPPORTED: &str = "supported: weight-based-routing, priority-based-routing";
 
 /// Per-target seed fields that a later version implements.
-const TARGET_NOT_YET: &[&str] = &[
-    "retry_config",
-    "fallback_status_codes",
-    "fallback_candidate",
-    "sla_cutoff",
-    "metadata_match",
-    "headers_override",
-    "override_params",
-];
+const TARGET_NOT_YET: &[&str] = &["metadata_match", "headers_override", "override_params"];
 
 pub(super) fn compile_virtual_model(
     mut f: Fields<'_>,
-    models: &[Model],
-    names: &HashMap<String, NameEntry>,
-    virtual_names: &[&str],
+    catalog: &Catalog<'_>,
 ) -> Result<VirtualModel, ConfigError> {
     let name = f.str("name")?.to_string();
 
@@ -60,12 +54,13 @@ pub(super) fn compile_virtual_model(
     let mut rc = f
         .opt_object("routing_config")?
         .ok_or_else(|| f.error("routing_config", "is required"))?;
+    let mut policies = Vec::new();
     let routing = match rc.str("type")? {
         "weight-based-routing" => {
-            Routing::Weighted(compile_weighted(&mut rc, models, names, virtual_names)?)
+            Routing::Weighted(compile_weighted(&mut rc, catalog, &mut policies)?)
         }
         "priority-based-routing" => {
-            Routing::Priority(compile_priority(&mut rc, models, names, virtual_names)?)
+            Routing::Priority(compile_priority(&mut rc, catalog, &mut policies)?)
         }
         t if TYPES_NOT_YET.contains(&t) => {
             return Err(rc.error(
@@ -76,23 +71,36 @@ pub(super) fn compile_virtual_model(
         t => return Err(rc.error("type", format!("unknown routing type `{t}`; {SUPPORTED}"))),
     };
     rc.finish(&["sticky_routing"])?;
+    let fallback_timeout_ms = match f.opt_u64("fallback_timeout_ms", 3_600_000)? {
+        Some(0) => return Err(f.error("fallback_timeout_ms", "must be greater than 0")),
+        other => other,
+    };
     f.finish(&[])?;
     Ok(VirtualModel {
         name,
         model_types,
         routing,
+        policies,
+        fallback_timeout_ms,
     })
 }
 
-/// Reads `load_balance_targets`, each target's strategy field by `read`, and rejects the
-/// field of the other strategy (the seed makes `weight` and `priority` mutually exclusive).
+/// The names a target may refer to.
+pub(super) struct Catalog<'c> {
+    pub models: &'c [Model],
+    pub names: &'c HashMap<String, NameEntry>,
+    pub virtual_names: &'c [&'c str],
+}
+
+/// Reads `load_balance_targets`: each target's shared retry and fallback fields, its strategy
+/// field by `read`, and refuses the other strategy's field (the seed makes `weight` and
+/// `priority` mutually exclusive).
 fn compile_targets<T>(
     rc: &mut Fields<'_>,
-    models: &[Model],
-    names: &HashMap<String, NameEntry>,
-    virtual_names: &[&str],
+    catalog: &Catalog<'_>,
     (strategy, other_strategy_field): (&str, &str),
-    mut read: impl FnMut(&mut Fields<'_>, ModelId) -> Result<T, ConfigError>,
+    policies: &mut Vec<(ModelId, TargetPolicy)>,
+    mut read: impl FnMut(&mut Fields<'_>, ModelId, &mut TargetPolicy) -> Result<T, ConfigError>,
 ) -> Result<Vec<T>, ConfigError> {
     let items = rc
         .opt_array("load_balance_targets")?
@@ -100,16 +108,16 @@ fn compile_targets<T>(
     if items.is_empty() {
         return Err(rc.error("load_balance_targets", "must list at least one target"));
     }
-    let mut seen: Vec<ModelId> = Vec::with_capacity(items.len());
     let mut out = Vec::with_capacity(items.len());
     for (path, value) in items {
         let mut t = Fields::new(path, value)?;
-        let model = resolve_target(&mut t, models, names, virtual_names)?;
-        if seen.contains(&model) {
+        let model = resolve_target(&mut t, catalog)?;
+        if policies.iter().any(|(m, _)| *m == model) {
             return Err(t.error("target", "is listed twice in this virtual model"));
         }
-        seen.push(model);
-        out.push(read(&mut t, model)?);
+        let mut policy = compile_policy(&mut t)?;
+        out.push(read(&mut t, model, &mut policy)?);
+        policies.push((model, policy));
         if t.has(other_strategy_field) {
             return Err(t.error(
                 other_strategy_field,
@@ -121,28 +129,48 @@ fn compile_targets<T>(
     Ok(out)
 }
 
+/// The per-target retry and fallback fields every strategy shares.
+fn compile_policy(t: &mut Fields<'_>) -> Result<TargetPolicy, ConfigError> {
+    let mut p = TargetPolicy::default();
+    if let Some(mut r) = t.opt_object("retry_config")? {
+        if let Some(n) = r.opt_u64("attempts", 10)? {
+            p.retry_attempts = n as u32;
+        }
+        if let Some(ms) = r.opt_u64("delay", 60_000)? {
+            p.retry_delay_ms = ms;
+        }
+        if let Some(codes) = r.opt_status_codes("on_status_codes")? {
+            p.retry_on = codes;
+        }
+        r.finish(&[])?;
+    }
+    if let Some(codes) = t.opt_status_codes("fallback_status_codes")? {
+        p.fallback_on = codes;
+    }
+    if let Some(b) = t.opt_bool("fallback_candidate")? {
+        p.fallback_candidate = b;
+    }
+    Ok(p)
+}
+
 fn compile_weighted(
     rc: &mut Fields<'_>,
-    models: &[Model],
-    names: &HashMap<String, NameEntry>,
-    virtual_names: &[&str],
+    catalog: &Catalog<'_>,
+    policies: &mut Vec<(ModelId, TargetPolicy)>,
 ) -> Result<Vec<WeightedTarget>, ConfigError> {
-    let targets = compile_targets(
-        rc,
-        models,
-        names,
-        virtual_names,
-        ("weight-based-routing", "priority"),
-        |t, model| {
-            let weight = t
-                .opt_u64("weight", 100)?
-                .ok_or_else(|| t.error("weight", "is required for weight-based-routing (0-100)"))?;
-            Ok(WeightedTarget {
-                model,
-                weight: u32::try_from(weight).unwrap_or(100),
-            })
-        },
-    )?;
+    let strategy = ("weight-based-routing", "priority");
+    let targets = compile_targets(rc, catalog, strategy, policies, |t, model, _| {
+        if t.has("sla_cutoff") {
+            return Err(t.error("sla_cutoff", "only applies to priority-based-routing"));
+        }
+        let weight = t
+            .opt_u64("weight", 100)?
+            .ok_or_else(|| t.error("weight", "is required for weight-based-routing (0-100)"))?;
+        Ok(WeightedTarget {
+            model,
+            weight: u32::try_from(weight).unwrap_or(100),
+        })
+    })?;
     let sum: u32 = targets.iter().map(|t| t.weight).sum();
     if sum != 100 {
         return Err(rc.error(
@@ -155,43 +183,51 @@ fn compile_weighted(
 
 fn compile_priority(
     rc: &mut Fields<'_>,
-    models: &[Model],
-    names: &HashMap<String, NameEntry>,
-    virtual_names: &[&str],
+    catalog: &Catalog<'_>,
+    policies: &mut Vec<(ModelId, TargetPolicy)>,
 ) -> Result<Vec<PriorityTarget>, ConfigError> {
-    compile_targets(
-        rc,
-        models,
-        names,
-        virtual_names,
-        ("priority-based-routing", "weight"),
-        |t, model| {
-            let priority = t.opt_u64("priority", u64::from(u32::MAX))?.ok_or_else(|| {
-                t.error(
-                    "priority",
-                    "is required for priority-based-routing (0 is highest)",
-                )
-            })?;
-            Ok(PriorityTarget {
-                model,
-                priority: u32::try_from(priority).unwrap_or(u32::MAX),
-            })
-        },
-    )
+    let strategy = ("priority-based-routing", "weight");
+    compile_targets(rc, catalog, strategy, policies, |t, model, policy| {
+        if let Some(sla) = t.opt_object("sla_cutoff")? {
+            policy.sla = Some(compile_sla(sla)?);
+        }
+        let priority = t.opt_u64("priority", u64::from(u32::MAX))?.ok_or_else(|| {
+            t.error(
+                "priority",
+                "is required for priority-based-routing (0 is highest)",
+            )
+        })?;
+        Ok(PriorityTarget {
+            model,
+            priority: u32::try_from(priority).unwrap_or(u32::MAX),
+        })
+    })
+}
+
+/// `sla_cutoff` (TrueFoundry seed, "SLA cutoff"): either threshold or both.
+fn compile_sla(mut f: Fields<'_>) -> Result<SlaCutoff, ConfigError> {
+    let ms = |v: Option<u64>| v.map(|n| n as u32);
+    let cutoff = SlaCutoff {
+        time_to_first_token_ms: ms(f.opt_u64("time_to_first_token_ms", 3_600_000)?),
+        time_per_output_token_ms: ms(f.opt_u64("time_per_output_token_ms", 3_600_000)?),
+    };
+    if cutoff == SlaCutoff::default() {
+        return Err(ConfigError::new(
+            f.field_path("time_to_first_token_ms"),
+            "set time_to_first_token_ms, time_per_output_token_ms or both",
+        ));
+    }
+    f.finish(&[])?;
+    Ok(cutoff)
 }
 
 /// Reads `target` and resolves it to a catalog model; virtual models are not allowed
 /// (TrueFoundry seed FAQ: targets must be real catalog models).
-fn resolve_target(
-    t: &mut Fields<'_>,
-    models: &[Model],
-    names: &HashMap<String, NameEntry>,
-    virtual_names: &[&str],
-) -> Result<ModelId, ConfigError> {
+fn resolve_target(t: &mut Fields<'_>, catalog: &Catalog<'_>) -> Result<ModelId, ConfigError> {
     let name = t.str("target")?;
-    match names.get(name) {
-        Some(NameEntry::Catalog(id)) if id.0 < models.len() => Ok(*id),
-        _ if virtual_names.contains(&name) => Err(t.error(
+    match catalog.names.get(name) {
+        Some(NameEntry::Catalog(id)) if id.0 < catalog.models.len() => Ok(*id),
+        _ if catalog.virtual_names.contains(&name) => Err(t.error(
             "target",
             format!("`{name}` is a virtual model; targets must be catalog models"),
         )),
@@ -284,6 +320,82 @@ mod tests {
     }
 
     #[test]
+    fn retry_and_fallback_fields_have_the_seed_defaults_and_parse() {
+        use crate::core::config::{ModelId, TargetPolicy};
+        let c = Config::parse(
+            weighted(
+                r#"{"target": "a", "weight": 50,
+                    "retry_config": {"attempts": 3, "delay": 200, "on_status_codes": ["429", 500]},
+                    "fallback_status_codes": ["429"], "fallback_candidate": false},
+                   {"target": "b", "weight": 50}"#,
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+        let vm = &c.virtual_models[0];
+        let a = vm.policy(ModelId(0));
+        assert_eq!(
+            (a.retry_attempts, a.retry_delay_ms, a.fallback_candidate),
+            (3, 200, false)
+        );
+        assert!(a.retry_on.contains(429) && a.retry_on.contains(500) && !a.retry_on.contains(503));
+        assert!(a.fallback_on.contains(429) && !a.fallback_on.contains(500));
+        assert_eq!(*vm.policy(ModelId(1)), TargetPolicy::default());
+        let d = TargetPolicy::default();
+        assert_eq!(
+            (d.retry_attempts, d.retry_delay_ms, d.fallback_candidate),
+            (0, 100, true)
+        );
+        for code in [401, 403, 404, 408, 429, 500, 502, 503] {
+            assert!(d.fallback_on.contains(code), "{code}");
+        }
+        assert!(!d.fallback_on.contains(504));
+        assert_eq!(vm.fallback_timeout_ms, None);
+    }
+
+    #[test]
+    fn bad_retry_fallback_and_sla_fields_name_their_path() {
+        assert_eq!(
+            err(&weighted(r#"{"target": "a", "weight": 100, "fallback_status_codes": ["4xx"]}"#)),
+            "virtual_models[0].routing_config.load_balance_targets[0].fallback_status_codes[0]: expected an HTTP status code such as \"429\", got \"4xx\""
+        );
+        assert_eq!(
+            err(&weighted(r#"{"target": "a", "weight": 100, "retry_config": {"attempts": 2, "backoff": 1}}"#)),
+            "virtual_models[0].routing_config.load_balance_targets[0].retry_config.backoff: unknown field; expected one of: attempts, delay, on_status_codes"
+        );
+        assert_eq!(
+            err(&weighted(r#"{"target": "a", "weight": 100, "fallback_candidate": "no"}"#)),
+            "virtual_models[0].routing_config.load_balance_targets[0].fallback_candidate: expected true or false, got a string"
+        );
+        assert_eq!(
+            err(&weighted(r#"{"target": "a", "weight": 100, "sla_cutoff": {"time_to_first_token_ms": 1}}"#)),
+            "virtual_models[0].routing_config.load_balance_targets[0].sla_cutoff: only applies to priority-based-routing"
+        );
+        assert_eq!(
+            err(&priority(r#"{"target": "a", "priority": 0, "sla_cutoff": {}}"#)),
+            "virtual_models[0].routing_config.load_balance_targets[0].sla_cutoff.time_to_first_token_ms: set time_to_first_token_ms, time_per_output_token_ms or both"
+        );
+        let c = Config::parse(
+            priority(
+                r#"{"target": "a", "priority": 0, "sla_cutoff": {"time_per_output_token_ms": 40}}"#,
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+        let sla = c.virtual_models[0].policies[0].1.sla.unwrap();
+        assert_eq!(
+            (sla.time_to_first_token_ms, sla.time_per_output_token_ms),
+            (None, Some(40))
+        );
+        assert_eq!(
+            err(&with_vm(
+                r#"{"name": "vm", "model_types": ["chat"], "fallback_timeout_ms": 0, "routing_config": {"type": "weight-based-routing", "load_balance_targets": [{"target": "a", "weight": 100}]}}"#
+            )),
+            "virtual_models[0].fallback_timeout_ms: must be greater than 0"
+        );
+    }
+
+    #[test]
     fn targets_must_be_known_distinct_catalog_models() {
         assert_eq!(
             err(&weighted(r#"{"target": "zzz", "weight": 100}"#)),
@@ -302,8 +414,8 @@ mod tests {
     #[test]
     fn unimplemented_seed_fields_are_rejected_not_ignored() {
         assert_eq!(
-            err(&weighted(r#"{"target": "a", "weight": 100, "retry_config": {"attempts": 2}}"#)),
-            "virtual_models[0].routing_config.load_balance_targets[0].retry_config: is not supported yet by this version of Switchboard; remove it"
+            err(&weighted(r#"{"target": "a", "weight": 100, "metadata_match": {"a": "b"}}"#)),
+            "virtual_models[0].routing_config.load_balance_targets[0].metadata_match: is not supported yet by this version of Switchboard; remove it"
         );
         assert_eq!(
             err(&with_vm(r#"{"name": "vm", "model_types": ["chat"], "routing_config": {"type": "latency-based-routing", "load_balance_targets": []}}"#)),

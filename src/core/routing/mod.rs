@@ -4,9 +4,12 @@
 //! the primary target first, then the order later attempts would take.
 
 pub mod priority;
+pub mod standing;
 pub mod weighted;
 
-use crate::core::config::{Config, ModelId, Named, Routing, Visibility};
+pub use standing::HealthInput;
+
+use crate::core::config::{Config, ModelId, Named, Routing, VirtualModel, Visibility};
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
 
@@ -15,12 +18,20 @@ use crate::core::errors::ErrorReply;
 pub struct Plan {
     /// Candidates in the order they are tried; never empty, no duplicates.
     pub candidates: Vec<ModelId>,
+    /// Index of the virtual model in the config, or `None` for a catalog model called directly.
+    pub virtual_model: Option<usize>,
 }
 
 impl Plan {
     /// The target of the first attempt.
     pub fn primary(&self) -> Option<ModelId> {
         self.candidates.first().copied()
+    }
+
+    /// The virtual model that made this plan.
+    pub fn virtual_model<'c>(&self, config: &'c Config) -> Option<&'c VirtualModel> {
+        self.virtual_model
+            .and_then(|i| config.virtual_models.get(i))
     }
 }
 
@@ -29,6 +40,7 @@ pub fn plan(
     config: &Config,
     endpoint: Endpoint,
     model: &str,
+    health: &HealthInput<'_>,
     rng: &mut fastrand::Rng,
 ) -> Result<Plan, ErrorReply> {
     match config.lookup(model) {
@@ -39,22 +51,27 @@ pub fn plan(
         }
         Some(Named::Catalog(id, _)) => Ok(Plan {
             candidates: vec![id],
+            virtual_model: None,
         }),
-        Some(Named::Virtual(vm)) => {
+        Some(Named::Virtual(index, vm)) => {
             if !vm.model_types.contains(endpoint.model_type()) {
                 return Err(ErrorReply::endpoint_not_served(
                     model,
                     endpoint.display_path(),
                 ));
             }
-            let candidates = match &vm.routing {
+            let mut candidates = match &vm.routing {
                 Routing::Weighted(targets) => weighted::order(targets, rng),
                 Routing::Priority(targets) => priority::order(targets, rng),
             };
             if candidates.is_empty() {
                 return Err(ErrorReply::no_target_available(model));
             }
-            Ok(Plan { candidates })
+            standing::apply(&mut candidates, |m| health.standing(vm, m));
+            Ok(Plan {
+                candidates,
+                virtual_model: Some(index),
+            })
         }
     }
 }
@@ -78,7 +95,13 @@ mod tests {
 
     fn run(endpoint: Endpoint, model: &str) -> Result<Plan, ErrorReply> {
         let config = Config::parse(CONFIG.as_bytes()).unwrap();
-        plan(&config, endpoint, model, &mut fastrand::Rng::with_seed(7))
+        plan(
+            &config,
+            endpoint,
+            model,
+            &HealthInput::NONE,
+            &mut fastrand::Rng::with_seed(7),
+        )
     }
 
     #[test]
@@ -113,6 +136,68 @@ mod tests {
         c.sort_by_key(|m| m.0);
         assert_eq!(c, vec![ModelId(0), ModelId(1)]);
         assert!(p.primary().is_some());
+    }
+
+    #[test]
+    fn evicted_group_spills_to_the_next_priority_and_unhealthy_targets_go_last() {
+        use crate::core::health::policy::FailureWindow;
+        use crate::core::health::record::HealthRecord;
+        let config = Config::parse(
+            br#"{"models": [
+                {"name": "a", "cluster": "c", "model": "m"},
+                {"name": "b", "cluster": "c", "model": "m"},
+                {"name": "c", "cluster": "c", "model": "m"}],
+              "virtual_models": [{"name": "vm", "model_types": ["chat"], "routing_config": {
+                "type": "priority-based-routing", "load_balance_targets": [
+                  {"target": "a", "priority": 0}, {"target": "b", "priority": 0},
+                  {"target": "c", "priority": 1}]}}]}"#,
+        )
+        .unwrap();
+        let evicted = HealthRecord {
+            evicted_until_ms: 1_000,
+            ..HealthRecord::default()
+        };
+        let mut records = vec![
+            evicted.clone(),
+            HealthRecord::default(),
+            HealthRecord::default(),
+        ];
+        let mut rng = fastrand::Rng::with_seed(3);
+        let run = |records: &[HealthRecord], rng: &mut fastrand::Rng| {
+            let health = HealthInput {
+                records,
+                now_ms: 500,
+                window: FailureWindow::default(),
+            };
+            plan(&config, Endpoint::ChatCompletions, "vm", &health, rng)
+                .unwrap()
+                .candidates
+        };
+        // One of the group evicted: the other member of the group still comes first.
+        for _ in 0..20 {
+            assert_eq!(run(&records, &mut rng), [1, 2, 0].map(ModelId));
+        }
+        // Both evicted: the backup group takes over.
+        records[1] = evicted;
+        assert_eq!(
+            run(&records, &mut rng),
+            vec![ModelId(2), ModelId(0), ModelId(1)]
+        );
+        // Unhealthy (two recent failures) goes behind healthy, ahead of evicted.
+        records[2] = HealthRecord {
+            failures: vec![400, 450],
+            ..HealthRecord::default()
+        };
+        assert_eq!(
+            run(&records, &mut rng)[0],
+            ModelId(2),
+            "unhealthy still beats evicted"
+        );
+        records[0] = HealthRecord::default();
+        assert_eq!(
+            run(&records, &mut rng),
+            vec![ModelId(0), ModelId(2), ModelId(1)]
+        );
     }
 
     #[test]

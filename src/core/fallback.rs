@@ -1,0 +1,260 @@
+//! What to do after each attempt of one request: deliver the answer, retry the same target,
+//! fall back to the next candidate, or give up and pass the failure through.
+//!
+//! TrueFoundry seed, "Retries and fallbacks": `retry_config` retries the same target on its
+//! `on_status_codes`; when retries are exhausted or a `fallback_status_codes` code comes back,
+//! the next target is tried; a target with `fallback_candidate: false` never receives another
+//! target's fallback. Requests pinned to one target get retries but no fallback (seed,
+//! "Responses API conversations").
+
+use crate::core::config::{ModelId, TargetPolicy};
+
+/// How an attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptOutcome {
+    /// The target answered with this status.
+    Status(u16),
+    /// No answer: connection refused or reset before the response started.
+    ConnectFailure,
+    /// No answer in time (`fallback_timeout_ms`, or the attempt's own timeout).
+    Timeout,
+}
+
+/// The next step for the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// The answer goes to the client.
+    Deliver,
+    /// Try the same target again after a delay.
+    Retry {
+        /// The target, unchanged.
+        target: ModelId,
+        /// `retry_config.delay`.
+        delay_ms: u64,
+    },
+    /// Try another target now.
+    Fallback {
+        /// The next eligible candidate.
+        target: ModelId,
+    },
+    /// Nothing left to try: the failure goes to the client as it is.
+    GiveUp,
+}
+
+/// The attempt history of one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempts {
+    candidates: Vec<ModelId>,
+    current: usize,
+    retries_here: u32,
+    total: u32,
+    pinned: bool,
+}
+
+impl Attempts {
+    /// Starts with the first candidate as the attempt in flight.
+    pub fn new(candidates: Vec<ModelId>, pinned: bool) -> Self {
+        Attempts {
+            candidates,
+            current: 0,
+            retries_here: 0,
+            total: 1,
+            pinned,
+        }
+    }
+
+    /// The target of the attempt in flight.
+    pub fn current(&self) -> Option<ModelId> {
+        self.candidates.get(self.current).copied()
+    }
+
+    /// Attempts made so far, the one in flight included.
+    pub fn total(&self) -> u32 {
+        self.total
+    }
+
+    /// Whether any later step could make another attempt (so the request must be kept).
+    pub fn may_try_again<'p>(&self, policy: impl Fn(ModelId) -> &'p TargetPolicy) -> bool {
+        let retries = self.current().is_some_and(|t| policy(t).retry_attempts > 0);
+        let fallbacks = !self.pinned
+            && self
+                .candidates
+                .iter()
+                .skip(self.current + 1)
+                .any(|m| policy(*m).fallback_candidate);
+        retries || fallbacks
+    }
+
+    /// Decides the next step after the attempt in flight ended with `outcome`.
+    pub fn after<'p>(
+        &mut self,
+        outcome: AttemptOutcome,
+        policy: impl Fn(ModelId) -> &'p TargetPolicy,
+    ) -> Step {
+        let Some(target) = self.current() else {
+            return Step::GiveUp;
+        };
+        let p = policy(target);
+        let (retryable, fallbackable) = match outcome {
+            AttemptOutcome::Status(s) => (p.retry_on.contains(s), p.fallback_on.contains(s)),
+            AttemptOutcome::ConnectFailure => (true, true),
+            // A target too slow to start answering is not asked again.
+            AttemptOutcome::Timeout => (false, true),
+        };
+        if !retryable && !fallbackable {
+            return Step::Deliver;
+        }
+        if retryable && self.retries_here < p.retry_attempts {
+            self.retries_here += 1;
+            self.total += 1;
+            return Step::Retry {
+                target,
+                delay_ms: p.retry_delay_ms,
+            };
+        }
+        if self.pinned {
+            return Step::GiveUp;
+        }
+        let next = self
+            .candidates
+            .iter()
+            .enumerate()
+            .skip(self.current + 1)
+            .find(|(_, m)| policy(**m).fallback_candidate);
+        match next {
+            Some((index, model)) => {
+                self.current = index;
+                self.retries_here = 0;
+                self.total += 1;
+                Step::Fallback { target: *model }
+            }
+            None => Step::GiveUp,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::status_set::StatusSet;
+
+    fn policies() -> Vec<TargetPolicy> {
+        vec![TargetPolicy::default(); 4]
+    }
+
+    fn run(p: &[TargetPolicy], attempts: &mut Attempts, outcome: AttemptOutcome) -> Step {
+        attempts.after(outcome, |m| &p[m.0])
+    }
+
+    fn ids(n: usize) -> Vec<ModelId> {
+        (0..n).map(ModelId).collect()
+    }
+
+    #[test]
+    fn success_and_non_failure_statuses_are_delivered() {
+        let p = policies();
+        let mut a = Attempts::new(ids(2), false);
+        assert_eq!(run(&p, &mut a, AttemptOutcome::Status(200)), Step::Deliver);
+        assert_eq!(
+            run(&p, &mut a, AttemptOutcome::Status(400)),
+            Step::Deliver,
+            "a client error is not the target's fault"
+        );
+        assert_eq!(a.total(), 1);
+    }
+
+    #[test]
+    fn default_policy_falls_back_on_the_seed_codes_then_gives_up() {
+        let p = policies();
+        let mut a = Attempts::new(ids(3), false);
+        assert_eq!(
+            run(&p, &mut a, AttemptOutcome::Status(503)),
+            Step::Fallback { target: ModelId(1) }
+        );
+        assert_eq!(
+            run(&p, &mut a, AttemptOutcome::ConnectFailure),
+            Step::Fallback { target: ModelId(2) }
+        );
+        assert_eq!(run(&p, &mut a, AttemptOutcome::Status(429)), Step::GiveUp);
+        assert_eq!(a.total(), 3);
+        let mut a = Attempts::new(ids(2), false);
+        assert_eq!(
+            run(&p, &mut a, AttemptOutcome::Status(504)),
+            Step::Deliver,
+            "504 is not a default fallback code"
+        );
+    }
+
+    #[test]
+    fn retries_the_same_target_then_falls_back_when_exhausted() {
+        let mut p = policies();
+        p[0].retry_attempts = 2;
+        p[0].retry_delay_ms = 200;
+        p[0].fallback_on = StatusSet::EMPTY;
+        let mut a = Attempts::new(ids(2), false);
+        let retry = Step::Retry {
+            target: ModelId(0),
+            delay_ms: 200,
+        };
+        assert_eq!(run(&p, &mut a, AttemptOutcome::Status(500)), retry);
+        assert_eq!(run(&p, &mut a, AttemptOutcome::Status(500)), retry);
+        // Retries exhausted: the seed falls back even though 500 is not a fallback code here.
+        assert_eq!(
+            run(&p, &mut a, AttemptOutcome::Status(500)),
+            Step::Fallback { target: ModelId(1) }
+        );
+        assert_eq!(a.total(), 4);
+    }
+
+    #[test]
+    fn fallback_skips_targets_that_are_not_fallback_candidates() {
+        let mut p = policies();
+        p[1].fallback_candidate = false;
+        let mut a = Attempts::new(ids(3), false);
+        assert!(a.may_try_again(|m| &p[m.0]));
+        assert_eq!(
+            run(&p, &mut a, AttemptOutcome::Status(500)),
+            Step::Fallback { target: ModelId(2) }
+        );
+        assert_eq!(run(&p, &mut a, AttemptOutcome::Status(500)), Step::GiveUp);
+        // The first target is never a "fallback", even with fallback_candidate: false.
+        let mut p = policies();
+        p[0].fallback_candidate = false;
+        let mut a = Attempts::new(ids(2), false);
+        assert_eq!(a.current(), Some(ModelId(0)));
+        assert_eq!(
+            run(&p, &mut a, AttemptOutcome::Status(500)),
+            Step::Fallback { target: ModelId(1) }
+        );
+    }
+
+    #[test]
+    fn a_timeout_is_not_retried_on_the_same_target() {
+        let mut p = policies();
+        p[0].retry_attempts = 3;
+        let mut a = Attempts::new(ids(2), false);
+        assert_eq!(
+            run(&p, &mut a, AttemptOutcome::Timeout),
+            Step::Fallback { target: ModelId(1) }
+        );
+    }
+
+    #[test]
+    fn pinned_requests_retry_but_never_fall_back() {
+        let mut p = policies();
+        p[0].retry_attempts = 1;
+        let mut a = Attempts::new(ids(2), true);
+        assert_eq!(
+            run(&p, &mut a, AttemptOutcome::Status(503)),
+            Step::Retry {
+                target: ModelId(0),
+                delay_ms: 100
+            }
+        );
+        assert_eq!(run(&p, &mut a, AttemptOutcome::Status(503)), Step::GiveUp);
+        let mut a = Attempts::new(ids(2), true);
+        p[0].retry_attempts = 0;
+        assert!(!a.may_try_again(|m| &p[m.0]));
+        assert_eq!(run(&p, &mut a, AttemptOutcome::Status(503)), Step::GiveUp);
+    }
+}

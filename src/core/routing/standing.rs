@@ -1,0 +1,79 @@
+//! Health applied on top of a strategy's order: healthy targets first, then unhealthy ones,
+//! then evicted ones, each group keeping the strategy's order.
+//!
+//! TrueFoundry seed, "Unhealthy target detection": unhealthy targets move to the end of the
+//! list and are used only as a last resort. agentgateway seed, "Failover routing": an evicted
+//! target leaves the active set, so a priority group spills to the next only when every one of
+//! its targets is evicted. Evicted targets stay at the very end rather than vanish, so a
+//! request still has somewhere to go when everything is evicted.
+
+use crate::core::config::{ModelId, VirtualModel};
+use crate::core::health::policy::FailureWindow;
+use crate::core::health::record::{HealthRecord, Standing};
+
+/// What routing knows about health at the moment of a decision.
+#[derive(Debug, Clone, Copy)]
+pub struct HealthInput<'a> {
+    /// Records indexed by [`ModelId`]; a missing one is a healthy target.
+    pub records: &'a [HealthRecord],
+    /// The decision time.
+    pub now_ms: u64,
+    /// The failure window of the config.
+    pub window: FailureWindow,
+}
+
+impl HealthInput<'_> {
+    /// No health information: every target healthy.
+    pub const NONE: HealthInput<'static> = HealthInput {
+        records: &[],
+        now_ms: 0,
+        window: FailureWindow {
+            failures: 0,
+            window_ms: 0,
+        },
+    };
+
+    /// Where a target of `vm` stands, its SLA cutoff included.
+    pub fn standing(&self, vm: &VirtualModel, model: ModelId) -> Standing {
+        let Some(record) = self.records.get(model.0) else {
+            return Standing::Healthy;
+        };
+        match record.standing(self.now_ms, &self.window) {
+            Standing::Healthy
+                if vm
+                    .policy(model)
+                    .sla
+                    .is_some_and(|sla| sla.breached(record, self.now_ms)) =>
+            {
+                Standing::Unhealthy
+            }
+            other => other,
+        }
+    }
+}
+
+/// Reorders candidates by standing, stable within each standing.
+pub fn apply(candidates: &mut [ModelId], standing: impl Fn(ModelId) -> Standing) {
+    candidates.sort_by_key(|m| match standing(*m) {
+        Standing::Healthy => 0u8,
+        Standing::Unhealthy => 1,
+        Standing::Evicted => 2,
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unhealthy_then_evicted_targets_move_back_keeping_strategy_order() {
+        let mut c: Vec<ModelId> = (0..5).map(ModelId).collect();
+        let standing = |m: ModelId| match m.0 {
+            0 => Standing::Evicted,
+            1 | 3 => Standing::Unhealthy,
+            _ => Standing::Healthy,
+        };
+        apply(&mut c, standing);
+        assert_eq!(c, [2, 4, 1, 3, 0].map(ModelId));
+    }
+}
