@@ -1,17 +1,27 @@
-//! Thin wrappers over proxy-wasm host calls that never unwrap.
+//! Thin wrappers over proxy-wasm host calls that hand back plain values.
 //!
-//! The SDK's `Context` helpers unwrap host statuses, and its `get_map_value` unwraps UTF-8: a
-//! header with a non-UTF-8 byte would abort the VM. These wrappers use the byte variants and
-//! turn a failed call into a log line and a value the caller can handle.
+//! Reads use the SDK's byte variants: its `get_map_value` unwraps UTF-8, so a header with a
+//! non-UTF-8 byte would abort the VM. The SDK still panics when the host returns a status it
+//! does not expect; every call here is made only in a phase where Envoy answers `Ok` (headers
+//! are written while they are paused or before they are sent, the body is replaced whole).
 
 use proxy_wasm::hostcalls;
-use proxy_wasm::types::{BufferType, MapType};
+use proxy_wasm::types::{BufferType, MapType, Status};
+use std::time::Duration;
+
+/// Header pairs as the host gives them: names as strings, values as bytes.
+pub type Headers = Vec<(String, Vec<u8>)>;
 
 /// A request header as bytes, if present.
 pub fn request_header(name: &str) -> Option<Vec<u8>> {
     hostcalls::get_map_value_bytes(MapType::HttpRequestHeaders, name)
         .ok()
         .flatten()
+}
+
+/// Every request header, pseudo-headers included.
+pub fn request_headers() -> Headers {
+    hostcalls::get_map_bytes(MapType::HttpRequestHeaders).unwrap_or_default()
 }
 
 /// Sets (replacing every existing value) a request header.
@@ -26,6 +36,18 @@ pub fn remove_request_header(name: &str) {
     if let Err(status) = hostcalls::remove_map_value(MapType::HttpRequestHeaders, name) {
         log::warn!("could not remove request header {name}: {status:?}");
     }
+}
+
+/// A response header as bytes, if present.
+pub fn response_header(name: &str) -> Option<Vec<u8>> {
+    hostcalls::get_map_value_bytes(MapType::HttpResponseHeaders, name)
+        .ok()
+        .flatten()
+}
+
+/// Every response header.
+pub fn response_headers() -> Headers {
+    hostcalls::get_map_bytes(MapType::HttpResponseHeaders).unwrap_or_default()
 }
 
 /// Sets a response header.
@@ -43,9 +65,10 @@ pub fn request_body(max: usize) -> Vec<u8> {
         .unwrap_or_default()
 }
 
-/// Replaces the whole buffered request body (`old_len` bytes) with `body`.
-pub fn replace_request_body(old_len: usize, body: &[u8]) -> bool {
-    match hostcalls::set_buffer(BufferType::HttpRequestBody, 0, old_len, body) {
+/// Replaces the whole buffered request body.
+pub fn replace_request_body(body: &[u8]) -> bool {
+    // A size at least the buffer's length replaces it all; a shorter one is refused by Envoy.
+    match hostcalls::set_buffer(BufferType::HttpRequestBody, 0, usize::MAX, body) {
         Ok(()) => true,
         Err(status) => {
             log::warn!("could not replace the request body: {status:?}");
@@ -54,12 +77,64 @@ pub fn replace_request_body(old_len: usize, body: &[u8]) -> bool {
     }
 }
 
-/// Sends a local JSON reply instead of forwarding the request.
-pub fn send_json_reply(status: u16, body: &str) {
-    let headers = vec![("content-type", "application/json")];
-    if let Err(s) = hostcalls::send_http_response(u32::from(status), headers, Some(body.as_bytes()))
-    {
+/// A property such as `response.code_details`, as a string.
+pub fn property(path: &[&str]) -> Option<String> {
+    hostcalls::get_property(path.to_vec())
+        .ok()
+        .flatten()
+        .and_then(|b| String::from_utf8(b).ok())
+}
+
+/// Sends a local reply instead of the request's upstream answer.
+pub fn send_reply(status: u16, headers: Vec<(&str, &str)>, body: &[u8]) {
+    if let Err(s) = hostcalls::send_http_response(u32::from(status), headers, Some(body)) {
         log::warn!("could not send a {status} reply: {s:?}");
+    }
+}
+
+/// Sends a local JSON reply.
+pub fn send_json_reply(status: u16, body: &str, extra: Vec<(&str, &str)>) {
+    let mut headers = vec![("content-type", "application/json")];
+    headers.extend(extra);
+    send_reply(status, headers, body.as_bytes());
+}
+
+/// Starts an HTTP call to `cluster`; `None` if the host refused it (unknown cluster, ...).
+pub fn dispatch(
+    cluster: &str,
+    headers: Vec<(&str, &str)>,
+    body: &[u8],
+    timeout_ms: u64,
+) -> Option<u32> {
+    let timeout = Duration::from_millis(timeout_ms);
+    match hostcalls::dispatch_http_call(cluster, headers, Some(body), vec![], timeout) {
+        Ok(token) => Some(token),
+        Err(status) => {
+            log::warn!("could not call cluster {cluster}: {status:?}");
+            None
+        }
+    }
+}
+
+/// The headers and body of the HTTP call whose response callback is running.
+pub fn call_response(body_size: usize) -> (Headers, Vec<u8>) {
+    let headers = hostcalls::get_map_bytes(MapType::HttpCallResponseHeaders).unwrap_or_default();
+    let body = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size)
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    (headers, body)
+}
+
+/// Makes later host calls act on the stream `context_id`; false if it is gone.
+pub fn set_effective_context(context_id: u32) -> bool {
+    hostcalls::set_effective_context(context_id).is_ok()
+}
+
+/// Sets the root context's tick period (0 stops ticking).
+pub fn set_tick_ms(ms: u64) {
+    if let Err(status) = hostcalls::set_tick_period(Duration::from_millis(ms)) {
+        log::warn!("could not set the tick period: {status:?}");
     }
 }
 
@@ -71,10 +146,36 @@ pub fn plugin_configuration() -> Vec<u8> {
         .unwrap_or_default()
 }
 
-/// Host time in nanoseconds since the Unix epoch (0 if unavailable).
-pub fn now_nanos() -> u64 {
+/// Host time in milliseconds since the Unix epoch (0 if unavailable).
+pub fn now_ms() -> u64 {
     hostcalls::get_current_time()
         .ok()
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Shared data: one store for every worker of this Envoy, kept across config reloads.
+pub struct SharedData;
+
+impl crate::core::health::store::Store for SharedData {
+    fn get(&self, key: &str) -> Option<(Vec<u8>, u32)> {
+        match hostcalls::get_shared_data(key) {
+            Ok((Some(bytes), Some(cas))) => Some((bytes, cas)),
+            _ => None,
+        }
+    }
+
+    fn set(
+        &self,
+        key: &str,
+        value: &[u8],
+        cas: Option<u32>,
+    ) -> Result<(), crate::core::health::store::WriteError> {
+        use crate::core::health::store::WriteError;
+        match hostcalls::set_shared_data(key, Some(value), cas) {
+            Ok(()) => Ok(()),
+            Err(Status::CasMismatch) => Err(WriteError::CasMismatch),
+            Err(_) => Err(WriteError::Failed),
+        }
+    }
 }

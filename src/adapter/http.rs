@@ -1,96 +1,144 @@
-//! The per-request context: a small state machine over the request and response phases.
+//! The per-request context: pauses an LLM request until its body is in, asks the core where it
+//! goes, writes the decision into the request, and hands the response side to its [`Flight`].
 //!
 //! Headers of an LLM request are paused until the body has arrived (Envoy must run with
-//! `allow_on_headers_stop_iteration: true`); the core then decides the target and the adapter
-//! writes the cluster header, the body and the target's headers before letting it go.
+//! `allow_on_headers_stop_iteration: true`).
 
+use super::flight::{Flight, Replay};
 use super::host;
-use crate::core::config::{Config, ModelId};
+use super::runtime::Runtime;
+use crate::core::config::Config;
 use crate::core::decision::{decide, Decision};
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
+use crate::core::fallback::Attempts;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
+use std::cell::RefCell;
 use std::rc::Rc;
 
-/// Where a request is in its life.
+/// Where the request side of a stream is.
 enum Phase {
     /// Not an LLM request: Switchboard leaves it alone.
     PassThrough,
     /// An LLM request whose body is being buffered.
     Inspecting(Endpoint),
-    /// Sent to a target; its response gets the resolved-model header.
-    Forwarded(ModelId),
+    /// Forwarded; the flight owns the rest.
+    Forwarded(Rc<RefCell<Flight>>),
     /// Switchboard answered it with a local reply.
     Replied,
 }
 
 /// One per HTTP stream.
 pub struct Http {
+    context_id: u32,
     config: Option<Rc<Config>>,
+    runtime: Rc<Runtime>,
     rng: fastrand::Rng,
     phase: Phase,
 }
 
 impl Http {
-    /// A context for one request, sharing the root's compiled config.
-    pub fn new(config: Option<Rc<Config>>, rng: fastrand::Rng) -> Self {
+    /// A context for one request, sharing the root's compiled config and runtime.
+    pub fn new(
+        context_id: u32,
+        config: Option<Rc<Config>>,
+        runtime: Rc<Runtime>,
+        rng: fastrand::Rng,
+    ) -> Self {
         Http {
+            context_id,
             config,
+            runtime,
             rng,
             phase: Phase::PassThrough,
         }
     }
 
     fn reply(&mut self, reply: &ErrorReply) -> Action {
-        host::send_json_reply(reply.status, &reply.body);
+        host::send_json_reply(reply.status, &reply.body, vec![]);
         self.phase = Phase::Replied;
         Action::Pause
     }
 
     /// Routes the fully buffered request, or answers it with an error.
-    fn route(&mut self, endpoint: Endpoint, body_size: usize) -> Action {
-        let Some(config) = self.config.clone() else {
-            return self.reply(&ErrorReply::no_target_available("any model"));
-        };
+    fn route(&mut self, config: Rc<Config>, endpoint: Endpoint, body_size: usize) -> Action {
         let body = host::request_body(body_size);
-        match decide(
-            &config,
-            endpoint,
-            &body,
-            &crate::core::routing::HealthInput::NONE,
-            &mut self.rng,
-        ) {
-            Ok(decision) => self.forward(&config, &decision, body.len()),
+        let now = host::now_ms();
+        let rng = &mut self.rng;
+        let decided = self.runtime.with_health(&config, now, |health| {
+            decide(&config, endpoint, &body, health, rng)
+        });
+        match decided {
+            Ok(decision) => self.forward(config, decision, body, now),
             Err(reply) => self.reply(&reply),
         }
     }
 
-    fn forward(&mut self, config: &Config, decision: &Decision, old_len: usize) -> Action {
-        let Some(model) = decision.model(config) else {
+    fn forward(
+        &mut self,
+        config: Rc<Config>,
+        decision: Decision,
+        body: Vec<u8>,
+        now: u64,
+    ) -> Action {
+        let Some(model) = config.model(decision.target) else {
             return self.reply(&ErrorReply::no_target_available("the requested model"));
         };
-        if let Some(body) = &decision.new_body {
-            if !host::replace_request_body(old_len, body) {
+        let attempts = Attempts::new(decision.plan.candidates, false);
+        let virtual_model = decision.plan.virtual_model;
+        // Keep what another attempt would need, only when one is possible.
+        let replay = Flight::may_try_again(&config, virtual_model, &attempts).then(|| Replay {
+            headers: host::request_headers(),
+            body,
+            model_span: decision.model_span,
+        });
+        if let Some(new_body) = &decision.new_body {
+            if !host::replace_request_body(new_body) {
                 return self.reply(&ErrorReply::invalid_json("the body could not be rewritten"));
             }
-            host::set_request_header("content-length", &body.len().to_string());
+            // The body is now whole and of known length: send it that way upstream.
+            host::remove_request_header("transfer-encoding");
+            host::set_request_header("content-length", &new_body.len().to_string());
         }
         for (name, value) in &model.headers {
             host::set_request_header(name, value);
         }
         // Last, so the route is re-selected with the final headers.
         host::set_request_header(&config.header_names.cluster, &model.cluster);
-        self.phase = Phase::Forwarded(decision.target);
+        let flight = Rc::new(RefCell::new(Flight::new(
+            self.context_id,
+            Rc::clone(&config),
+            virtual_model,
+            attempts,
+            replay,
+        )));
+        Flight::arm_timeout(&flight, &self.runtime, now);
+        self.phase = Phase::Forwarded(flight);
         Action::Continue
     }
 }
 
-impl Context for Http {}
+impl Context for Http {
+    fn on_http_call_response(
+        &mut self,
+        token: u32,
+        num_headers: usize,
+        body_size: usize,
+        _num_trailers: usize,
+    ) {
+        let (headers, body) = host::call_response(body_size);
+        if let Some(flight) = self.runtime.take_call(token) {
+            Flight::on_call_response(&flight, &self.runtime, token, num_headers, headers, body);
+        }
+    }
+}
 
 impl HttpContext for Http {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
         let Some(config) = self.config.clone() else {
+            // Never fail open: without a config, no client-chosen cluster either.
+            host::remove_request_header("x-switchboard-cluster");
             return Action::Continue;
         };
         let endpoint = host::request_header(":path")
@@ -114,36 +162,43 @@ impl HttpContext for Http {
     }
 
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        let Phase::Inspecting(endpoint) = self.phase else {
+        let (Phase::Inspecting(endpoint), Some(config)) = (&self.phase, self.config.clone()) else {
             return Action::Continue;
         };
-        let limit = self
-            .config
-            .as_ref()
-            .map_or(usize::MAX, |c| c.max_request_body_bytes);
-        if body_size > limit {
-            return self.reply(&ErrorReply::body_too_large(limit));
+        let endpoint = *endpoint;
+        if body_size > config.max_request_body_bytes {
+            return self.reply(&ErrorReply::body_too_large(config.max_request_body_bytes));
         }
         if !end_of_stream {
             return Action::Pause;
         }
-        self.route(endpoint, body_size)
+        self.route(config, endpoint, body_size)
     }
 
     fn on_http_request_trailers(&mut self, _num_trailers: usize) -> Action {
         // A body that ends with trailers never sees end_of_stream in the body callback.
-        match self.phase {
-            Phase::Inspecting(endpoint) => self.route(endpoint, usize::MAX),
+        match (&self.phase, self.config.clone()) {
+            (Phase::Inspecting(endpoint), Some(config)) => {
+                let endpoint = *endpoint;
+                self.route(config, endpoint, usize::MAX)
+            }
             _ => Action::Continue,
         }
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
-        if let (Phase::Forwarded(target), Some(config)) = (&self.phase, &self.config) {
-            if let Some(model) = config.model(*target) {
-                host::set_response_header(&config.header_names.resolved_model, &model.name);
-            }
+        match &self.phase {
+            Phase::Forwarded(flight) => Flight::on_response_headers(flight, &self.runtime),
+            _ => Action::Continue,
         }
-        Action::Continue
+    }
+
+    fn on_http_response_body(&mut self, _body_size: usize, _end_of_stream: bool) -> Action {
+        match &self.phase {
+            Phase::Forwarded(flight) => flight
+                .try_borrow()
+                .map_or(Action::Continue, |f| f.on_response_body()),
+            _ => Action::Continue,
+        }
     }
 }

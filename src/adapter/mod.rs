@@ -3,9 +3,11 @@
 //! It moves bytes and time between Envoy and [`crate::core`]: read the path and body, ask the
 //! core for a decision, write headers and body back. No routing decision is made here.
 
+mod flight;
 mod host;
 mod http;
 mod root;
+mod runtime;
 
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(proxy_wasm::types::LogLevel::Info);

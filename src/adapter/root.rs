@@ -1,8 +1,10 @@
-//! The root context: loads the plugin config once per (re)configuration and creates the
-//! per-request contexts that share it.
+//! The root context: loads the plugin config once per (re)configuration, creates the
+//! per-request contexts that share it, and runs the timers and calls of the worker's flights.
 
+use super::flight::Flight;
 use super::host;
 use super::http::Http;
+use super::runtime::Runtime;
 use crate::core::config::Config;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::ContextType;
@@ -12,6 +14,7 @@ use std::rc::Rc;
 /// One per plugin per worker thread.
 pub struct Root {
     config: Option<Rc<Config>>,
+    runtime: Rc<Runtime>,
     /// State of a splitmix64 sequence that seeds each request's RNG.
     seed: Cell<u64>,
 }
@@ -21,7 +24,8 @@ impl Root {
     pub fn new(context_id: u32) -> Self {
         Root {
             config: None,
-            seed: Cell::new(host::now_nanos() ^ (u64::from(context_id) << 32)),
+            runtime: Rc::new(Runtime::default()),
+            seed: Cell::new(host::now_ms().wrapping_mul(1_000_003) ^ (u64::from(context_id) << 32)),
         }
     }
 
@@ -36,7 +40,25 @@ impl Root {
     }
 }
 
-impl Context for Root {}
+impl Context for Root {
+    fn on_http_call_response(
+        &mut self,
+        token: u32,
+        num_headers: usize,
+        body_size: usize,
+        _num_trailers: usize,
+    ) {
+        // Read the call's answer while the root is still the effective context.
+        let (headers, body) = host::call_response(body_size);
+        let Some(flight) = self.runtime.take_call(token) else {
+            return;
+        };
+        let context_id = flight.borrow().context_id;
+        if host::set_effective_context(context_id) {
+            Flight::on_call_response(&flight, &self.runtime, token, num_headers, headers, body);
+        }
+    }
+}
 
 impl RootContext for Root {
     fn on_configure(&mut self, _plugin_configuration_size: usize) -> bool {
@@ -48,6 +70,7 @@ impl RootContext for Root {
                     config.virtual_models.len()
                 );
                 self.config = Some(Rc::new(config));
+                self.runtime.reset_health_view();
                 true
             }
             Err(e) => {
@@ -58,9 +81,23 @@ impl RootContext for Root {
         }
     }
 
-    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
+    fn on_tick(&mut self) {
+        for (seq, flight) in self.runtime.take_due(host::now_ms()) {
+            let context_id = flight.borrow().context_id;
+            if host::set_effective_context(context_id) {
+                Flight::on_timer(&flight, &self.runtime, seq);
+            }
+        }
+    }
+
+    fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
         let rng = fastrand::Rng::with_seed(self.next_seed());
-        Some(Box::new(Http::new(self.config.clone(), rng)))
+        Some(Box::new(Http::new(
+            context_id,
+            self.config.clone(),
+            Rc::clone(&self.runtime),
+            rng,
+        )))
     }
 
     fn get_type(&self) -> Option<ContextType> {

@@ -8,6 +8,7 @@ use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
 use crate::core::request::{inspect, splice};
 use crate::core::routing::{plan, HealthInput, Plan};
+use std::ops::Range;
 
 /// What to do with a request that will be forwarded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,6 +19,8 @@ pub struct Decision {
     pub target: ModelId,
     /// The rewritten body, or `None` when the body is already right for the target.
     pub new_body: Option<Vec<u8>>,
+    /// Where the `model` value sits in the client's body, to rewrite it for other targets.
+    pub model_span: Range<usize>,
 }
 
 impl Decision {
@@ -44,20 +47,24 @@ pub fn decide(
         .model(target)
         .ok_or_else(|| ErrorReply::no_target_available(&inspected.model))?;
     let span = inspected.model_span;
-    let current = body.get(span.clone()).unwrap_or_default();
-    let new_body = if current == model.upstream_model_json.as_bytes() {
-        None
-    } else {
-        Some(
-            splice(body, span, model.upstream_model_json.as_bytes())
-                .ok_or_else(|| ErrorReply::invalid_json("could not rewrite the model field"))?,
-        )
-    };
+    let new_body = body_for(body, &span, model)
+        .ok_or_else(|| ErrorReply::invalid_json("could not rewrite the model field"))?;
     Ok(Decision {
         plan,
         target,
         new_body,
+        model_span: span,
     })
+}
+
+/// The client's body rewritten for `model`: `Some(None)` when it already names the model's
+/// upstream id, `None` if the span does not fit the body.
+pub fn body_for(body: &[u8], span: &Range<usize>, model: &Model) -> Option<Option<Vec<u8>>> {
+    let current = body.get(span.clone())?;
+    if current == model.upstream_model_json.as_bytes() {
+        return Some(None);
+    }
+    splice(body, span.clone(), model.upstream_model_json.as_bytes()).map(Some)
 }
 
 #[cfg(test)]

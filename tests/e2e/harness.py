@@ -253,9 +253,11 @@ class Stack:
         return p
 
     def envoy(self, plugin_config: dict | str, concurrency: int = 2, passthrough: str | None = None,
-              expect_failure: bool = False) -> Envoy:
-        """Envoy with one cluster per provider (cluster name = provider name)."""
+              expect_failure: bool = False, extra_clusters: dict[str, int] | None = None) -> Envoy:
+        """Envoy with one cluster per provider (cluster name = provider name), plus
+        `extra_clusters` (name to port), e.g. a port nothing listens on."""
         clusters = {name: p.port for name, p in self.providers.items()}
+        clusters.update(extra_clusters or {})
         passthrough = passthrough or next(iter(clusters))
         config = bootstrap(free_port(), free_port(), clusters, [wasm_filter(plugin_config)], passthrough)
         e = start_envoy(config, concurrency=concurrency, expect_failure=expect_failure)

@@ -21,11 +21,11 @@ def test_unsupported_field_is_rejected_not_ignored(stack):
     stack.provider("openai_main")
     stack.provider("azure_east")
     config = weighted_80_20()
-    config["virtual_models"][0]["routing_config"]["load_balance_targets"][0]["retry_config"] = {"attempts": 2}
+    config["virtual_models"][0]["routing_config"]["load_balance_targets"][0]["metadata_match"] = {"region": "eu"}
 
     envoy = stack.envoy(config, expect_failure=True)
 
-    assert ("virtual_models[0].routing_config.load_balance_targets[0].retry_config: "
+    assert ("virtual_models[0].routing_config.load_balance_targets[0].metadata_match: "
             "is not supported yet") in envoy.log()
 
 

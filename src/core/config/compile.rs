@@ -223,6 +223,7 @@ fn compile_header_names(mut f: Fields<'_>) -> Result<HeaderNames, ConfigError> {
     for (key, slot) in [
         ("cluster", &mut names.cluster),
         ("resolved_model", &mut names.resolved_model),
+        ("attempts", &mut names.attempts),
     ] {
         if let Some(value) = f.opt_str(key)? {
             let lower = value.to_ascii_lowercase();
@@ -232,8 +233,14 @@ fn compile_header_names(mut f: Fields<'_>) -> Result<HeaderNames, ConfigError> {
             *slot = lower;
         }
     }
-    if names.cluster == names.resolved_model {
-        return Err(f.error("resolved_model", "must differ from `cluster`"));
+    if names.cluster == names.resolved_model
+        || names.cluster == names.attempts
+        || names.resolved_model == names.attempts
+    {
+        return Err(f.error(
+            "attempts",
+            "cluster, resolved_model and attempts must be different headers",
+        ));
     }
     f.finish(&["metadata"])?;
     Ok(names)

@@ -176,6 +176,8 @@ pub struct HeaderNames {
     pub cluster: String,
     /// Response: the catalog model that answered.
     pub resolved_model: String,
+    /// Response: how many attempts the request took, when more than one or when all failed.
+    pub attempts: String,
 }
 
 impl Default for HeaderNames {
@@ -183,6 +185,7 @@ impl Default for HeaderNames {
         HeaderNames {
             cluster: "x-switchboard-cluster".to_string(),
             resolved_model: "x-switchboard-resolved-model".to_string(),
+            attempts: "x-switchboard-attempts".to_string(),
         }
     }
 }

@@ -1,0 +1,430 @@
+//! One forwarded request after its first attempt left through Envoy's router: health
+//! bookkeeping, and the retries and fallbacks that replace a failed answer.
+//!
+//! The first attempt goes through the router, so a good answer streams to the client as it
+//! arrives. A failed answer is held back (headers and body paused) while the next attempt is
+//! made with `dispatch_http_call`, with the body rewritten for that target; the answer of the
+//! last attempt then replaces it (DESIGN.md, "Fallback by replacing a failed response"). The
+//! decisions come from [`Attempts`] in the core; this file moves bytes.
+
+use super::host::{self, Headers};
+use super::runtime::Runtime;
+use crate::core::config::{Config, ModelId, TargetPolicy, DIRECT_POLICY};
+use crate::core::decision::body_for;
+use crate::core::errors::ErrorReply;
+use crate::core::fallback::{AttemptOutcome, Attempts, Step};
+use crate::core::health::record::Outcome;
+use crate::core::health::retry_after;
+use proxy_wasm::types::Action;
+use std::cell::RefCell;
+use std::ops::Range;
+use std::rc::Rc;
+
+/// Request headers never copied onto a fallback call: hop-by-hop, recomputed, or internal.
+const NOT_FORWARDED: &[&str] = &[
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "upgrade",
+];
+
+/// Response headers not copied into a replacement answer (Envoy sets its own framing).
+const NOT_REPLAYED: &[&str] = &[
+    ":status",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// The router's attempt is in flight.
+    Routed,
+    /// The router's answer is going to the client.
+    Delivering,
+    /// Waiting for a retry delay.
+    Waiting,
+    /// A dispatched attempt is in flight.
+    Calling(u32),
+    /// The answer has been sent; nothing more happens.
+    Done,
+}
+
+/// What the request needs for another attempt.
+pub struct Replay {
+    /// The client's body.
+    pub body: Vec<u8>,
+    /// Where its `model` value sits.
+    pub model_span: Range<usize>,
+    /// The client's request headers.
+    pub headers: Headers,
+}
+
+/// The state of one forwarded request.
+pub struct Flight {
+    /// The stream this flight belongs to.
+    pub context_id: u32,
+    config: Rc<Config>,
+    virtual_model: Option<usize>,
+    attempts: Attempts,
+    /// Present only when another attempt is possible.
+    replay: Option<Replay>,
+    state: State,
+    /// Bumped whenever a pending timer must no longer fire.
+    seq: u64,
+    /// The router's failed answer is paused, waiting to be replaced.
+    holding: bool,
+}
+
+impl Flight {
+    /// A flight whose first attempt has just been handed to the router.
+    pub fn new(
+        context_id: u32,
+        config: Rc<Config>,
+        virtual_model: Option<usize>,
+        attempts: Attempts,
+        replay: Option<Replay>,
+    ) -> Self {
+        Flight {
+            context_id,
+            config,
+            virtual_model,
+            attempts,
+            replay,
+            state: State::Routed,
+            seq: 0,
+            holding: false,
+        }
+    }
+
+    fn policy(config: &Config, virtual_model: Option<usize>, model: ModelId) -> &TargetPolicy {
+        config
+            .virtual_models
+            .get(virtual_model.unwrap_or(usize::MAX))
+            .map_or(&DIRECT_POLICY, |vm| vm.policy(model))
+    }
+
+    /// Whether another attempt could follow the first.
+    pub fn may_try_again(
+        config: &Config,
+        virtual_model: Option<usize>,
+        attempts: &Attempts,
+    ) -> bool {
+        attempts.may_try_again(|m| Self::policy(config, virtual_model, m))
+    }
+
+    fn fallback_timeout_ms(&self) -> Option<u64> {
+        self.replay.as_ref()?;
+        self.config
+            .virtual_models
+            .get(self.virtual_model?)?
+            .fallback_timeout_ms
+    }
+
+    /// Arms the `fallback_timeout_ms` timer of the attempt that just started.
+    pub fn arm_timeout(this: &Rc<RefCell<Flight>>, rt: &Runtime, now_ms: u64) {
+        let mut f = this.borrow_mut();
+        f.seq += 1;
+        if let Some(ms) = f.fallback_timeout_ms() {
+            rt.add_timer(now_ms.saturating_add(ms), f.seq, this);
+        }
+    }
+
+    /// The router's response headers arrived.
+    pub fn on_response_headers(this: &Rc<RefCell<Flight>>, rt: &Runtime) -> Action {
+        // Host callbacks never nest, so the flight is free; a surprise must not abort the VM.
+        let Ok(mut f) = this.try_borrow_mut() else {
+            return Action::Continue;
+        };
+        match f.state {
+            State::Routed => {}
+            // Abandoned for a later attempt (timeout): keep it from the client.
+            State::Waiting | State::Calling(_) => {
+                f.holding = true;
+                return Action::Pause;
+            }
+            State::Delivering | State::Done => return Action::Continue,
+        }
+        f.seq += 1; // the answer started: the fallback timeout no longer applies
+        let now = host::now_ms();
+        let status = host::response_header(":status")
+            .and_then(|s| std::str::from_utf8(&s).ok()?.parse::<u16>().ok())
+            .unwrap_or(502);
+        let outcome = router_outcome(status);
+        let hint = || {
+            let headers = host::response_headers();
+            hint_ms(&headers, now)
+        };
+        f.record(rt, outcome, hint, now);
+        let step = f.step(outcome);
+        match step {
+            Step::Deliver | Step::GiveUp => {
+                f.state = State::Delivering;
+                let names = &f.config.header_names;
+                if matches!(outcome, AttemptOutcome::Status(_)) {
+                    if let Some(m) = f.attempts.current().and_then(|t| f.config.model(t)) {
+                        host::set_response_header(&names.resolved_model, &m.name);
+                    }
+                }
+                if step == Step::GiveUp || f.attempts.total() > 1 {
+                    host::set_response_header(&names.attempts, &f.attempts.total().to_string());
+                }
+                Action::Continue
+            }
+            Step::Retry { .. } | Step::Fallback { .. } => {
+                f.holding = true;
+                drop(f);
+                Flight::next_attempt(this, rt, step, now);
+                Action::Pause
+            }
+        }
+    }
+
+    /// A chunk of the router's response body.
+    pub fn on_response_body(&self) -> Action {
+        if self.holding {
+            Action::Pause
+        } else {
+            Action::Continue
+        }
+    }
+
+    /// A timer of this flight fired (on the root's tick, with the stream made effective).
+    pub fn on_timer(this: &Rc<RefCell<Flight>>, rt: &Runtime, seq: u64) {
+        let Ok(mut f) = this.try_borrow_mut() else {
+            return;
+        };
+        if seq != f.seq {
+            return;
+        }
+        let now = host::now_ms();
+        match f.state {
+            State::Waiting => {
+                let Some(target) = f.attempts.current() else {
+                    return;
+                };
+                drop(f);
+                Flight::dispatch(this, rt, target, now);
+            }
+            // The current attempt did not start answering within fallback_timeout_ms.
+            State::Routed | State::Calling(_) => {
+                f.record(rt, AttemptOutcome::Timeout, || None, now);
+                let step = f.step(AttemptOutcome::Timeout);
+                if step == Step::GiveUp {
+                    return; // nowhere else to go: keep waiting for this one
+                }
+                drop(f);
+                Flight::next_attempt(this, rt, step, now);
+            }
+            State::Delivering | State::Done => {}
+        }
+    }
+
+    /// A dispatched attempt finished (`num_headers` 0: it failed without an answer).
+    pub fn on_call_response(
+        this: &Rc<RefCell<Flight>>,
+        rt: &Runtime,
+        token: u32,
+        num_headers: usize,
+        headers: Headers,
+        body: Vec<u8>,
+    ) {
+        let Ok(mut f) = this.try_borrow_mut() else {
+            return;
+        };
+        if f.state != State::Calling(token) {
+            return; // abandoned after a timeout
+        }
+        let now = host::now_ms();
+        let status = header(&headers, ":status").and_then(|s| s.parse::<u16>().ok());
+        let outcome = match (num_headers, status) {
+            (0, _) | (_, None) => AttemptOutcome::ConnectFailure,
+            (_, Some(s)) => AttemptOutcome::Status(s),
+        };
+        f.record(rt, outcome, || hint_ms(&headers, now), now);
+        let step = f.step(outcome);
+        match (step, status) {
+            (Step::Retry { .. } | Step::Fallback { .. }, _) => {
+                drop(f);
+                Flight::next_attempt(this, rt, step, now);
+            }
+            (_, Some(status)) if outcome != AttemptOutcome::ConnectFailure => {
+                f.reply(status, &headers, &body, step == Step::GiveUp);
+            }
+            _ => f.reply_unavailable(),
+        }
+    }
+
+    fn step(&mut self, outcome: AttemptOutcome) -> Step {
+        let (config, vm) = (Rc::clone(&self.config), self.virtual_model);
+        let step = self
+            .attempts
+            .after(outcome, |m| Self::policy(&config, vm, m));
+        match step {
+            // Without the request kept for replay there is no other attempt to make.
+            Step::Retry { .. } | Step::Fallback { .. } if self.replay.is_none() => Step::GiveUp,
+            other => other,
+        }
+    }
+
+    fn record(
+        &self,
+        rt: &Runtime,
+        outcome: AttemptOutcome,
+        hint: impl FnOnce() -> Option<u64>,
+        now: u64,
+    ) {
+        let Some(target) = self.attempts.current() else {
+            return;
+        };
+        let Some(model) = self.config.model(target) else {
+            return;
+        };
+        let failed = match outcome {
+            AttemptOutcome::Status(s) => model.health.is_failure(s),
+            AttemptOutcome::ConnectFailure | AttemptOutcome::Timeout => true,
+        };
+        let health = if failed {
+            Outcome::Failure { hint_ms: hint() }
+        } else {
+            Outcome::Success
+        };
+        rt.record(&self.config, target, health, now);
+    }
+
+    /// Starts the attempt `step` asks for, now or after its delay.
+    fn next_attempt(this: &Rc<RefCell<Flight>>, rt: &Runtime, step: Step, now: u64) {
+        match step {
+            Step::Retry { delay_ms, .. } if delay_ms > 0 => {
+                let mut f = this.borrow_mut();
+                f.state = State::Waiting;
+                f.seq += 1;
+                rt.add_timer(now.saturating_add(delay_ms), f.seq, this);
+            }
+            Step::Retry { target, .. } | Step::Fallback { target } => {
+                Flight::dispatch(this, rt, target, now);
+            }
+            Step::Deliver | Step::GiveUp => {}
+        }
+    }
+
+    /// Sends the request to `target` with `dispatch_http_call`; a refused call counts as a
+    /// connection failure and moves on to the next step at once.
+    fn dispatch(this: &Rc<RefCell<Flight>>, rt: &Runtime, mut target: ModelId, now: u64) {
+        loop {
+            let mut f = this.borrow_mut();
+            let token = f.call(target);
+            if let Some(token) = token {
+                f.state = State::Calling(token);
+                rt.add_call(token, this);
+                drop(f);
+                Flight::arm_timeout(this, rt, now);
+                return;
+            }
+            f.record(rt, AttemptOutcome::ConnectFailure, || None, now);
+            match f.step(AttemptOutcome::ConnectFailure) {
+                Step::Retry { target: t, .. } | Step::Fallback { target: t } => target = t,
+                Step::Deliver | Step::GiveUp => return f.reply_unavailable(),
+            }
+        }
+    }
+
+    /// Makes the HTTP call of an attempt at `target`.
+    fn call(&self, target: ModelId) -> Option<u32> {
+        let replay = self.replay.as_ref()?;
+        let model = self.config.model(target)?;
+        let rewritten = body_for(&replay.body, &replay.model_span, model)?;
+        let body = rewritten.as_deref().unwrap_or(&replay.body);
+        let length = body.len().to_string();
+        let cluster_header = self.config.header_names.cluster.as_str();
+        let mut headers: Vec<(&str, &str)> = replay
+            .headers
+            .iter()
+            .filter(|(k, _)| !NOT_FORWARDED.contains(&k.as_str()) && k != cluster_header)
+            .filter(|(k, _)| !model.headers.iter().any(|(name, _)| name == k))
+            .filter_map(|(k, v)| Some((k.as_str(), std::str::from_utf8(v).ok()?)))
+            .collect();
+        headers.extend(model.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        headers.push(("content-length", &length));
+        host::dispatch(
+            &model.cluster,
+            headers,
+            body,
+            self.config.attempt_timeout_ms,
+        )
+    }
+
+    /// Answers the client with a dispatched attempt's response.
+    fn reply(&mut self, status: u16, headers: &Headers, body: &[u8], gave_up: bool) {
+        self.state = State::Done;
+        let names = &self.config.header_names;
+        let resolved = self
+            .attempts
+            .current()
+            .and_then(|t| self.config.model(t))
+            .map(|m| m.name.as_str());
+        let total = self.attempts.total().to_string();
+        let mut out: Vec<(&str, &str)> = headers
+            .iter()
+            .filter(|(k, _)| !NOT_REPLAYED.contains(&k.as_str()))
+            .filter_map(|(k, v)| Some((k.as_str(), std::str::from_utf8(v).ok()?)))
+            .collect();
+        if let Some(name) = resolved {
+            out.push((&names.resolved_model, name));
+        }
+        if gave_up || self.attempts.total() > 1 {
+            out.push((&names.attempts, &total));
+        }
+        host::send_reply(status, out, body);
+    }
+
+    /// Answers 503 when the last attempt got no answer at all.
+    fn reply_unavailable(&mut self) {
+        self.state = State::Done;
+        let model = self
+            .attempts
+            .current()
+            .and_then(|t| self.config.model(t))
+            .map_or("the requested model", |m| m.name.as_str());
+        let reply = ErrorReply::no_target_available(model);
+        let total = self.attempts.total().to_string();
+        host::send_json_reply(
+            reply.status,
+            &reply.body,
+            vec![(&self.config.header_names.attempts, &total)],
+        );
+    }
+}
+
+/// How the router's attempt ended: Envoy's own 5xx replies mean no answer came.
+fn router_outcome(status: u16) -> AttemptOutcome {
+    if !(500..600).contains(&status) {
+        return AttemptOutcome::Status(status);
+    }
+    match host::property(&["response", "code_details"]).as_deref() {
+        Some(d) if d.starts_with("upstream_reset_before_response_started") => {
+            AttemptOutcome::ConnectFailure
+        }
+        Some("no_healthy_upstream" | "cluster_not_found") => AttemptOutcome::ConnectFailure,
+        Some("upstream_response_timeout" | "upstream_per_try_timeout") => AttemptOutcome::Timeout,
+        _ => AttemptOutcome::Status(status),
+    }
+}
+
+fn header<'h>(headers: &'h Headers, name: &str) -> Option<&'h str> {
+    headers
+        .iter()
+        .find(|(k, _)| k == name)
+        .and_then(|(_, v)| std::str::from_utf8(v).ok())
+}
+
+/// The provider's "come back in" hint from a failed answer's headers.
+fn hint_ms(headers: &Headers, now_ms: u64) -> Option<u64> {
+    let names: Vec<&str> = headers.iter().map(|(k, _)| k.as_str()).collect();
+    retry_after::hint_ms(|n| header(headers, n), &names, now_ms)
+}

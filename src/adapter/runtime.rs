@@ -1,0 +1,133 @@
+//! Per-worker state shared by the root context and every request context of one plugin: the
+//! cached health view, the retry and timeout timers, and the outstanding HTTP calls.
+//!
+//! proxy-wasm has no per-stream timers, so delays run on the root context's tick; a call made
+//! from the tick reports back to the root. Both find the request's [`Flight`] here, keyed by
+//! call token, and act on its stream after `set_effective_context`.
+
+use super::flight::Flight;
+use super::host::{self, SharedData};
+use crate::core::config::{Config, ModelId};
+use crate::core::health::record::{HealthRecord, Outcome};
+use crate::core::health::store;
+use crate::core::routing::HealthInput;
+use hashbrown::HashMap;
+use std::cell::{Cell, RefCell};
+use std::rc::{Rc, Weak};
+
+/// Tick period while timers are pending: the granularity of retry delays and timeouts.
+pub const TICK_MS: u64 = 10;
+
+/// A pending wake-up of a flight.
+struct Timer {
+    due_ms: u64,
+    seq: u64,
+    flight: Weak<RefCell<Flight>>,
+}
+
+/// The worker's shared state.
+#[derive(Default)]
+pub struct Runtime {
+    health: RefCell<HealthView>,
+    timers: RefCell<Vec<Timer>>,
+    ticking: Cell<bool>,
+    calls: RefCell<HashMap<u32, Weak<RefCell<Flight>>>>,
+}
+
+/// This worker's copy of the shared health records, re-read when older than
+/// `health_view_ms`, so the request path reads shared data at most that often.
+#[derive(Default)]
+struct HealthView {
+    records: Vec<HealthRecord>,
+    fetched_ms: Option<u64>,
+}
+
+impl Runtime {
+    /// Forgets the cached view (model indices change when the config does).
+    pub fn reset_health_view(&self) {
+        *self.health.borrow_mut() = HealthView::default();
+    }
+
+    /// Runs `f` with the health input of `now_ms`, refreshing the cached view if it is stale.
+    pub fn with_health<T>(
+        &self,
+        config: &Config,
+        now_ms: u64,
+        f: impl FnOnce(&HealthInput<'_>) -> T,
+    ) -> T {
+        let mut view = self.health.borrow_mut();
+        let stale = view
+            .fetched_ms
+            .is_none_or(|at| now_ms.saturating_sub(at) >= config.health_view_ms)
+            || view.records.len() != config.models.len();
+        if stale {
+            view.records = config
+                .models
+                .iter()
+                .map(|m| store::load(&SharedData, &store::key(&m.name)))
+                .collect();
+            view.fetched_ms = Some(now_ms);
+        }
+        f(&HealthInput {
+            records: &view.records,
+            now_ms,
+            window: config.failure_window,
+        })
+    }
+
+    /// Records an attempt's outcome in shared data and in this worker's view.
+    pub fn record(&self, config: &Config, model: ModelId, outcome: Outcome, now_ms: u64) {
+        let Some(m) = config.model(model) else {
+            return;
+        };
+        let written = store::update(&SharedData, &store::key(&m.name), |r| {
+            r.record(outcome, now_ms, &m.health)
+        });
+        if let Some(record) = written {
+            if let Some(slot) = self.health.borrow_mut().records.get_mut(model.0) {
+                *slot = record;
+            }
+        }
+    }
+
+    /// Wakes `flight` at `due_ms` (on a root tick) unless its `seq` has moved on by then.
+    pub fn add_timer(&self, due_ms: u64, seq: u64, flight: &Rc<RefCell<Flight>>) {
+        self.timers.borrow_mut().push(Timer {
+            due_ms,
+            seq,
+            flight: Rc::downgrade(flight),
+        });
+        if !self.ticking.replace(true) {
+            host::set_tick_ms(TICK_MS);
+        }
+    }
+
+    /// Takes the timers due at `now_ms`; stops ticking when none are left.
+    pub fn take_due(&self, now_ms: u64) -> Vec<(u64, Rc<RefCell<Flight>>)> {
+        let mut timers = self.timers.borrow_mut();
+        let mut due = Vec::new();
+        timers.retain(|t| {
+            if t.due_ms > now_ms {
+                return t.flight.strong_count() > 0;
+            }
+            if let Some(f) = t.flight.upgrade() {
+                due.push((t.seq, f));
+            }
+            false
+        });
+        if timers.is_empty() && self.ticking.replace(false) {
+            host::set_tick_ms(0);
+        }
+        due
+    }
+
+    /// Remembers which flight a call token belongs to.
+    pub fn add_call(&self, token: u32, flight: &Rc<RefCell<Flight>>) {
+        self.calls.borrow_mut().insert(token, Rc::downgrade(flight));
+    }
+
+    /// The flight of a finished call, if the request is still there.
+    pub fn take_call(&self, token: u32) -> Option<Rc<RefCell<Flight>>> {
+        self.calls.borrow_mut().remove(&token)?.upgrade()
+    }
+}

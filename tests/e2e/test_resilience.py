@@ -1,0 +1,274 @@
+"""While at least one target can answer, the client does not see the failure.
+
+Fault injection through a real Envoy (`--concurrency 2`) with the mock provider: failing,
+rate-limited, stalled, refused and dropped targets, retries and fallback rules.
+"""
+
+import json
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
+import openai
+import requests
+
+from harness import free_port
+
+CHAT = {"messages": [{"role": "user", "content": "hello"}]}
+
+
+def model(name: str, cluster: str, **extra) -> dict:
+    return {"name": name, "cluster": cluster, "model": f"{name}-upstream", "visibility": "internal", **extra}
+
+
+def weighted(targets: list[dict], **vm_extra) -> dict:
+    return {"name": "vm", "model_types": ["chat"], **vm_extra,
+            "routing_config": {"type": "weight-based-routing", "load_balance_targets": targets}}
+
+
+def priority(targets: list[dict], **vm_extra) -> dict:
+    return {"name": "vm", "model_types": ["chat"], **vm_extra,
+            "routing_config": {"type": "priority-based-routing", "load_balance_targets": targets}}
+
+
+def post(url: str, session=requests, **body) -> requests.Response:
+    return session.post(f"{url}/v1/chat/completions", json={"model": "vm", **CHAT, **body}, timeout=30)
+
+
+def test_failing_target_is_invisible_to_clients_and_stops_getting_traffic(stack):
+    good = stack.provider("good")
+    bad = stack.provider("bad", fail_status=503)
+    config = {"models": [model("good", "good"), model("bad", "bad")],
+              "virtual_models": [weighted([{"target": "good", "weight": 50}, {"target": "bad", "weight": 50}])]}
+    envoy = stack.envoy(config, concurrency=2)
+
+    def worker(n: int) -> list[tuple[int, str, str]]:
+        out = []
+        for i in range(n):
+            with requests.Session() as s:  # a fresh connection now and then spreads over workers
+                for _ in range(25):
+                    r = post(envoy.url, s)
+                    out.append((r.status_code, r.headers.get("x-switchboard-resolved-model"),
+                                r.headers.get("x-switchboard-attempts", "1")))
+        return out
+
+    with ThreadPoolExecutor(8) as pool:
+        results = [r for batch in pool.map(worker, [5] * 8) for r in batch]
+
+    assert len(results) == 1000
+    assert Counter(status for status, _, _ in results) == {200: 1000}, "zero client-visible errors"
+    assert {resolved for _, resolved, _ in results} == {"good"}
+    first_attempts_at_bad = len(bad.requests())
+    assert len(good.requests()) == 1000
+    # Without health, half (500) would go to the failing target first. After it is marked
+    # unhealthy, only requests racing the first failures still try it.
+    assert first_attempts_at_bad <= 30, first_attempts_at_bad
+    assert sum(1 for *_, attempts in results if attempts == "2") == first_attempts_at_bad
+
+    # Later traffic, after the window is established: not a single attempt at the bad target.
+    bad.clear()
+    with requests.Session() as s:
+        assert all(post(envoy.url, s).status_code == 200 for _ in range(100))
+    assert bad.requests() == []
+
+
+def test_429_with_retry_after_evicts_for_that_long_then_the_target_returns(stack):
+    limited = stack.provider("limited", fail_status=429, retry_after=2)
+    stack.provider("spare")
+    config = {"models": [model("limited", "limited"), model("spare", "spare")],
+              "virtual_models": [weighted([{"target": "limited", "weight": 100}, {"target": "spare", "weight": 0}])]}
+    envoy = stack.envoy(config)
+
+    with requests.Session() as s:
+        first = post(envoy.url, s)
+        evicted_at = time.monotonic()
+        assert first.status_code == 200
+        assert first.headers["x-switchboard-resolved-model"] == "spare"
+        assert first.headers["x-switchboard-attempts"] == "2"
+        limited.configure(fail_status=None)  # healthy again, but evicted for 2 s
+        back_after = None
+        while time.monotonic() - evicted_at < 5:
+            r = post(envoy.url, s)
+            assert r.status_code == 200
+            if r.headers["x-switchboard-resolved-model"] == "limited":
+                back_after = time.monotonic() - evicted_at
+                break
+            time.sleep(0.02)
+
+    assert back_after is not None, "the target never came back"
+    assert 1.8 <= back_after <= 2.6, back_after
+    assert len(limited.requests()) == 2  # the 429 and the first request after the eviction
+
+
+def test_priority_group_spills_to_backup_only_when_both_members_are_evicted(stack):
+    a = stack.provider("a")
+    b = stack.provider("b")
+    backup = stack.provider("backup")
+    evict = {"health": {"eviction": {"consecutive_failures": 1, "duration": "30s"}}}
+    config = {"models": [model("a", "a", **evict), model("b", "b", **evict), model("backup", "backup")],
+              "virtual_models": [priority([{"target": "a", "priority": 0}, {"target": "b", "priority": 0},
+                                           {"target": "backup", "priority": 1}])],
+              # Isolate eviction: the rolling failure window alone must not move traffic here.
+              "failure_window": {"failures": 1000, "window_seconds": 120}}
+    envoy = stack.envoy(config)
+    with requests.Session() as s:
+        served = Counter(post(envoy.url, s).headers["x-switchboard-resolved-model"] for _ in range(40))
+        assert served.keys() == {"a", "b"} and backup.requests() == [], served
+
+        a.configure(fail_status=503)
+        a.clear(), b.clear()
+        served = Counter(post(envoy.url, s).headers["x-switchboard-resolved-model"] for _ in range(40))
+        # a fails once, is evicted, and that request falls back within the group.
+        assert served == {"b": 40}, served
+        assert (len(a.requests()), len(b.requests()), len(backup.requests())) == (1, 40, 0)
+
+        b.configure(fail_status=503)
+        a.clear(), b.clear()
+        responses = [post(envoy.url, s) for _ in range(40)]
+    assert all(r.status_code == 200 for r in responses)
+    assert Counter(r.headers["x-switchboard-resolved-model"] for r in responses) == {"backup": 40}
+    # b fails once and is evicted; with the whole group evicted the backup group takes over.
+    assert (len(a.requests()), len(b.requests()), len(backup.requests())) == (0, 1, 40)
+
+
+def test_target_stalling_past_fallback_timeout_is_abandoned(stack):
+    stack.provider("slow", stall_ms=10_000)
+    stack.provider("fast", output_tokens=5)
+    config = {"models": [model("slow", "slow"), model("fast", "fast")],
+              "virtual_models": [weighted([{"target": "slow", "weight": 100}, {"target": "fast", "weight": 0}],
+                                          fallback_timeout_ms=500)]}
+    envoy = stack.envoy(config)
+
+    start = time.monotonic()
+    r = post(envoy.url)
+    elapsed = time.monotonic() - start
+    assert r.status_code == 200, r.text
+    assert r.headers["x-switchboard-resolved-model"] == "fast"
+    assert r.headers["x-switchboard-attempts"] == "2"
+    assert r.json()["model"] == "fast-upstream"
+    assert 0.45 <= elapsed <= 2.0, elapsed
+
+    # A streaming request that falls back still gets a valid SSE answer the SDK can read.
+    client = openai.OpenAI(base_url=f"{envoy.url}/v1", api_key="sk", max_retries=0)
+    stream = client.chat.completions.create(model="vm", stream=True, **CHAT)
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert text.split() == ["tok1", "tok2", "tok3", "tok4", "tok5"]
+
+
+def test_retry_config_retries_the_same_target_with_its_delay(stack):
+    flaky = stack.provider("flaky", fail_status=503)
+    spare = stack.provider("spare")
+    config = {"models": [model("flaky", "flaky"), model("spare", "spare")],
+              "virtual_models": [weighted([
+                  {"target": "flaky", "weight": 100,
+                   "retry_config": {"attempts": 2, "delay": 150, "on_status_codes": ["503"]}},
+                  {"target": "spare", "weight": 0}])],
+              "failure_window": {"failures": 1000, "window_seconds": 120}}
+    envoy = stack.envoy(config)
+
+    start = time.monotonic()
+    r = post(envoy.url)
+    elapsed = time.monotonic() - start
+
+    assert r.status_code == 200
+    assert r.headers["x-switchboard-resolved-model"] == "spare"
+    assert r.headers["x-switchboard-attempts"] == "4"
+    assert len(flaky.requests()) == 3, "one attempt and two retries"
+    assert len(spare.requests()) == 1
+    assert elapsed >= 0.3, f"two retry delays of 150 ms, took {elapsed:.3f}s"
+    # Retries carry the request as the client sent it, rewritten for the target.
+    bodies = [json.loads(x["body"]) for x in flaky.requests()]
+    assert [b["model"] for b in bodies] == ["flaky-upstream"] * 3
+    assert json.loads(spare.requests()[0]["body"])["model"] == "spare-upstream"
+
+
+def test_fallback_never_goes_to_a_target_that_is_not_a_fallback_candidate(stack):
+    primary = stack.provider("primary", fail_status=500)
+    reserved = stack.provider("reserved")
+    last = stack.provider("last")
+    config = {"models": [model("primary", "primary"), model("reserved", "reserved"), model("last", "last")],
+              "virtual_models": [weighted([
+                  {"target": "primary", "weight": 100},
+                  {"target": "reserved", "weight": 0, "fallback_candidate": False},
+                  {"target": "last", "weight": 0}])]}
+    envoy = stack.envoy(config)
+
+    r = post(envoy.url)
+
+    assert r.status_code == 200
+    assert r.headers["x-switchboard-resolved-model"] == "last"
+    assert (len(primary.requests()), len(reserved.requests()), len(last.requests())) == (1, 0, 1)
+
+
+def test_when_every_target_fails_the_last_error_passes_through_with_the_attempt_count(stack):
+    stack.provider("one", fail_status=503)
+    stack.provider("two", fail_status=502)
+    config = {"models": [model("one", "one"), model("two", "two")],
+              "virtual_models": [weighted([{"target": "one", "weight": 100}, {"target": "two", "weight": 0}])]}
+    envoy = stack.envoy(config)
+
+    r = post(envoy.url)
+
+    assert r.status_code == 502
+    assert r.headers["x-switchboard-attempts"] == "2"
+    assert r.headers["x-switchboard-resolved-model"] == "two"
+    assert r.headers["x-mock-provider"] == "two", "the provider's own headers pass through"
+    assert r.json()["error"]["message"] == "injected failure from two"
+
+
+def test_connection_refused_and_dropped_connections_fall_back(stack):
+    stack.provider("dropper", drop="before-response")
+    good = stack.provider("good")
+    refused_port = free_port()  # nothing listens here
+    config = {"models": [model("refused", "refused"), model("dropper", "dropper"), model("good", "good")],
+              "virtual_models": [priority([{"target": "refused", "priority": 0}, {"target": "dropper", "priority": 1},
+                                           {"target": "good", "priority": 2}])]}
+    envoy = stack.envoy(config, extra_clusters={"refused": refused_port})
+
+    r = post(envoy.url)
+
+    assert r.status_code == 200, r.text
+    assert r.headers["x-switchboard-resolved-model"] == "good"
+    assert r.headers["x-switchboard-attempts"] == "3"
+    assert len(good.requests()) == 1
+
+
+def test_hostile_upstreams_never_break_the_vm(stack):
+    """200 with an error body, a stream cut mid-way and a 429 storm: each request gets an
+    answer, and every worker keeps serving afterwards."""
+    liar = stack.provider("liar", error_body_on_200=True)
+    cutter = stack.provider("cutter", drop="mid-stream", output_tokens=6, token_delay_ms=20)
+    stormy = stack.provider("stormy", fail_status=429)
+    good = stack.provider("good")
+    config = {"models": [model(n, n) for n in ("liar", "cutter", "stormy", "good")],
+              "virtual_models": [
+                  {**weighted([{"target": "liar", "weight": 100}]), "name": "liar-vm"},
+                  {**weighted([{"target": "cutter", "weight": 100}]), "name": "cutter-vm"},
+                  {**weighted([{"target": "stormy", "weight": 50}, {"target": "good", "weight": 50}]),
+                   "name": "stormy-vm"},
+              ]}
+    envoy = stack.envoy(config)
+
+    r = requests.post(f"{envoy.url}/v1/chat/completions", json={"model": "liar-vm", **CHAT}, timeout=10)
+    assert r.status_code == 200 and "error" in r.json(), "a 200 is delivered as the provider sent it"
+
+    client = openai.OpenAI(base_url=f"{envoy.url}/v1", api_key="sk", max_retries=0)
+    try:
+        for _ in client.chat.completions.create(model="cutter-vm", stream=True, **CHAT):
+            pass
+        cut = False
+    except (openai.APIError, requests.RequestException, Exception):
+        cut = True
+    assert cut, "a stream dropped mid-way must reach the client as an error, not as a clean end"
+
+    with ThreadPoolExecutor(4) as pool:
+        storm = list(pool.map(lambda _: requests.post(f"{envoy.url}/v1/chat/completions", timeout=10,
+                                                      json={"model": "stormy-vm", **CHAT}).status_code,
+                              range(200)))
+    assert Counter(storm) == {200: 200}
+    assert len(stormy.requests()) <= 20
+
+    for _ in range(40):
+        assert requests.post(f"{envoy.url}/v1/chat/completions", timeout=10,
+                             json={"model": "stormy-vm", **CHAT}).status_code == 200
+    assert len(good.requests()) >= 240
