@@ -192,6 +192,15 @@ class Envoy:
     def stats(self) -> str:
         return requests.get(f"http://127.0.0.1:{self.admin_port}/stats", timeout=5).text
 
+    def connections_per_worker(self) -> list[int]:
+        """Downstream connections each worker accepted on the main listener."""
+        counts = {}
+        for line in self.stats().splitlines():
+            name, _, value = line.partition(": ")
+            if name.startswith(f"listener.127.0.0.1_{self.port}.worker_") and name.endswith(".downstream_cx_total"):
+                counts[name] = int(value)
+        return [counts[k] for k in sorted(counts)]
+
     def stop(self) -> None:
         stop_process(self.proc)
         self.workdir.cleanup()

@@ -14,10 +14,14 @@ WORKERS = 8
 
 def send_many(url: str, n: int) -> list[requests.Response]:
     def worker(count: int) -> list[requests.Response]:
-        with requests.Session() as s:
-            return [s.post(f"{url}/v1/chat/completions", timeout=10,
-                           json={"model": VIRTUAL, "messages": [{"role": "user", "content": f"hi {i}"}]})
-                    for i in range(count)]
+        out = []
+        for start in range(0, count, 25):
+            # A new connection every 25 requests, so both Envoy workers get traffic.
+            with requests.Session() as s:
+                out += [s.post(f"{url}/v1/chat/completions", timeout=10,
+                               json={"model": VIRTUAL, "messages": [{"role": "user", "content": f"hi {i}"}]})
+                        for i in range(start, min(count, start + 25))]
+        return out
 
     per_worker = [n // WORKERS + (1 if i < n % WORKERS else 0) for i in range(WORKERS)]
     with ThreadPoolExecutor(WORKERS) as pool:
@@ -40,3 +44,5 @@ def test_80_20_split_lands_within_5_points(stack, concurrency):
     assert resolved[SECONDARY] == served["azure_east"] == len(azure_east.requests())
     share = 100 * resolved[PRIMARY] / REQUESTS
     assert 75 <= share <= 85, f"primary share {share:.1f}% ({resolved})"
+    per_worker = envoy.connections_per_worker()
+    assert len(per_worker) == concurrency and all(n > 0 for n in per_worker), per_worker
