@@ -15,6 +15,8 @@ use crate::core::errors::ErrorReply;
 use crate::core::fallback::{AttemptOutcome, Attempts, Step};
 use crate::core::health::record::Outcome;
 use crate::core::health::retry_after;
+use crate::core::health::sla::{tpot_sample, ttft_sample};
+use crate::core::usage::UsageScanner;
 use proxy_wasm::types::Action;
 use std::cell::RefCell;
 use std::ops::Range;
@@ -79,6 +81,19 @@ pub struct Flight {
     seq: u64,
     /// The router's failed answer is paused, waiting to be replaced.
     holding: bool,
+    /// The client asked for a streamed answer.
+    stream: bool,
+    /// Start of the attempt in flight.
+    started_ms: u64,
+    /// Set while a delivered answer is timed for the latency samples.
+    measure: Option<Measure>,
+}
+
+/// Timing of an answer as it streams to the client.
+#[derive(Default)]
+struct Measure {
+    first_token_ms: Option<u64>,
+    usage: UsageScanner,
 }
 
 impl Flight {
@@ -89,6 +104,8 @@ impl Flight {
         virtual_model: Option<usize>,
         attempts: Attempts,
         replay: Option<Replay>,
+        stream: bool,
+        now_ms: u64,
     ) -> Self {
         Flight {
             context_id,
@@ -99,6 +116,29 @@ impl Flight {
             state: State::Routed,
             seq: 0,
             holding: false,
+            stream,
+            started_ms: now_ms,
+            measure: None,
+        }
+    }
+
+    /// Whether this request's answers feed latency samples (only when routing uses them).
+    fn needs_latency(&self) -> bool {
+        self.virtual_model
+            .and_then(|i| self.config.virtual_models.get(i))
+            .is_some_and(|vm| vm.needs_latency())
+    }
+
+    /// Adds the TTFT and TPOT samples of a successful answer that ended at `now`.
+    fn add_samples(&self, rt: &Runtime, first_token_ms: Option<u64>, tokens: u64, now: u64) {
+        let Some(target) = self.attempts.current() else {
+            return;
+        };
+        let ttft = first_token_ms
+            .and_then(|t| ttft_sample(self.stream, t.saturating_sub(self.started_ms)));
+        let tpot = tpot_sample(now.saturating_sub(self.started_ms), tokens);
+        if ttft.is_some() || tpot.is_some() {
+            rt.add_samples(&self.config, target, ttft, tpot, now);
         }
     }
 
@@ -165,6 +205,9 @@ impl Flight {
         match step {
             Step::Deliver | Step::GiveUp => {
                 f.state = State::Delivering;
+                if (200..300).contains(&status) && f.needs_latency() {
+                    f.measure = Some(Measure::default());
+                }
                 let names = &f.config.header_names;
                 if matches!(outcome, AttemptOutcome::Status(_)) {
                     if let Some(m) = f.attempts.current().and_then(|t| f.config.model(t)) {
@@ -186,12 +229,34 @@ impl Flight {
     }
 
     /// A chunk of the router's response body.
-    pub fn on_response_body(&self) -> Action {
-        if self.holding {
-            Action::Pause
-        } else {
-            Action::Continue
+    pub fn on_response_body(
+        this: &Rc<RefCell<Flight>>,
+        rt: &Runtime,
+        size: usize,
+        end: bool,
+    ) -> Action {
+        let Ok(mut f) = this.try_borrow_mut() else {
+            return Action::Continue;
+        };
+        if f.holding {
+            return Action::Pause;
         }
+        if let Some(m) = f.measure.as_mut() {
+            let now = host::now_ms();
+            if size > 0 {
+                m.usage.feed(&host::response_body(size));
+                // Time to the first token, not to a role-only first chunk.
+                if m.usage.has_content() {
+                    m.first_token_ms.get_or_insert(now);
+                }
+            }
+            if end {
+                let (first, tokens) = (m.first_token_ms, m.usage.output_tokens());
+                f.measure = None;
+                f.add_samples(rt, first, tokens, now);
+            }
+        }
+        Action::Continue
     }
 
     /// A timer of this flight fired (on the root's tick, with the stream made effective).
@@ -254,6 +319,12 @@ impl Flight {
                 Flight::next_attempt(this, rt, step, now);
             }
             (_, Some(status)) if outcome != AttemptOutcome::ConnectFailure => {
+                if (200..300).contains(&status) && f.needs_latency() {
+                    let mut usage = UsageScanner::default();
+                    usage.feed(&body);
+                    // The whole answer arrived at once: no time to first token here.
+                    f.add_samples(rt, None, usage.output_tokens(), now);
+                }
                 f.reply(status, &headers, &body, step == Step::GiveUp);
             }
             _ => f.reply_unavailable(),
@@ -321,6 +392,7 @@ impl Flight {
             let token = f.call(target);
             if let Some(token) = token {
                 f.state = State::Calling(token);
+                f.started_ms = now;
                 rt.add_call(token, this);
                 drop(f);
                 Flight::arm_timeout(this, rt, now);

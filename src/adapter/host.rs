@@ -50,6 +50,14 @@ pub fn response_headers() -> Headers {
     hostcalls::get_map_bytes(MapType::HttpResponseHeaders).unwrap_or_default()
 }
 
+/// The current chunk of the response body.
+pub fn response_body(size: usize) -> Vec<u8> {
+    hostcalls::get_buffer(BufferType::HttpResponseBody, 0, size)
+        .ok()
+        .flatten()
+        .unwrap_or_default()
+}
+
 /// Sets a response header.
 pub fn set_response_header(name: &str, value: &str) {
     if let Err(status) = hostcalls::set_map_value(MapType::HttpResponseHeaders, name, Some(value)) {

@@ -112,6 +112,8 @@ impl Http {
             virtual_model,
             attempts,
             replay,
+            decision.stream,
+            now,
         )));
         Flight::arm_timeout(&flight, &self.runtime, now);
         self.phase = Phase::Forwarded(flight);
@@ -193,11 +195,11 @@ impl HttpContext for Http {
         }
     }
 
-    fn on_http_response_body(&mut self, _body_size: usize, _end_of_stream: bool) -> Action {
+    fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
         match &self.phase {
-            Phase::Forwarded(flight) => flight
-                .try_borrow()
-                .map_or(Action::Continue, |f| f.on_response_body()),
+            Phase::Forwarded(flight) => {
+                Flight::on_response_body(flight, &self.runtime, body_size, end_of_stream)
+            }
             _ => Action::Continue,
         }
     }

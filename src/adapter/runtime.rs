@@ -77,13 +77,36 @@ impl Runtime {
 
     /// Records an attempt's outcome in shared data and in this worker's view.
     pub fn record(&self, config: &Config, model: ModelId, outcome: Outcome, now_ms: u64) {
+        if let Some(m) = config.model(model) {
+            self.update(config, model, |r| r.record(outcome, now_ms, &m.health));
+        }
+    }
+
+    /// Adds latency samples (TTFT, TPOT in ms) of a successful answer to a target's record.
+    pub fn add_samples(
+        &self,
+        config: &Config,
+        model: ModelId,
+        ttft: Option<u32>,
+        tpot: Option<u32>,
+        now_ms: u64,
+    ) {
+        self.update(config, model, |r| {
+            if let Some(v) = ttft {
+                r.ttft.add(v, now_ms);
+            }
+            if let Some(v) = tpot {
+                r.tpot.add(v, now_ms);
+            }
+        });
+    }
+
+    /// Changes a target's shared record and keeps this worker's view in step with it.
+    fn update(&self, config: &Config, model: ModelId, change: impl Fn(&mut HealthRecord)) {
         let Some(m) = config.model(model) else {
             return;
         };
-        let written = store::update(&SharedData, &store::key(&m.name), |r| {
-            r.record(outcome, now_ms, &m.health)
-        });
-        if let Some(record) = written {
+        if let Some(record) = store::update(&SharedData, &store::key(&m.name), change) {
             if let Some(slot) = self.health.borrow_mut().records.get_mut(model.0) {
                 *slot = record;
             }

@@ -21,6 +21,8 @@ pub struct Decision {
     pub new_body: Option<Vec<u8>>,
     /// Where the `model` value sits in the client's body, to rewrite it for other targets.
     pub model_span: Range<usize>,
+    /// The client asked for a streamed (SSE) answer.
+    pub stream: bool,
 }
 
 impl Decision {
@@ -54,6 +56,7 @@ pub fn decide(
         target,
         new_body,
         model_span: span,
+        stream: inspected.stream,
     })
 }
 

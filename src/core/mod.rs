@@ -12,3 +12,4 @@ pub mod health;
 pub mod request;
 pub mod routing;
 pub mod status_set;
+pub mod usage;

@@ -16,6 +16,8 @@ use std::ops::Range;
 struct TopLevel<'a> {
     #[serde(borrow, default)]
     model: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    stream: Option<&'a RawValue>,
 }
 
 /// What the filter learnt from a JSON request body.
@@ -25,6 +27,8 @@ pub struct Inspected<'a> {
     pub model: Cow<'a, str>,
     /// Where the `model` value (quotes included) sits in the body.
     pub model_span: Range<usize>,
+    /// `"stream": true`: the answer comes as server-sent events.
+    pub stream: bool,
 }
 
 /// Reads the top-level `model` of a JSON object body.
@@ -63,6 +67,7 @@ pub fn inspect(body: &[u8]) -> Result<Inspected<'_>, ErrorReply> {
     Ok(Inspected {
         model,
         model_span: span,
+        stream: top.stream.is_some_and(|v| v.get() == "true"),
     })
 }
 
@@ -119,6 +124,14 @@ mod tests {
         assert_eq!(i.model, "a/b");
         assert_eq!(&body[i.model_span.clone()], br#""a/b""#);
         assert!(matches!(i.model, Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn reads_the_stream_flag() {
+        assert!(inspect(br#"{"model":"a","stream":true}"#).unwrap().stream);
+        assert!(!inspect(br#"{"model":"a","stream":false}"#).unwrap().stream);
+        assert!(!inspect(br#"{"model":"a","stream":"true"}"#).unwrap().stream);
+        assert!(!inspect(br#"{"model":"a"}"#).unwrap().stream);
     }
 
     #[test]

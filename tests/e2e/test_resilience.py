@@ -272,3 +272,50 @@ def test_hostile_upstreams_never_break_the_vm(stack):
         assert requests.post(f"{envoy.url}/v1/chat/completions", timeout=10,
                              json={"model": "stormy-vm", **CHAT}).status_code == 200
     assert len(good.requests()) >= 240
+
+
+def test_sla_cutoff_on_time_to_first_token_moves_a_slow_target_behind(stack):
+    stack.provider("slow", ttft_ms=300, output_tokens=3)
+    stack.provider("fast", output_tokens=3)
+    config = {"models": [model("slow", "slow"), model("fast", "fast")],
+              "virtual_models": [priority([
+                  {"target": "slow", "priority": 0, "sla_cutoff": {"time_to_first_token_ms": 150}},
+                  {"target": "fast", "priority": 1}])]}
+    envoy = stack.envoy(config)
+    client = openai.OpenAI(base_url=f"{envoy.url}/v1", api_key="sk", max_retries=0)
+
+    def served_by(stream: bool) -> str:
+        raw = client.chat.completions.with_raw_response.create(model="vm", stream=stream, **CHAT)
+        resolved = raw.headers["x-switchboard-resolved-model"]
+        if stream:
+            for _ in raw.parse():
+                pass
+        return resolved
+
+    # Non-streaming answers give no TTFT sample; three slow streaming ones breach the SLA.
+    assert [served_by(False) for _ in range(3)] == ["slow"] * 3
+    assert [served_by(True) for _ in range(3)] == ["slow"] * 3
+    assert [served_by(True) for _ in range(5)] == ["fast"] * 5
+
+
+def test_sla_cutoff_on_time_per_output_token(stack):
+    # 40 tokens at 10 ms each: about 10 ms per output token, over a 5 ms cutoff.
+    stack.provider("sluggish", token_delay_ms=10, output_tokens=40)
+    stack.provider("short", token_delay_ms=10, output_tokens=10)
+    stack.provider("backup")
+    config = {"models": [model("sluggish", "sluggish"), model("short", "short"), model("backup", "backup")],
+              "virtual_models": [
+                  {**priority([{"target": "sluggish", "priority": 0, "sla_cutoff": {"time_per_output_token_ms": 5}},
+                               {"target": "backup", "priority": 1}]), "name": "vm"},
+                  {**priority([{"target": "short", "priority": 0, "sla_cutoff": {"time_per_output_token_ms": 5}},
+                               {"target": "backup", "priority": 1}]), "name": "vm-short"}]}
+    envoy = stack.envoy(config)
+    with requests.Session() as s:
+        first = [post(envoy.url, s).headers["x-switchboard-resolved-model"] for _ in range(3)]
+        after = [post(envoy.url, s).headers["x-switchboard-resolved-model"] for _ in range(3)]
+        # Answers under 30 output tokens give no TPOT sample, however slow per token.
+        short = [s.post(f"{envoy.url}/v1/chat/completions", json={"model": "vm-short", **CHAT}, timeout=10)
+                 .headers["x-switchboard-resolved-model"] for _ in range(5)]
+    assert first == ["sluggish"] * 3
+    assert after == ["backup"] * 3
+    assert short == ["short"] * 5

@@ -160,6 +160,11 @@ pub struct VirtualModel {
 }
 
 impl VirtualModel {
+    /// Whether routing needs latency samples of its targets (an SLA cutoff is set).
+    pub fn needs_latency(&self) -> bool {
+        self.policies.iter().any(|(_, p)| p.sla.is_some())
+    }
+
     /// The policy of one of its targets.
     pub fn policy(&self, model: ModelId) -> &TargetPolicy {
         self.policies
