@@ -9,7 +9,7 @@ MOCK := target/release/mock-provider
 # The .wasm must stay small: Envoy compiles it on every worker at start and reload.
 WASM_MAX_BYTES := 614400
 
-.PHONY: run test setup build lint unit e2e wasm-size clean
+.PHONY: run test setup build lint unit e2e wasm-size resilience-report clean
 
 run: build
 	$(PY) scripts/run_demo.py
@@ -43,6 +43,9 @@ wasm-size: build
 
 e2e: build
 	$(PY) -m pytest tests/e2e -q -p no:cacheprovider
+
+resilience-report: build
+	$(PY) scripts/resilience_report.py
 
 clean:
 	cargo clean

@@ -1,5 +1,8 @@
-"""Fixtures for end-to-end tests: a `stack` of mock providers and Envoys, torn down per test."""
+"""Fixtures for end-to-end tests: a `stack` of mock providers and Envoys, torn down per test,
+and `figure`, which records a measured value for the reports in docs/."""
 
+import json
+import os
 import sys
 from pathlib import Path
 
@@ -17,3 +20,16 @@ def stack():
         yield s
     finally:
         s.close()
+
+
+@pytest.fixture
+def figure(request):
+    """`figure(name, value, unit)` appends to $SWITCHBOARD_FIGURES (JSON lines) when it is set."""
+    path = os.environ.get("SWITCHBOARD_FIGURES")
+
+    def record(name: str, value, unit: str = "") -> None:
+        if path:
+            with open(path, "a") as f:
+                f.write(json.dumps({"test": request.node.name, "name": name, "value": value, "unit": unit}) + "\n")
+
+    return record

@@ -35,7 +35,7 @@ def post(url: str, session=requests, **body) -> requests.Response:
     return session.post(f"{url}/v1/chat/completions", json={"model": "vm", **CHAT, **body}, timeout=30)
 
 
-def test_failing_target_is_invisible_to_clients_and_stops_getting_traffic(stack):
+def test_failing_target_is_invisible_to_clients_and_stops_getting_traffic(stack, figure):
     good = stack.provider("good")
     bad = stack.provider("bad", fail_status=503)
     config = {"models": [model("good", "good"), model("bad", "bad")],
@@ -52,8 +52,10 @@ def test_failing_target_is_invisible_to_clients_and_stops_getting_traffic(stack)
                                 r.headers.get("x-switchboard-attempts", "1")))
         return out
 
+    start = time.monotonic()
     with ThreadPoolExecutor(8) as pool:
         results = [r for batch in pool.map(worker, [5] * 8) for r in batch]
+    elapsed = time.monotonic() - start
 
     assert len(results) == 1000
     assert Counter(status for status, _, _ in results) == {200: 1000}, "zero client-visible errors"
@@ -64,6 +66,12 @@ def test_failing_target_is_invisible_to_clients_and_stops_getting_traffic(stack)
     # unhealthy, only requests racing the first failures still try it.
     assert first_attempts_at_bad <= 30, first_attempts_at_bad
     assert sum(1 for *_, attempts in results if attempts == "2") == first_attempts_at_bad
+    figure("requests", len(results))
+    figure("client-visible errors", sum(1 for status, _, _ in results if status != 200))
+    figure("first attempts at the failing target", first_attempts_at_bad, f"of {len(results)}")
+    figure("attempts per request", round(sum(int(a) for *_, a in results) / len(results), 3))
+    figure("requests per second, 8 clients", round(len(results) / elapsed))
+    figure("per-worker connections", envoy.connections_per_worker())
 
     # Later traffic, after the window is established: not a single attempt at the bad target.
     bad.clear()
@@ -72,7 +80,7 @@ def test_failing_target_is_invisible_to_clients_and_stops_getting_traffic(stack)
     assert bad.requests() == []
 
 
-def test_429_with_retry_after_evicts_for_that_long_then_the_target_returns(stack):
+def test_429_with_retry_after_evicts_for_that_long_then_the_target_returns(stack, figure):
     limited = stack.provider("limited", fail_status=429, retry_after=2)
     stack.provider("spare")
     config = {"models": [model("limited", "limited"), model("spare", "spare")],
@@ -97,10 +105,11 @@ def test_429_with_retry_after_evicts_for_that_long_then_the_target_returns(stack
 
     assert back_after is not None, "the target never came back"
     assert 1.8 <= back_after <= 2.6, back_after
+    figure("time out of service after `429, Retry-After: 2`", round(back_after, 3), "s")
     assert len(limited.requests()) == 2  # the 429 and the first request after the eviction
 
 
-def test_priority_group_spills_to_backup_only_when_both_members_are_evicted(stack):
+def test_priority_group_spills_to_backup_only_when_both_members_are_evicted(stack, figure):
     a = stack.provider("a")
     b = stack.provider("b")
     backup = stack.provider("backup")
@@ -121,6 +130,7 @@ def test_priority_group_spills_to_backup_only_when_both_members_are_evicted(stac
         # a fails once, is evicted, and that request falls back within the group.
         assert served == {"b": 40}, served
         assert (len(a.requests()), len(b.requests()), len(backup.requests())) == (1, 40, 0)
+        figure("a evicted: attempts at a / b / backup for 40 requests", [1, 40, 0])
 
         b.configure(fail_status=503)
         a.clear(), b.clear()
@@ -129,9 +139,11 @@ def test_priority_group_spills_to_backup_only_when_both_members_are_evicted(stac
     assert Counter(r.headers["x-switchboard-resolved-model"] for r in responses) == {"backup": 40}
     # b fails once and is evicted; with the whole group evicted the backup group takes over.
     assert (len(a.requests()), len(b.requests()), len(backup.requests())) == (0, 1, 40)
+    figure("a and b evicted: attempts at a / b / backup for 40 requests", [0, 1, 40])
+    figure("client-visible errors", 0, "of 120")
 
 
-def test_target_stalling_past_fallback_timeout_is_abandoned(stack):
+def test_target_stalling_past_fallback_timeout_is_abandoned(stack, figure):
     stack.provider("slow", stall_ms=10_000)
     stack.provider("fast", output_tokens=5)
     config = {"models": [model("slow", "slow"), model("fast", "fast")],
@@ -147,6 +159,7 @@ def test_target_stalling_past_fallback_timeout_is_abandoned(stack):
     assert r.headers["x-switchboard-attempts"] == "2"
     assert r.json()["model"] == "fast-upstream"
     assert 0.45 <= elapsed <= 2.0, elapsed
+    figure("answer time with a stalled primary and fallback_timeout_ms 500", round(elapsed, 3), "s")
 
     # A streaming request that falls back still gets a valid SSE answer the SDK can read.
     client = openai.OpenAI(base_url=f"{envoy.url}/v1", api_key="sk", max_retries=0)
@@ -155,7 +168,7 @@ def test_target_stalling_past_fallback_timeout_is_abandoned(stack):
     assert text.split() == ["tok1", "tok2", "tok3", "tok4", "tok5"]
 
 
-def test_retry_config_retries_the_same_target_with_its_delay(stack):
+def test_retry_config_retries_the_same_target_with_its_delay(stack, figure):
     flaky = stack.provider("flaky", fail_status=503)
     spare = stack.provider("spare")
     config = {"models": [model("flaky", "flaky"), model("spare", "spare")],
@@ -176,13 +189,14 @@ def test_retry_config_retries_the_same_target_with_its_delay(stack):
     assert len(flaky.requests()) == 3, "one attempt and two retries"
     assert len(spare.requests()) == 1
     assert elapsed >= 0.3, f"two retry delays of 150 ms, took {elapsed:.3f}s"
+    figure("answer time, 2 retries of 150 ms then fallback", round(elapsed, 3), "s")
     # Retries carry the request as the client sent it, rewritten for the target.
     bodies = [json.loads(x["body"]) for x in flaky.requests()]
     assert [b["model"] for b in bodies] == ["flaky-upstream"] * 3
     assert json.loads(spare.requests()[0]["body"])["model"] == "spare-upstream"
 
 
-def test_fallback_never_goes_to_a_target_that_is_not_a_fallback_candidate(stack):
+def test_fallback_never_goes_to_a_target_that_is_not_a_fallback_candidate(stack, figure):
     primary = stack.provider("primary", fail_status=500)
     reserved = stack.provider("reserved")
     last = stack.provider("last")
@@ -198,9 +212,10 @@ def test_fallback_never_goes_to_a_target_that_is_not_a_fallback_candidate(stack)
     assert r.status_code == 200
     assert r.headers["x-switchboard-resolved-model"] == "last"
     assert (len(primary.requests()), len(reserved.requests()), len(last.requests())) == (1, 0, 1)
+    figure("attempts at failing primary / non-candidate / next candidate", [1, 0, 1])
 
 
-def test_when_every_target_fails_the_last_error_passes_through_with_the_attempt_count(stack):
+def test_when_every_target_fails_the_last_error_passes_through_with_the_attempt_count(stack, figure):
     stack.provider("one", fail_status=503)
     stack.provider("two", fail_status=502)
     config = {"models": [model("one", "one"), model("two", "two")],
@@ -214,9 +229,10 @@ def test_when_every_target_fails_the_last_error_passes_through_with_the_attempt_
     assert r.headers["x-switchboard-resolved-model"] == "two"
     assert r.headers["x-mock-provider"] == "two", "the provider's own headers pass through"
     assert r.json()["error"]["message"] == "injected failure from two"
+    figure("client sees", f"{r.status_code} from the last target, x-switchboard-attempts: 2")
 
 
-def test_connection_refused_and_dropped_connections_fall_back(stack):
+def test_connection_refused_and_dropped_connections_fall_back(stack, figure):
     stack.provider("dropper", drop="before-response")
     good = stack.provider("good")
     refused_port = free_port()  # nothing listens here
@@ -231,9 +247,10 @@ def test_connection_refused_and_dropped_connections_fall_back(stack):
     assert r.headers["x-switchboard-resolved-model"] == "good"
     assert r.headers["x-switchboard-attempts"] == "3"
     assert len(good.requests()) == 1
+    figure("refused, then dropped before response, then good", f"{r.status_code} after 3 attempts")
 
 
-def test_hostile_upstreams_never_break_the_vm(stack):
+def test_hostile_upstreams_never_break_the_vm(stack, figure):
     """200 with an error body, a stream cut mid-way and a 429 storm: each request gets an
     answer, and every worker keeps serving afterwards."""
     liar = stack.provider("liar", error_body_on_200=True)
@@ -267,6 +284,8 @@ def test_hostile_upstreams_never_break_the_vm(stack):
                               range(200)))
     assert Counter(storm) == {200: 200}
     assert len(stormy.requests()) <= 20
+    figure("429 storm: client errors", 200 - Counter(storm)[200], "of 200")
+    figure("429 storm: first attempts at the rate-limited target", len(stormy.requests()), "of 200")
 
     for _ in range(40):
         assert requests.post(f"{envoy.url}/v1/chat/completions", timeout=10,
@@ -319,3 +338,50 @@ def test_sla_cutoff_on_time_per_output_token(stack):
     assert first == ["sluggish"] * 3
     assert after == ["backup"] * 3
     assert short == ["short"] * 5
+
+
+def test_unhealthy_target_recovers_once_its_failures_age_out(stack, figure):
+    flaky = stack.provider("flaky", fail_status=500)
+    stack.provider("steady")
+    config = {"models": [model("flaky", "flaky"), model("steady", "steady")],
+              "virtual_models": [weighted([{"target": "flaky", "weight": 100}, {"target": "steady", "weight": 0}])],
+              "failure_window": {"failures": 2, "window_seconds": 2}}
+    envoy = stack.envoy(config)
+    with requests.Session() as s:
+        assert [post(envoy.url, s).headers["x-switchboard-resolved-model"] for _ in range(2)] == ["steady"] * 2
+        unhealthy_at = time.monotonic()
+        flaky.configure(fail_status=None)
+        assert post(envoy.url, s).headers["x-switchboard-resolved-model"] == "steady", "unhealthy: last resort"
+        back_after = None
+        while time.monotonic() - unhealthy_at < 5:
+            if post(envoy.url, s).headers["x-switchboard-resolved-model"] == "flaky":
+                back_after = time.monotonic() - unhealthy_at
+                break
+            time.sleep(0.02)
+    assert back_after is not None and 1.8 <= back_after <= 2.6, back_after
+    assert len(flaky.requests()) == 3, "two failures, then nothing until the window let it back"
+    figure("recovery after 2 failures with a 2 s failure window", round(back_after, 3), "s")
+
+
+def test_repeated_evictions_back_off(stack, figure):
+    broken = stack.provider("broken", fail_status=503)
+    stack.provider("spare")
+    evict = {"health": {"eviction": {"consecutive_failures": 1, "duration": "500ms"}}}
+    config = {"models": [model("broken", "broken", **evict), model("spare", "spare")],
+              "virtual_models": [weighted([{"target": "broken", "weight": 100}, {"target": "spare", "weight": 0}])],
+              "failure_window": {"failures": 1000, "window_seconds": 1}}
+    envoy = stack.envoy(config)
+    arrivals = []
+    start = time.monotonic()
+    with requests.Session() as s:
+        while time.monotonic() - start < 4.0:
+            seen = len(broken.requests())
+            assert post(envoy.url, s).status_code == 200
+            if len(broken.requests()) > seen:
+                arrivals.append(time.monotonic() - start)
+            time.sleep(0.01)
+    gaps = [round(b - a, 2) for a, b in zip(arrivals, arrivals[1:])]
+    # Evicted 0.5 s, then 1 s, then 2 s: each failure after a return doubles the time out.
+    assert len(gaps) >= 2, arrivals
+    assert 0.4 <= gaps[0] <= 0.8 and 0.9 <= gaps[1] <= 1.4, gaps
+    figure("gaps between attempts at a target failing on every return", gaps, "s")
