@@ -9,7 +9,7 @@ MOCK := target/release/mock-provider
 # The .wasm must stay small: Envoy compiles it on every worker at start and reload.
 WASM_MAX_BYTES := 614400
 
-.PHONY: run test setup build lint unit e2e wasm-size resilience-report clean
+.PHONY: run test setup build lint unit e2e wasm-size resilience-report bench clean
 
 run: build
 	$(PY) scripts/run_demo.py
@@ -43,6 +43,12 @@ wasm-size: build
 
 e2e: build
 	$(PY) -m pytest tests/e2e -q -p no:cacheprovider
+
+bench: build
+	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
+	cargo build --release --target wasm32-wasip1 -p noop-filter
+	cargo bench -p switchboard --bench core
+	$(PY) scripts/bench.py
 
 resilience-report: build
 	$(PY) scripts/resilience_report.py

@@ -7,7 +7,7 @@
 //! last attempt then replaces it (DESIGN.md, "Fallback by replacing a failed response"). The
 //! decisions come from [`Attempts`] in the core; this file moves bytes.
 
-use super::host::{self, Headers};
+use super::host::{self, header, Headers};
 use super::runtime::Runtime;
 use crate::core::config::{Config, ModelId, TargetPolicy, DIRECT_POLICY};
 use crate::core::decision::body_for;
@@ -486,13 +486,6 @@ fn router_outcome(status: u16) -> AttemptOutcome {
         Some("upstream_response_timeout" | "upstream_per_try_timeout") => AttemptOutcome::Timeout,
         _ => AttemptOutcome::Status(status),
     }
-}
-
-fn header<'h>(headers: &'h Headers, name: &str) -> Option<&'h str> {
-    headers
-        .iter()
-        .find(|(k, _)| k == name)
-        .and_then(|(_, v)| std::str::from_utf8(v).ok())
 }
 
 /// The provider's "come back in" hint from a failed answer's headers.

@@ -12,11 +12,12 @@ use std::time::Duration;
 /// Header pairs as the host gives them: names as strings, values as bytes.
 pub type Headers = Vec<(String, Vec<u8>)>;
 
-/// A request header as bytes, if present.
-pub fn request_header(name: &str) -> Option<Vec<u8>> {
-    hostcalls::get_map_value_bytes(MapType::HttpRequestHeaders, name)
-        .ok()
-        .flatten()
+/// A header's value as text, if present and UTF-8.
+pub fn header<'h>(headers: &'h Headers, name: &str) -> Option<&'h str> {
+    headers
+        .iter()
+        .find(|(k, _)| k == name)
+        .and_then(|(_, v)| std::str::from_utf8(v).ok())
 }
 
 /// Every request header, pseudo-headers included.

@@ -5,7 +5,7 @@
 //! `allow_on_headers_stop_iteration: true`).
 
 use super::flight::{Flight, Replay};
-use super::host;
+use super::host::{self, header, Headers};
 use super::runtime::Runtime;
 use crate::core::config::Config;
 use crate::core::decision::{decide, Decision};
@@ -21,8 +21,8 @@ use std::rc::Rc;
 enum Phase {
     /// Not an LLM request: Switchboard leaves it alone.
     PassThrough,
-    /// An LLM request whose body is being buffered.
-    Inspecting(Endpoint),
+    /// An LLM request whose body is being buffered, with its headers as the client sent them.
+    Inspecting(Endpoint, Headers),
     /// Forwarded; the flight owns the rest.
     Forwarded(Rc<RefCell<Flight>>),
     /// Switchboard answered it with a local reply.
@@ -62,7 +62,12 @@ impl Http {
     }
 
     /// Routes the fully buffered request, or answers it with an error.
-    fn route(&mut self, config: Rc<Config>, endpoint: Endpoint, body_size: usize) -> Action {
+    fn route(&mut self, config: Rc<Config>, body_size: usize) -> Action {
+        let Phase::Inspecting(endpoint, headers) =
+            std::mem::replace(&mut self.phase, Phase::Replied)
+        else {
+            return Action::Continue;
+        };
         let body = host::request_body(body_size);
         let now = host::now_ms();
         let rng = &mut self.rng;
@@ -70,7 +75,7 @@ impl Http {
             decide(&config, endpoint, &body, health, rng)
         });
         match decided {
-            Ok(decision) => self.forward(config, decision, body, now),
+            Ok(decision) => self.forward(config, decision, body, headers, now),
             Err(reply) => self.reply(&reply),
         }
     }
@@ -80,6 +85,7 @@ impl Http {
         config: Rc<Config>,
         decision: Decision,
         body: Vec<u8>,
+        headers: Headers,
         now: u64,
     ) -> Action {
         let Some(model) = config.model(decision.target) else {
@@ -87,9 +93,10 @@ impl Http {
         };
         let attempts = Attempts::new(decision.plan.candidates, false);
         let virtual_model = decision.plan.virtual_model;
+        let chunked = header(&headers, "transfer-encoding").is_some();
         // Keep what another attempt would need, only when one is possible.
-        let replay = Flight::may_try_again(&config, virtual_model, &attempts).then(|| Replay {
-            headers: host::request_headers(),
+        let replay = Flight::may_try_again(&config, virtual_model, &attempts).then_some(Replay {
+            headers,
             body,
             model_span: decision.model_span,
         });
@@ -98,7 +105,9 @@ impl Http {
                 return self.reply(&ErrorReply::invalid_json("the body could not be rewritten"));
             }
             // The body is now whole and of known length: send it that way upstream.
-            host::remove_request_header("transfer-encoding");
+            if chunked {
+                host::remove_request_header("transfer-encoding");
+            }
             host::set_request_header("content-length", &new_body.len().to_string());
         }
         for (name, value) in &model.headers {
@@ -143,47 +152,48 @@ impl HttpContext for Http {
             host::remove_request_header("x-switchboard-cluster");
             return Action::Continue;
         };
-        let endpoint = host::request_header(":path")
-            .and_then(|p| std::str::from_utf8(&p).ok().and_then(Endpoint::from_path))
-            .filter(|_| host::request_header(":method").as_deref() == Some(b"POST"));
+        // One host call for every header: cheaper than several lookups, and these are the
+        // client's headers as sent, which a retry or fallback replays.
+        let headers = host::request_headers();
+        let endpoint = header(&headers, ":path")
+            .and_then(Endpoint::from_path)
+            .filter(|_| header(&headers, ":method") == Some("POST"));
         let Some(endpoint) = endpoint else {
             // Never let a client pick the cluster through the route's cluster_header.
-            host::remove_request_header(&config.header_names.cluster);
+            if header(&headers, &config.header_names.cluster).is_some() {
+                host::remove_request_header(&config.header_names.cluster);
+            }
             return Action::Continue;
         };
         if end_of_stream {
             return self.reply(&ErrorReply::body_required());
         }
-        let declared = host::request_header("content-length")
-            .and_then(|v| std::str::from_utf8(&v).ok()?.trim().parse::<usize>().ok());
+        let declared =
+            header(&headers, "content-length").and_then(|v| v.trim().parse::<usize>().ok());
         if declared.is_some_and(|n| n > config.max_request_body_bytes) {
             return self.reply(&ErrorReply::body_too_large(config.max_request_body_bytes));
         }
-        self.phase = Phase::Inspecting(endpoint);
+        self.phase = Phase::Inspecting(endpoint, headers);
         Action::Pause
     }
 
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        let (Phase::Inspecting(endpoint), Some(config)) = (&self.phase, self.config.clone()) else {
+        let (Phase::Inspecting(..), Some(config)) = (&self.phase, self.config.clone()) else {
             return Action::Continue;
         };
-        let endpoint = *endpoint;
         if body_size > config.max_request_body_bytes {
             return self.reply(&ErrorReply::body_too_large(config.max_request_body_bytes));
         }
         if !end_of_stream {
             return Action::Pause;
         }
-        self.route(config, endpoint, body_size)
+        self.route(config, body_size)
     }
 
     fn on_http_request_trailers(&mut self, _num_trailers: usize) -> Action {
         // A body that ends with trailers never sees end_of_stream in the body callback.
         match (&self.phase, self.config.clone()) {
-            (Phase::Inspecting(endpoint), Some(config)) => {
-                let endpoint = *endpoint;
-                self.route(config, endpoint, usize::MAX)
-            }
+            (Phase::Inspecting(..), Some(config)) => self.route(config, usize::MAX),
             _ => Action::Continue,
         }
     }

@@ -77,6 +77,17 @@ impl Runtime {
 
     /// Records an attempt's outcome in shared data and in this worker's view.
     pub fn record(&self, config: &Config, model: ModelId, outcome: Outcome, now_ms: u64) {
+        // A success changes nothing on a clean record: skip two shared-data calls per request.
+        let clean = || {
+            self.health
+                .borrow()
+                .records
+                .get(model.0)
+                .is_some_and(HealthRecord::is_clean)
+        };
+        if outcome == Outcome::Success && clean() {
+            return;
+        }
         if let Some(m) = config.model(model) {
             self.update(config, model, |r| r.record(outcome, now_ms, &m.health));
         }

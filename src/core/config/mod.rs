@@ -157,12 +157,14 @@ pub struct VirtualModel {
     pub policies: Vec<(ModelId, TargetPolicy)>,
     /// `fallback_timeout_ms` (Zuplo seed): abandon a target that has not started answering.
     pub fallback_timeout_ms: Option<u64>,
+    /// Whether any target has an SLA cutoff (so routing needs latency samples).
+    pub has_sla: bool,
 }
 
 impl VirtualModel {
     /// Whether routing needs latency samples of its targets (an SLA cutoff is set).
     pub fn needs_latency(&self) -> bool {
-        self.policies.iter().any(|(_, p)| p.sla.is_some())
+        self.has_sla
     }
 
     /// The policy of one of its targets.

@@ -76,12 +76,14 @@ pub(super) fn compile_virtual_model(
         other => other,
     };
     f.finish(&[])?;
+    let has_sla = policies.iter().any(|(_, p)| p.sla.is_some());
     Ok(VirtualModel {
         name,
         model_types,
         routing,
         policies,
         fallback_timeout_ms,
+        has_sla,
     })
 }
 

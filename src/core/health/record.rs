@@ -7,6 +7,8 @@ use super::policy::{FailureWindow, HealthPolicy, DEFAULT_EVICTION_MS};
 pub const MAX_FAILURES: usize = 16;
 /// Weight of the newest outcome in the health score (an exponentially weighted average).
 const SCORE_ALPHA: f32 = 0.25;
+/// A score this close to 1.0 is as good as healthy: successes stop being written back.
+const CLEAN_SCORE: f32 = 0.99;
 /// A provider's Retry-After is honoured up to this long, so one bad header cannot park a
 /// target for hours.
 pub const MAX_HINT_MS: u64 = 600_000;
@@ -162,6 +164,14 @@ impl HealthRecord {
         }
     }
 
+    /// Whether a success would leave the record as it is (nothing to forget or restore).
+    pub fn is_clean(&self) -> bool {
+        self.consecutive_failures == 0
+            && self.evictions == 0
+            && self.evicted_until_ms == 0
+            && self.score >= CLEAN_SCORE
+    }
+
     /// Where the target stands at `now_ms`.
     pub fn standing(&self, now_ms: u64, window: &FailureWindow) -> Standing {
         if now_ms < self.evicted_until_ms {
@@ -219,6 +229,24 @@ mod tests {
         assert_eq!(r.standing(120_999, &w), Standing::Unhealthy);
         // The first failure leaves the window at 121 s: recovery without any new request.
         assert_eq!(r.standing(121_000, &w), Standing::Healthy);
+    }
+
+    #[test]
+    fn a_record_is_clean_once_successes_have_restored_it() {
+        let p = HealthPolicy::default();
+        let mut r = HealthRecord::default();
+        assert!(r.is_clean());
+        r.record(FAIL, 0, &p);
+        assert!(!r.is_clean());
+        let mut successes = 0;
+        while !r.is_clean() {
+            r.record(Outcome::Success, 1, &p);
+            successes += 1;
+        }
+        assert_eq!(
+            successes, 12,
+            "the score climbs back from 0.75 to 0.99 in 12 successes"
+        );
     }
 
     #[test]

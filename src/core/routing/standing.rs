@@ -40,10 +40,11 @@ impl HealthInput<'_> {
         };
         match record.standing(self.now_ms, &self.window) {
             Standing::Healthy
-                if vm
-                    .policy(model)
-                    .sla
-                    .is_some_and(|sla| sla.breached(record, self.now_ms)) =>
+                if vm.needs_latency()
+                    && vm
+                        .policy(model)
+                        .sla
+                        .is_some_and(|sla| sla.breached(record, self.now_ms)) =>
             {
                 Standing::Unhealthy
             }
@@ -52,13 +53,25 @@ impl HealthInput<'_> {
     }
 }
 
-/// Reorders candidates by standing, stable within each standing.
-pub fn apply(candidates: &mut [ModelId], standing: impl Fn(ModelId) -> Standing) {
-    candidates.sort_by_key(|m| match standing(*m) {
-        Standing::Healthy => 0u8,
-        Standing::Unhealthy => 1,
-        Standing::Evicted => 2,
-    });
+/// Reorders candidates by standing, stable within each standing. Each standing is computed
+/// once; the common all-healthy case moves nothing.
+pub fn apply(candidates: &mut Vec<ModelId>, standing: impl Fn(ModelId) -> Standing) {
+    let ranks: Vec<u8> = candidates
+        .iter()
+        .map(|m| match standing(*m) {
+            Standing::Healthy => 0u8,
+            Standing::Unhealthy => 1,
+            Standing::Evicted => 2,
+        })
+        .collect();
+    if ranks.iter().all(|r| *r == 0) {
+        return;
+    }
+    let mut ranked: Vec<(u8, ModelId)> =
+        ranks.into_iter().zip(candidates.iter().copied()).collect();
+    ranked.sort_by_key(|(rank, _)| *rank);
+    candidates.clear();
+    candidates.extend(ranked.into_iter().map(|(_, m)| m));
 }
 
 #[cfg(test)]

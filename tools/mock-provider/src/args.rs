@@ -8,7 +8,7 @@ usage: mock-provider [--host 127.0.0.1] [--port 0] [--name NAME]
                      [--ttft-ms N] [--token-delay-ms N] [--output-tokens N]
                      [--fail-status CODE] [--fail-rate F] [--retry-after VALUE]
                      [--drop before-response|mid-stream] [--stall-ms N]
-                     [--error-body-on-200]
+                     [--error-body-on-200] [--max-records N (10000; 0 counts only)]
 ";
 
 /// Everything the command line decides.
@@ -17,6 +17,8 @@ pub struct Args {
     pub host: String,
     pub port: u16,
     pub behaviour: Behaviour,
+    /// Requests kept for `GET /__requests` (0: count only, for benchmarks).
+    pub max_records: usize,
 }
 
 /// Parses the arguments after the program name; `Ok(None)` means `--help`.
@@ -25,6 +27,7 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Option<Args>, St
         host: "127.0.0.1".to_owned(),
         port: 0,
         behaviour: Behaviour::default(),
+        max_records: crate::record::MAX_RECORDS,
     };
     let b = &mut out.behaviour;
     let mut it = args.into_iter();
@@ -54,6 +57,7 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Option<Args>, St
         match flag.as_str() {
             "--host" => out.host = value()?,
             "--port" => out.port = num(&flag, &value()?)?,
+            "--max-records" => out.max_records = num(&flag, &value()?)?,
             "--name" => b.name = value()?,
             "--ttft-ms" => b.ttft_ms = num(&flag, &value()?)?,
             "--token-delay-ms" => b.token_delay_ms = num(&flag, &value()?)?,

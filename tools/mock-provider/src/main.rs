@@ -74,7 +74,7 @@ async fn main() -> ExitCode {
         let _ = out.flush();
     }
 
-    let state = Arc::new(router::State::new(args.behaviour));
+    let state = Arc::new(router::State::new(args.behaviour, args.max_records));
     loop {
         tokio::select! {
             () = shutdown.wait() => break,

@@ -49,18 +49,47 @@ impl Record {
 }
 
 /// The bounded log plus a counter of every request since the last clear.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Recorder {
     records: VecDeque<Record>,
     count: u64,
+    limit: usize,
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Self::with_limit(MAX_RECORDS)
+    }
 }
 
 impl Recorder {
+    /// Keeps at most `limit` records (0: only count requests, as benchmarks need).
+    pub fn with_limit(limit: usize) -> Self {
+        Self {
+            records: VecDeque::new(),
+            count: 0,
+            limit,
+        }
+    }
+
+    /// Whether requests are kept (a caller may skip building the record otherwise).
+    pub fn keeps_records(&self) -> bool {
+        self.limit > 0
+    }
+
     pub fn push(&mut self, record: Record) {
-        if self.records.len() >= MAX_RECORDS {
+        self.count += 1;
+        if self.limit == 0 {
+            return;
+        }
+        if self.records.len() >= self.limit {
             self.records.pop_front();
         }
         self.records.push_back(record);
+    }
+
+    /// Counts a request without keeping it.
+    pub fn count_only(&mut self) {
         self.count += 1;
     }
 
@@ -109,6 +138,9 @@ mod tests {
         assert_eq!(rec.records().len(), MAX_RECORDS);
         assert_eq!(rec.count(), (MAX_RECORDS + 5) as u64);
         assert_eq!(rec.clear(), MAX_RECORDS);
+        let mut counting = Recorder::with_limit(0);
+        counting.count_only();
+        assert_eq!((counting.records().len(), counting.count()), (0, 1));
         assert_eq!(rec.count(), 0);
     }
 }

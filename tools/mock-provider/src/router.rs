@@ -26,10 +26,10 @@ pub struct State {
 }
 
 impl State {
-    pub fn new(behaviour: Behaviour) -> Self {
+    pub fn new(behaviour: Behaviour, max_records: usize) -> Self {
         Self {
             behaviour: Mutex::new(behaviour),
-            recorder: Mutex::default(),
+            recorder: Mutex::new(Recorder::with_limit(max_records)),
         }
     }
 
@@ -144,7 +144,14 @@ fn control(state: &State, parts: &Parts, body: &Bytes) -> Response<Body> {
 
 /// Records the request, then answers it as an API call.
 async fn api(state: &State, parts: &Parts, body: &Bytes) -> Result<Response<Body>, Dropped> {
-    state.recorder().push(Record::new(parts, body));
+    {
+        let mut recorder = state.recorder();
+        if recorder.keeps_records() {
+            recorder.push(Record::new(parts, body));
+        } else {
+            recorder.count_only();
+        }
+    }
     let cfg = state.behaviour().clone();
     let name = cfg.name.as_str();
     let path = parts.uri.path();

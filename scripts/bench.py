@@ -1,0 +1,222 @@
+"""`make bench`: Switchboard against plain Envoy and a no-op Wasm filter, in the same run.
+
+Three Envoys (plain, no-op filter, Switchboard) route to one mock provider that answers at once.
+For each scenario they are loaded in turns (A B C, A B C, ...) with wrk, and the table reports
+requests/s, p50/p99 latency, errors, Envoy CPU per request, Envoy peak RSS, and the ratios.
+Everything runs on 127.0.0.1; every wrk run is bounded in time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+
+from harness import ENVOY_BIN, WASM, bootstrap, free_port, start_envoy, start_provider, wasm_filter  # noqa: E402
+
+NOOP_WASM = ROOT / "target" / "wasm32-wasip1" / "release" / "noop_filter.wasm"
+OUT = ROOT / "docs" / "benchmarks.md"
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
+SECONDS = int(os.environ.get("BENCH_SECONDS", "4"))
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def chat_body(size: int) -> bytes:
+    """A chat request for the virtual model, padded to about `size` bytes."""
+    base = {"model": "bench/chat", "messages": [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": ""}], "temperature": 0.2, "max_tokens": 8}
+    pad = max(0, size - len(json.dumps(base)))
+    base["messages"][1]["content"] = ("lorem ipsum dolor sit amet " * (pad // 27 + 1))[:pad]
+    return json.dumps(base).encode()
+
+
+def plugin_config(targets: int) -> dict:
+    models = [{"name": f"provider-{i}/gpt-4o", "cluster": "provider", "model": f"gpt-4o-{i}",
+               "headers": {"authorization": f"Bearer sk-bench-{i}"}} for i in range(targets)]
+    weights = [100 // targets + (1 if i < 100 % targets else 0) for i in range(targets)]
+    return {"models": models, "virtual_models": [{
+        "name": "bench/chat", "model_types": ["chat"],
+        "routing_config": {"type": "weight-based-routing", "load_balance_targets": [
+            {"target": m["name"], "weight": w} for m, w in zip(models, weights)]}}]}
+
+
+SCENARIOS = [
+    # name, body bytes, wrk connections, targets
+    ("1.5 KB chat, 16 connections", 1536, 16, 2),
+    ("1.5 KB chat, 1 connection", 1536, 1, 2),
+    ("100 KB prompt, 1 connection", 100 * 1024, 1, 2),
+    ("1 MB prompt, 1 connection", 1024 * 1024, 1, 2),
+    ("1 MB prompt, 8 connections (memory)", 1024 * 1024, 8, 2),
+    ("1.5 KB chat, 16 connections, 32 targets", 1536, 16, 32),
+]
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def rss_kb(pid: int, key: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def to_us(text: str) -> float:
+    m = re.fullmatch(r"([\d.]+)(us|ms|s)", text)
+    if not m:
+        return float("nan")
+    return float(m.group(1)) * {"us": 1, "ms": 1e3, "s": 1e6}[m.group(2)]
+
+
+def wrk(url: str, body_path: str, connections: int, seconds: int) -> dict:
+    script = Path(tempfile.mkstemp(suffix=".lua")[1])
+    script.write_text(
+        'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
+        f'local f = io.open("{body_path}", "rb")\nwrk.body = f:read("*a")\nf:close()\n')
+    try:
+        out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--timeout", "10s", "--latency",
+                              "-s", str(script), f"{url}/v1/chat/completions"],
+                             capture_output=True, text=True, timeout=seconds + 30).stdout
+    finally:
+        script.unlink()
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    total = int(re.search(r"(\d+) requests in", out).group(1))
+    lat = dict(re.findall(r"^\s+(50|99)%\s+(\S+)", out, re.M))
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    sock = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    errors = (int(non2xx.group(1)) if non2xx else 0) + (sum(map(int, sock.groups())) if sock else 0)
+    return {"rps": rps, "requests": total, "p50": to_us(lat.get("50", "")), "p99": to_us(lat.get("99", "")),
+            "errors": errors}
+
+
+def run_scenario(name: str, size: int, connections: int, targets: int, provider_port: int) -> dict:
+    body = Path(tempfile.mkstemp(suffix=".json")[1])
+    body.write_bytes(chat_body(size))
+    clusters = {"provider": provider_port}
+    configs = {
+        "plain": [],
+        "no-op filter": [{**wasm_filter("", NOOP_WASM), "name": "noop"}],
+        "switchboard": [wasm_filter(plugin_config(targets))],
+    }
+    envoys = {}
+    try:
+        for label, filters in configs.items():
+            config = bootstrap(free_port(), free_port(), clusters, filters, passthrough="provider")
+            if filters:
+                config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"][
+                    "http_filters"][0]["typed_config"]["config"]["vm_config"]["vm_id"] = label
+            envoys[label] = start_envoy(config, concurrency=2)
+        idle_rss = {k: rss_kb(e.proc.pid, "VmRSS") for k, e in envoys.items()}
+        for e in envoys.values():  # warm up: V8 compiles lazily, connections open
+            wrk(e.url, str(body), connections, 1)
+        runs = {k: [] for k in envoys}
+        for _ in range(ROUNDS):
+            for label, e in envoys.items():
+                before = cpu_seconds(e.proc.pid)
+                r = wrk(e.url, str(body), connections, SECONDS)
+                r["cpu_us"] = (cpu_seconds(e.proc.pid) - before) / max(r["requests"], 1) * 1e6
+                runs[label].append(r)
+        result = {}
+        for label, rs in runs.items():
+            pid = envoys[label].proc.pid
+            result[label] = {
+                "rps": statistics.median(r["rps"] for r in rs),
+                "p50": statistics.median(r["p50"] for r in rs),
+                "p99": statistics.median(r["p99"] for r in rs),
+                "errors": sum(r["errors"] for r in rs),
+                "cpu_us": statistics.median(r["cpu_us"] for r in rs),
+                "peak_rss_mb": rss_kb(pid, "VmHWM") / 1024,
+                "rss_growth_mb": (rss_kb(pid, "VmHWM") - idle_rss[label]) / 1024,
+                "rounds": [round(r["rps"]) for r in rs],
+            }
+        return result
+    finally:
+        for e in envoys.values():
+            e.stop()
+        body.unlink()
+
+
+def fmt_us(us: float) -> str:
+    return f"{us / 1000:.2f} ms" if us >= 1000 else f"{us:.0f} µs"
+
+
+def render(results: list[tuple[str, int, int, int, dict]], command: str, seconds: float) -> str:
+    envoy_version = subprocess.run([str(ENVOY_BIN), "--version"], capture_output=True, text=True).stdout
+    envoy_version = envoy_version.split("version:")[-1].strip()
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.machine())
+    lines = [
+        "# Benchmarks",
+        "",
+        f"Generated by `{command}` on {date.today().isoformat()} in {seconds:.0f} s.",
+        "",
+        f"- Machine: {cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}",
+        f"- Envoy `{envoy_version}`, `--concurrency 2`, V8; wrk 4.1 `-t1`; mock provider answering at once",
+        f"- {ROUNDS} rounds of {SECONDS} s per configuration, in turns (plain, no-op, Switchboard, ...);"
+        " medians of the rounds",
+        f"- Switchboard `.wasm`: {WASM.stat().st_size:,} bytes; no-op filter: {NOOP_WASM.stat().st_size:,} bytes",
+        "- The virtual model has 2 weighted targets (32 in the last scenario), each with an"
+        " `authorization` header; the body's `model` is rewritten for the target",
+        "",
+    ]
+    for name, size, conns, targets, r in results:
+        sb, noop, plain = r["switchboard"], r["no-op filter"], r["plain"]
+        lines += [f"## {name}", "",
+                  "| Envoy | req/s | p50 | p99 | errors | Envoy CPU / req | peak RSS | RSS growth |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for label in ("plain", "no-op filter", "switchboard"):
+            x = r[label]
+            lines.append(f"| {label} | {x['rps']:,.0f} | {fmt_us(x['p50'])} | {fmt_us(x['p99'])} | {x['errors']} |"
+                         f" {x['cpu_us']:.0f} µs | {x['peak_rss_mb']:.1f} MB | {x['rss_growth_mb']:.1f} MB |")
+        lines += ["",
+                  f"- Switchboard / no-op throughput: **{sb['rps'] / noop['rps']:.3f}**;"
+                  f" Switchboard / plain: **{sb['rps'] / plain['rps']:.3f}**",
+                  f"- Added median latency over the no-op filter: **{fmt_us(sb['p50'] - noop['p50'])}**;"
+                  f" added Envoy CPU per request: **{sb['cpu_us'] - noop['cpu_us']:.0f} µs**",
+                  f"- Per-round req/s: plain {plain['rounds']}, no-op {noop['rounds']}, Switchboard {sb['rounds']}",
+                  ""]
+        if conns > 1 and size >= 1024 * 1024:
+            per_request = (sb["rss_growth_mb"]) / conns
+            lines += [f"- Switchboard RSS growth per in-flight request: {per_request:.2f} MB for a"
+                      f" {size / 1048576:.0f} MB body (no-op: {noop['rss_growth_mb'] / conns:.2f} MB)", ""]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    started = time.monotonic()
+    provider = start_provider("bench", max_records=0)
+    results = []
+    try:
+        for name, size, conns, targets in SCENARIOS:
+            print(f"running: {name}", flush=True)
+            r = run_scenario(name, size, conns, targets, provider.port)
+            results.append((name, size, conns, targets, r))
+            sb, noop = r["switchboard"], r["no-op filter"]
+            print(f"  req/s plain {r['plain']['rps']:.0f}, no-op {noop['rps']:.0f}, switchboard {sb['rps']:.0f}"
+                  f" (sb/no-op {sb['rps'] / noop['rps']:.3f}); p50 +{sb['p50'] - noop['p50']:.0f} µs;"
+                  f" errors {sb['errors']}", flush=True)
+    finally:
+        provider.stop()
+    report = render(results, "make bench", time.monotonic() - started)
+    OUT.parent.mkdir(exist_ok=True)
+    OUT.write_text(report)
+    print(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
