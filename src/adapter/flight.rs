@@ -74,6 +74,8 @@ pub struct Flight {
     config: Rc<Config>,
     virtual_model: Option<usize>,
     attempts: Attempts,
+    /// The target of the router's attempt (the first one).
+    routed_target: Option<ModelId>,
     /// Present only when another attempt is possible.
     replay: Option<Replay>,
     state: State,
@@ -111,6 +113,7 @@ impl Flight {
             context_id,
             config,
             virtual_model,
+            routed_target: attempts.current(),
             attempts,
             replay,
             state: State::Routed,
@@ -166,9 +169,11 @@ impl Flight {
             .fallback_timeout_ms
     }
 
-    /// Arms the `fallback_timeout_ms` timer of the attempt that just started.
-    pub fn arm_timeout(this: &Rc<RefCell<Flight>>, rt: &Runtime, now_ms: u64) {
-        let mut f = this.borrow_mut();
+    /// Arms the `fallback_timeout_ms` timer of the router's attempt, which just started.
+    pub fn arm_fallback_timeout(this: &Rc<RefCell<Flight>>, rt: &Runtime, now_ms: u64) {
+        let Ok(mut f) = this.try_borrow_mut() else {
+            return;
+        };
         f.seq += 1;
         if let Some(ms) = f.fallback_timeout_ms() {
             rt.add_timer(now_ms.saturating_add(ms), f.seq, this);
@@ -181,9 +186,26 @@ impl Flight {
         let Ok(mut f) = this.try_borrow_mut() else {
             return Action::Continue;
         };
+        let status = host::response_header(":status")
+            .and_then(|s| std::str::from_utf8(&s).ok()?.parse::<u16>().ok())
+            .unwrap_or(502);
+        let now = host::now_ms();
         match f.state {
             State::Routed => {}
-            // Abandoned for a later attempt (timeout): keep it from the client.
+            // Abandoned after a timeout, yet it answered well first: deliver it, drop the rest.
+            State::Waiting | State::Calling(_) if (200..300).contains(&status) => {
+                f.record(
+                    rt,
+                    f.routed_target,
+                    AttemptOutcome::Status(status),
+                    || None,
+                    now,
+                );
+                let routed = f.routed_target;
+                f.deliver(routed, status, false);
+                return Action::Continue;
+            }
+            // Abandoned and failed (already counted as a timeout): keep it from the client.
             State::Waiting | State::Calling(_) => {
                 f.holding = true;
                 return Action::Pause;
@@ -191,32 +213,17 @@ impl Flight {
             State::Delivering | State::Done => return Action::Continue,
         }
         f.seq += 1; // the answer started: the fallback timeout no longer applies
-        let now = host::now_ms();
-        let status = host::response_header(":status")
-            .and_then(|s| std::str::from_utf8(&s).ok()?.parse::<u16>().ok())
-            .unwrap_or(502);
         let outcome = router_outcome(status);
-        let hint = || {
-            let headers = host::response_headers();
-            hint_ms(&headers, now)
-        };
-        f.record(rt, outcome, hint, now);
+        let hint = || hint_ms(&host::response_headers(), now);
+        f.record(rt, f.routed_target, outcome, hint, now);
         let step = f.step(outcome);
         match step {
             Step::Deliver | Step::GiveUp => {
-                f.state = State::Delivering;
-                if (200..300).contains(&status) && f.needs_latency() {
-                    f.measure = Some(Measure::default());
-                }
-                let names = &f.config.header_names;
-                if matches!(outcome, AttemptOutcome::Status(_)) {
-                    if let Some(m) = f.attempts.current().and_then(|t| f.config.model(t)) {
-                        host::set_response_header(&names.resolved_model, &m.name);
-                    }
-                }
-                if step == Step::GiveUp || f.attempts.total() > 1 {
-                    host::set_response_header(&names.attempts, &f.attempts.total().to_string());
-                }
+                // Envoy's own 503 for an unreachable upstream names no target that answered.
+                let answered = matches!(outcome, AttemptOutcome::Status(_))
+                    .then_some(f.routed_target)
+                    .flatten();
+                f.deliver(answered, status, step == Step::GiveUp);
                 Action::Continue
             }
             Step::Retry { .. } | Step::Fallback { .. } => {
@@ -225,6 +232,41 @@ impl Flight {
                 Flight::next_attempt(this, rt, step, now);
                 Action::Pause
             }
+        }
+    }
+
+    /// Lets the router's answer through, with the resolved-model and attempts headers.
+    fn deliver(&mut self, answered_by: Option<ModelId>, status: u16, gave_up: bool) {
+        self.state = State::Delivering;
+        self.seq += 1;
+        self.holding = false;
+        if (200..300).contains(&status) && self.needs_latency() {
+            self.measure = Some(Measure::default());
+        }
+        for (name, value) in self.answer_headers(answered_by, gave_up) {
+            host::set_response_header(name, &value);
+        }
+    }
+
+    /// The headers Switchboard adds to the answer the client gets.
+    fn answer_headers(&self, answered_by: Option<ModelId>, gave_up: bool) -> Vec<(&str, String)> {
+        let names = &self.config.header_names;
+        let mut out = Vec::with_capacity(2);
+        if let Some(m) = answered_by.and_then(|t| self.config.model(t)) {
+            out.push((names.resolved_model.as_str(), m.name.clone()));
+        }
+        if gave_up || self.attempts.total() > 1 {
+            out.push((names.attempts.as_str(), self.attempts.total().to_string()));
+        }
+        out
+    }
+
+    /// Trailers of the router's answer: a held failed answer stays held.
+    pub fn on_response_trailers(&self) -> Action {
+        if self.holding {
+            Action::Pause
+        } else {
+            Action::Continue
         }
     }
 
@@ -276,17 +318,17 @@ impl Flight {
                 drop(f);
                 Flight::dispatch(this, rt, target, now);
             }
-            // The current attempt did not start answering within fallback_timeout_ms.
-            State::Routed | State::Calling(_) => {
-                f.record(rt, AttemptOutcome::Timeout, || None, now);
+            // The router's attempt did not start answering within fallback_timeout_ms.
+            State::Routed => {
                 let step = f.step(AttemptOutcome::Timeout);
                 if step == Step::GiveUp {
                     return; // nowhere else to go: keep waiting for this one
                 }
+                f.record(rt, f.routed_target, AttemptOutcome::Timeout, || None, now);
                 drop(f);
                 Flight::next_attempt(this, rt, step, now);
             }
-            State::Delivering | State::Done => {}
+            State::Calling(_) | State::Delivering | State::Done => {}
         }
     }
 
@@ -311,7 +353,13 @@ impl Flight {
             (0, _) | (_, None) => AttemptOutcome::ConnectFailure,
             (_, Some(s)) => AttemptOutcome::Status(s),
         };
-        f.record(rt, outcome, || hint_ms(&headers, now), now);
+        f.record(
+            rt,
+            f.attempts.current(),
+            outcome,
+            || hint_ms(&headers, now),
+            now,
+        );
         let step = f.step(outcome);
         match (step, status) {
             (Step::Retry { .. } | Step::Fallback { .. }, _) => {
@@ -343,27 +391,29 @@ impl Flight {
         }
     }
 
+    /// Updates `target`'s health with an attempt's outcome. Statuses the model does not count
+    /// as failures and that are not successes (a 404, say) change nothing. The provider's
+    /// "come back in" hint is only read from a 429 (agentgateway seed).
     fn record(
         &self,
         rt: &Runtime,
+        target: Option<ModelId>,
         outcome: AttemptOutcome,
         hint: impl FnOnce() -> Option<u64>,
         now: u64,
     ) {
-        let Some(target) = self.attempts.current() else {
+        let Some((target, model)) = target.and_then(|t| Some((t, self.config.model(t)?))) else {
             return;
         };
-        let Some(model) = self.config.model(target) else {
-            return;
-        };
-        let failed = match outcome {
-            AttemptOutcome::Status(s) => model.health.is_failure(s),
-            AttemptOutcome::ConnectFailure | AttemptOutcome::Timeout => true,
-        };
-        let health = if failed {
-            Outcome::Failure { hint_ms: hint() }
-        } else {
-            Outcome::Success
+        let health = match outcome {
+            AttemptOutcome::Status(s) if model.health.is_failure(s) => Outcome::Failure {
+                hint_ms: if s == 429 { hint() } else { None },
+            },
+            AttemptOutcome::Status(s) if s < 400 => Outcome::Success,
+            AttemptOutcome::Status(_) => return,
+            AttemptOutcome::ConnectFailure | AttemptOutcome::Timeout => {
+                Outcome::Failure { hint_ms: None }
+            }
         };
         rt.record(&self.config, target, health, now);
     }
@@ -391,14 +441,20 @@ impl Flight {
             let mut f = this.borrow_mut();
             let token = f.call(target);
             if let Some(token) = token {
+                // No fallback_timeout here: a call's answer arrives whole, so "has not started
+                // answering" cannot be seen; attempt_timeout_ms bounds it instead.
                 f.state = State::Calling(token);
                 f.started_ms = now;
                 rt.add_call(token, this);
-                drop(f);
-                Flight::arm_timeout(this, rt, now);
                 return;
             }
-            f.record(rt, AttemptOutcome::ConnectFailure, || None, now);
+            f.record(
+                rt,
+                Some(target),
+                AttemptOutcome::ConnectFailure,
+                || None,
+                now,
+            );
             match f.step(AttemptOutcome::ConnectFailure) {
                 Step::Retry { target: t, .. } | Step::Fallback { target: t } => target = t,
                 Step::Deliver | Step::GiveUp => return f.reply_unavailable(),
@@ -434,24 +490,13 @@ impl Flight {
     /// Answers the client with a dispatched attempt's response.
     fn reply(&mut self, status: u16, headers: &Headers, body: &[u8], gave_up: bool) {
         self.state = State::Done;
-        let names = &self.config.header_names;
-        let resolved = self
-            .attempts
-            .current()
-            .and_then(|t| self.config.model(t))
-            .map(|m| m.name.as_str());
-        let total = self.attempts.total().to_string();
+        let added = self.answer_headers(self.attempts.current(), gave_up);
         let mut out: Vec<(&str, &str)> = headers
             .iter()
             .filter(|(k, _)| !NOT_REPLAYED.contains(&k.as_str()))
             .filter_map(|(k, v)| Some((k.as_str(), std::str::from_utf8(v).ok()?)))
             .collect();
-        if let Some(name) = resolved {
-            out.push((&names.resolved_model, name));
-        }
-        if gave_up || self.attempts.total() > 1 {
-            out.push((&names.attempts, &total));
-        }
+        out.extend(added.iter().map(|(k, v)| (*k, v.as_str())));
         host::send_reply(status, out, body);
     }
 
@@ -464,12 +509,9 @@ impl Flight {
             .and_then(|t| self.config.model(t))
             .map_or("the requested model", |m| m.name.as_str());
         let reply = ErrorReply::no_target_available(model);
-        let total = self.attempts.total().to_string();
-        host::send_json_reply(
-            reply.status,
-            &reply.body,
-            vec![(&self.config.header_names.attempts, &total)],
-        );
+        let added = self.answer_headers(None, true);
+        let extra = added.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        host::send_json_reply(reply.status, &reply.body, extra);
     }
 }
 

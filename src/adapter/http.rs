@@ -124,7 +124,7 @@ impl Http {
             decision.stream,
             now,
         )));
-        Flight::arm_timeout(&flight, &self.runtime, now);
+        Flight::arm_fallback_timeout(&flight, &self.runtime, now);
         self.phase = Phase::Forwarded(flight);
         Action::Continue
     }
@@ -138,10 +138,7 @@ impl Context for Http {
         body_size: usize,
         _num_trailers: usize,
     ) {
-        let (headers, body) = host::call_response(body_size);
-        if let Some(flight) = self.runtime.take_call(token) {
-            Flight::on_call_response(&flight, &self.runtime, token, num_headers, headers, body);
-        }
+        self.runtime.call_finished(token, num_headers, body_size);
     }
 }
 
@@ -201,6 +198,15 @@ impl HttpContext for Http {
     fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
         match &self.phase {
             Phase::Forwarded(flight) => Flight::on_response_headers(flight, &self.runtime),
+            _ => Action::Continue,
+        }
+    }
+
+    fn on_http_response_trailers(&mut self, _num_trailers: usize) -> Action {
+        match &self.phase {
+            Phase::Forwarded(flight) => flight
+                .try_borrow()
+                .map_or(Action::Continue, |f| f.on_response_trailers()),
             _ => Action::Continue,
         }
     }

@@ -48,15 +48,7 @@ impl Context for Root {
         body_size: usize,
         _num_trailers: usize,
     ) {
-        // Read the call's answer while the root is still the effective context.
-        let (headers, body) = host::call_response(body_size);
-        let Some(flight) = self.runtime.take_call(token) else {
-            return;
-        };
-        let context_id = flight.borrow().context_id;
-        if host::set_effective_context(context_id) {
-            Flight::on_call_response(&flight, &self.runtime, token, num_headers, headers, body);
-        }
+        self.runtime.call_finished(token, num_headers, body_size);
     }
 }
 

@@ -157,11 +157,28 @@ impl Runtime {
 
     /// Remembers which flight a call token belongs to.
     pub fn add_call(&self, token: u32, flight: &Rc<RefCell<Flight>>) {
-        self.calls.borrow_mut().insert(token, Rc::downgrade(flight));
+        let mut calls = self.calls.borrow_mut();
+        // A call whose stream went away is never answered to us: forget it here.
+        calls.retain(|_, f| f.strong_count() > 0);
+        calls.insert(token, Rc::downgrade(flight));
     }
 
-    /// The flight of a finished call, if the request is still there.
-    pub fn take_call(&self, token: u32) -> Option<Rc<RefCell<Flight>>> {
-        self.calls.borrow_mut().remove(&token)?.upgrade()
+    /// A call finished (in the root or in the stream that made it): hands the answer to its
+    /// flight, acting on that flight's stream.
+    pub fn call_finished(&self, token: u32, num_headers: usize, body_size: usize) {
+        // Read the answer before switching streams: it belongs to the context it came to.
+        let (headers, body) = host::call_response(body_size);
+        let Some(flight) = self
+            .calls
+            .borrow_mut()
+            .remove(&token)
+            .and_then(|f| f.upgrade())
+        else {
+            return;
+        };
+        let context_id = flight.try_borrow().map(|f| f.context_id).ok();
+        if context_id.is_some_and(host::set_effective_context) {
+            Flight::on_call_response(&flight, self, token, num_headers, headers, body);
+        }
     }
 }

@@ -97,9 +97,8 @@ impl Attempts {
         let p = policy(target);
         let (retryable, fallbackable) = match outcome {
             AttemptOutcome::Status(s) => (p.retry_on.contains(s), p.fallback_on.contains(s)),
-            AttemptOutcome::ConnectFailure => (true, true),
-            // A target too slow to start answering is not asked again.
-            AttemptOutcome::Timeout => (false, true),
+            // No answer at all moves on to the next target; retries are for statuses.
+            AttemptOutcome::ConnectFailure | AttemptOutcome::Timeout => (false, true),
         };
         if !retryable && !fallbackable {
             return Step::Deliver;

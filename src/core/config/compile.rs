@@ -7,6 +7,7 @@ use super::{
     DEFAULT_MAX_REQUEST_BODY_BYTES,
 };
 use crate::core::health::policy::{Eviction, FailureWindow, HealthPolicy};
+use crate::core::health::record::MAX_FAILURES;
 use hashbrown::HashMap;
 use serde_json::Value;
 
@@ -205,8 +206,9 @@ fn compile_health(mut f: Fields<'_>) -> Result<HealthPolicy, ConfigError> {
 /// `failure_window`: how many failures in how long make a target unhealthy.
 fn compile_failure_window(mut f: Fields<'_>) -> Result<FailureWindow, ConfigError> {
     let d = FailureWindow::default();
+    // Only the most recent MAX_FAILURES failure times are kept per target.
     let failures = f
-        .opt_u64("failures", 1_000)?
+        .opt_u64("failures", MAX_FAILURES as u64)?
         .map_or(d.failures, |n| n as u32);
     let window_ms = f
         .opt_u64("window_seconds", 86_400)?

@@ -2,9 +2,9 @@
 //! "Failover routing"): the lowest `priority` value wins, 0 being the highest.
 //!
 //! Targets that share a priority form a group (priorities 0, 0, 1 become `[[a, b], [c]]`). The
-//! group shares its load; later groups only stand behind it in the fallback order. In this
-//! version the share inside a group is equal, drawn with the caller's RNG; health and latency
-//! scoring of the group come with the health issue.
+//! group shares its load; later groups stand behind it in the fallback order, and take over when
+//! health ordering (`standing.rs`) moves an evicted group back. The share inside a group is
+//! equal, drawn with the caller's RNG; weighting it by health score and latency is not done yet.
 
 use crate::core::config::{ModelId, PriorityTarget};
 
