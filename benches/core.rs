@@ -14,8 +14,9 @@ use switchboard::core::endpoint::Endpoint;
 use switchboard::core::health::policy::{FailureWindow, HealthPolicy};
 use switchboard::core::health::record::{HealthRecord, Outcome};
 use switchboard::core::health::store::{self, MemoryStore};
+use switchboard::core::metadata::Metadata;
 use switchboard::core::request::{inspect, splice};
-use switchboard::core::routing::{plan, HealthInput};
+use switchboard::core::routing::{plan, HealthInput, Request};
 
 fn bench(name: &str, mut f: impl FnMut()) {
     for _ in 0..100 {
@@ -126,12 +127,17 @@ fn main() {
             now_ms: 10_000,
             window: FailureWindow::default(),
         };
+        let metadata = Metadata::default();
+        let request = Request {
+            endpoint: Endpoint::ChatCompletions,
+            model: "bench/vm",
+            metadata: &metadata,
+            headers: &[],
+        };
         bench(
             &format!("decide: {strategy}, 32 targets, with health"),
             || {
-                black_box(
-                    plan(&c, Endpoint::ChatCompletions, "bench/vm", &health, &mut rng).is_ok(),
-                );
+                black_box(plan(&c, &request, &health, &mut rng).is_ok());
             },
         );
     }

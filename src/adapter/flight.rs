@@ -16,10 +16,10 @@ use crate::core::fallback::{AttemptOutcome, Attempts, Step};
 use crate::core::health::record::Outcome;
 use crate::core::health::retry_after;
 use crate::core::health::sla::{tpot_sample, ttft_sample};
+use crate::core::request::Layout;
 use crate::core::usage::UsageScanner;
 use proxy_wasm::types::Action;
 use std::cell::RefCell;
-use std::ops::Range;
 use std::rc::Rc;
 
 /// Request headers never copied onto a fallback call: hop-by-hop, recomputed, or internal.
@@ -61,8 +61,8 @@ enum State {
 pub struct Replay {
     /// The client's body.
     pub body: Vec<u8>,
-    /// Where its `model` value sits.
-    pub model_span: Range<usize>,
+    /// Where its parts sit, to rewrite it for another target.
+    pub layout: Layout,
     /// The client's request headers.
     pub headers: Headers,
 }
@@ -462,22 +462,48 @@ impl Flight {
         }
     }
 
-    /// Makes the HTTP call of an attempt at `target`.
+    /// Makes the HTTP call of an attempt at `target`: the client's request rewritten for it,
+    /// its catalog headers, then its `headers_override`.
     fn call(&self, target: ModelId) -> Option<u32> {
         let replay = self.replay.as_ref()?;
         let model = self.config.model(target)?;
-        let rewritten = body_for(&replay.body, &replay.model_span, model)?;
+        let vm = self
+            .virtual_model
+            .and_then(|i| self.config.virtual_models.get(i));
+        let rewritten = body_for(&self.config, vm, &replay.body, &replay.layout, target)?;
         let body = rewritten.as_deref().unwrap_or(&replay.body);
         let length = body.len().to_string();
-        let cluster_header = self.config.header_names.cluster.as_str();
+        let names = &self.config.header_names;
+        let o = vm
+            .and_then(|vm| vm.target(target))
+            .map(|t| &t.headers_override);
+        let replaced = |k: &str| {
+            NOT_FORWARDED.contains(&k)
+                || k == names.cluster
+                || k == names.metadata
+                || model.headers.iter().any(|(name, _)| name == k)
+                || o.is_some_and(|o| {
+                    o.remove.iter().any(|n| n == k) || o.set.iter().any(|(n, _)| n == k)
+                })
+        };
         let mut headers: Vec<(&str, &str)> = replay
             .headers
             .iter()
-            .filter(|(k, _)| !NOT_FORWARDED.contains(&k.as_str()) && k != cluster_header)
-            .filter(|(k, _)| !model.headers.iter().any(|(name, _)| name == k))
+            .filter(|(k, _)| !replaced(k))
             .filter_map(|(k, v)| Some((k.as_str(), std::str::from_utf8(v).ok()?)))
             .collect();
-        headers.extend(model.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        headers.extend(
+            model
+                .headers
+                .iter()
+                .filter(|(k, _)| {
+                    !o.is_some_and(|o| o.remove.contains(k) || o.set.iter().any(|(n, _)| n == k))
+                })
+                .map(|(k, v)| (k.as_str(), v.as_str())),
+        );
+        if let Some(o) = o {
+            headers.extend(o.set.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        }
         headers.push(("content-length", &length));
         host::dispatch(
             &model.cluster,

@@ -72,7 +72,7 @@ impl Http {
         let now = host::now_ms();
         let rng = &mut self.rng;
         let decided = self.runtime.with_health(&config, now, |health| {
-            decide(&config, endpoint, &body, health, rng)
+            decide(&config, endpoint, &body, &headers, health, rng)
         });
         match decided {
             Ok(decision) => self.forward(config, decision, body, headers, now),
@@ -91,14 +91,18 @@ impl Http {
         let Some(model) = config.model(decision.target) else {
             return self.reply(&ErrorReply::no_target_available("the requested model"));
         };
-        let attempts = Attempts::new(decision.plan.candidates, false);
         let virtual_model = decision.plan.virtual_model;
+        let target_config = virtual_model
+            .and_then(|i| config.virtual_models.get(i))
+            .and_then(|vm| vm.target(decision.target));
+        let attempts = Attempts::new(decision.plan.candidates, false);
         let chunked = header(&headers, "transfer-encoding").is_some();
+        let has_metadata = header(&headers, &config.header_names.metadata).is_some();
         // Keep what another attempt would need, only when one is possible.
         let replay = Flight::may_try_again(&config, virtual_model, &attempts).then_some(Replay {
             headers,
             body,
-            model_span: decision.model_span,
+            layout: decision.layout,
         });
         if let Some(new_body) = &decision.new_body {
             if !host::replace_request_body(new_body) {
@@ -112,6 +116,19 @@ impl Http {
         }
         for (name, value) in &model.headers {
             host::set_request_header(name, value);
+        }
+        // Switchboard's own metadata header is for routing, not for the provider.
+        if has_metadata {
+            host::remove_request_header(&config.header_names.metadata);
+        }
+        // headers_override comes last (TrueFoundry seed, "Header overrides").
+        if let Some(o) = target_config {
+            for name in &o.headers_override.remove {
+                host::remove_request_header(name);
+            }
+            for (name, value) in &o.headers_override.set {
+                host::set_request_header(name, value);
+            }
         }
         // Last, so the route is re-selected with the final headers.
         host::set_request_header(&config.header_names.cluster, &model.cluster);

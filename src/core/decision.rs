@@ -3,12 +3,13 @@
 //! The adapter hands over the endpoint and the buffered body and gets back what to do to the
 //! request: which cluster, which body (only if it changed) and which headers to set.
 
-use crate::core::config::{Config, Model, ModelId};
+use crate::core::config::{Config, Model, ModelId, VirtualModel};
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
-use crate::core::request::{inspect, splice};
-use crate::core::routing::{plan, HealthInput, Plan};
-use std::ops::Range;
+use crate::core::metadata::Metadata;
+use crate::core::request::inspect;
+use crate::core::request::{rewrite, Layout};
+use crate::core::routing::{plan, HealthInput, Plan, Request};
 
 /// What to do with a request that will be forwarded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,8 +20,8 @@ pub struct Decision {
     pub target: ModelId,
     /// The rewritten body, or `None` when the body is already right for the target.
     pub new_body: Option<Vec<u8>>,
-    /// Where the `model` value sits in the client's body, to rewrite it for other targets.
-    pub model_span: Range<usize>,
+    /// Where the parts of the client's body sit, to rewrite it for other targets.
+    pub layout: Layout,
     /// The client asked for a streamed (SSE) answer.
     pub stream: bool,
 }
@@ -37,37 +38,60 @@ pub fn decide(
     config: &Config,
     endpoint: Endpoint,
     body: &[u8],
+    headers: &[(String, Vec<u8>)],
     health: &HealthInput<'_>,
     rng: &mut fastrand::Rng,
 ) -> Result<Decision, ErrorReply> {
     let inspected = inspect(body)?;
-    let plan = plan(config, endpoint, &inspected.model, health, rng)?;
+    let metadata_header = headers
+        .iter()
+        .find(|(k, _)| *k == config.header_names.metadata)
+        .map(|(_, v)| v.as_slice());
+    let metadata = Metadata::resolve(metadata_header, &config.default_metadata)?;
+    let request = Request {
+        endpoint,
+        model: &inspected.model,
+        metadata: &metadata,
+        headers,
+    };
+    let plan = plan(config, &request, health, rng)?;
     let target = plan
         .primary()
         .ok_or_else(|| ErrorReply::no_target_available(&inspected.model))?;
-    let model = config
-        .model(target)
-        .ok_or_else(|| ErrorReply::no_target_available(&inspected.model))?;
-    let span = inspected.model_span;
-    let new_body = body_for(body, &span, model)
-        .ok_or_else(|| ErrorReply::invalid_json("could not rewrite the model field"))?;
+    let overrides_anywhere = plan
+        .virtual_model(config)
+        .is_some_and(|vm| vm.targets.iter().any(|t| !t.override_params.is_empty()));
+    let layout = inspected.layout(overrides_anywhere);
+    let new_body = body_for(config, plan.virtual_model(config), body, &layout, target)
+        .ok_or_else(|| ErrorReply::invalid_json("could not rewrite the body"))?;
     Ok(Decision {
         plan,
         target,
         new_body,
-        model_span: span,
+        layout,
         stream: inspected.stream,
     })
 }
 
-/// The client's body rewritten for `model`: `Some(None)` when it already names the model's
-/// upstream id, `None` if the span does not fit the body.
-pub fn body_for(body: &[u8], span: &Range<usize>, model: &Model) -> Option<Option<Vec<u8>>> {
-    let current = body.get(span.clone())?;
-    if current == model.upstream_model_json.as_bytes() {
-        return Some(None);
-    }
-    splice(body, span.clone(), model.upstream_model_json.as_bytes()).map(Some)
+/// The client's body rewritten for `target` (its upstream model id and, for a virtual model's
+/// target, its `override_params`): `Some(None)` when nothing changes, `None` if it cannot be.
+pub fn body_for(
+    config: &Config,
+    vm: Option<&VirtualModel>,
+    body: &[u8],
+    layout: &Layout,
+    target: ModelId,
+) -> Option<Option<Vec<u8>>> {
+    let model = config.model(target)?;
+    let overrides = vm
+        .and_then(|vm| vm.target(target))
+        .map_or(&[][..], |t| t.override_params.as_slice());
+    rewrite(
+        body,
+        layout,
+        model.upstream_model_json.as_bytes(),
+        overrides,
+    )
 }
 
 #[cfg(test)]
@@ -97,6 +121,7 @@ mod tests {
             &config(),
             Endpoint::ChatCompletions,
             body,
+            &[],
             &HealthInput::NONE,
             &mut fastrand::Rng::with_seed(1),
         )
@@ -115,12 +140,56 @@ mod tests {
             &config(),
             Endpoint::ChatCompletions,
             body,
+            &[],
             &HealthInput::NONE,
             &mut fastrand::Rng::with_seed(1),
         )
         .unwrap();
         assert_eq!(d.target, ModelId(1));
         assert_eq!(d.new_body, None);
+    }
+
+    #[test]
+    fn override_params_and_metadata_apply_per_target() {
+        let config = Config::parse(
+            br#"{"models": [{"name": "t", "cluster": "c", "model": "gpt-4o"}],
+              "default_metadata": {"env": "prod"},
+              "virtual_models": [{"name": "vm", "model_types": ["chat"], "routing_config": {
+                "type": "weight-based-routing", "load_balance_targets": [
+                  {"target": "t", "weight": 100, "metadata_match": {"env": "prod"},
+                   "override_params": {"temperature": 0.1, "max_tokens": 50}}]}}]}"#,
+        )
+        .unwrap();
+        let body = br#"{"model":"vm","temperature":1}"#;
+        let headers = vec![(
+            "x-switchboard-metadata".to_string(),
+            br#"{"env":"dev"}"#.to_vec(),
+        )];
+        let d = decide(
+            &config,
+            Endpoint::ChatCompletions,
+            body,
+            &headers,
+            &HealthInput::NONE,
+            &mut fastrand::Rng::with_seed(1),
+        )
+        .unwrap();
+        // The default metadata wins over the header's value, so the target matches.
+        assert_eq!(
+            d.new_body.unwrap(),
+            br#"{"model":"gpt-4o","temperature":0.1,"max_tokens":50}"#
+        );
+        let bad = vec![("x-switchboard-metadata".to_string(), b"not json".to_vec())];
+        let e = decide(
+            &config,
+            Endpoint::ChatCompletions,
+            body,
+            &bad,
+            &HealthInput::NONE,
+            &mut fastrand::Rng::with_seed(1),
+        )
+        .unwrap_err();
+        assert_eq!(e.status, 400);
     }
 
     #[test]
@@ -131,6 +200,7 @@ mod tests {
                 &config(),
                 Endpoint::ChatCompletions,
                 b"{",
+                &[],
                 &HealthInput::NONE,
                 &mut rng
             )
@@ -143,6 +213,7 @@ mod tests {
                 &config(),
                 Endpoint::ChatCompletions,
                 br#"{"model":"x"}"#,
+                &[],
                 &HealthInput::NONE,
                 &mut rng
             )
@@ -155,6 +226,7 @@ mod tests {
                 &config(),
                 Endpoint::Embeddings,
                 br#"{"model":"chat"}"#,
+                &[],
                 &HealthInput::NONE,
                 &mut rng
             )

@@ -124,6 +124,34 @@ impl ErrorReply {
         )
     }
 
+    /// 400: the metadata header is not a JSON object of strings.
+    pub fn invalid_metadata(detail: &str) -> Self {
+        let message = format!(
+            "The x-switchboard-metadata header must be a JSON object of strings: {detail}."
+        );
+        Self::new(
+            400,
+            "invalid_request_error",
+            "invalid_metadata",
+            None,
+            &message,
+        )
+    }
+
+    /// 404: metadata filtering left no target (TrueFoundry seed, `metadata_match`).
+    pub fn no_target_matched(model: &str) -> Self {
+        let message = format!(
+            "None of the targets of `{model}` matched the request metadata (metadata_match)."
+        );
+        Self::new(
+            404,
+            "invalid_request_error",
+            "no_matching_target",
+            Some("model"),
+            &message,
+        )
+    }
+
     /// 503: no target could be chosen (every target drained or unavailable).
     pub fn no_target_available(model: &str) -> Self {
         let message = format!("No target of `{model}` is available.");
@@ -155,5 +183,7 @@ mod tests {
         assert_eq!(ErrorReply::body_too_large(10).status, 413);
         assert_eq!(ErrorReply::endpoint_not_served("m", "e").status, 400);
         assert_eq!(ErrorReply::no_target_available("m").status, 503);
+        assert_eq!(ErrorReply::invalid_metadata("x").status, 400);
+        assert_eq!(ErrorReply::no_target_matched("m").status, 404);
     }
 }

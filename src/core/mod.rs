@@ -9,6 +9,7 @@ pub mod endpoint;
 pub mod errors;
 pub mod fallback;
 pub mod health;
+pub mod metadata;
 pub mod request;
 pub mod routing;
 pub mod status_set;

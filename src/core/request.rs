@@ -1,9 +1,10 @@
-//! Reading what routing needs from a request body, and rewriting `model` by splicing bytes.
+//! Reading what routing needs from a request body, and rewriting it for a target by splicing
+//! bytes.
 //!
-//! The body is read with serde_json into a struct of borrowed [`RawValue`]s: one pass that
-//! validates the whole document and skips every other field without building a tree. Each
-//! raw value is a slice of the original body, so its position is known and the rewrite is a
-//! splice: every byte the client sent, other than the `model` value, reaches the provider as is.
+//! The body is read with serde_json as a list of top-level keys with borrowed [`RawValue`]s: one
+//! pass that validates the whole document without building a tree. Each raw value is a slice of
+//! the original body, so its position is known and a rewrite (the `model`, a target's
+//! `override_params`) is a splice: every other byte the client sent reaches the provider as is.
 
 use crate::core::errors::ErrorReply;
 use serde::Deserialize;
@@ -11,13 +12,34 @@ use serde_json::value::RawValue;
 use std::borrow::Cow;
 use std::ops::Range;
 
-/// The top-level fields routing reads; serde skips the rest without allocating.
+/// A top-level key, borrowed from the body unless it holds escapes.
 #[derive(Deserialize)]
-struct TopLevel<'a> {
-    #[serde(borrow, default)]
-    model: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    stream: Option<&'a RawValue>,
+struct Key<'a>(#[serde(borrow)] Cow<'a, str>);
+
+/// Every top-level field of an object body, in order, values left raw.
+struct TopLevel<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+
+impl<'de> Deserialize<'de> for TopLevel<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = TopLevel<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut out = Vec::with_capacity(8);
+                while let Some(Key(key)) = map.next_key()? {
+                    out.push((key, map.next_value::<&'de RawValue>()?));
+                }
+                Ok(TopLevel(out))
+            }
+        }
+        d.deserialize_map(Fields)
+    }
 }
 
 /// What the filter learnt from a JSON request body.
@@ -29,6 +51,10 @@ pub struct Inspected<'a> {
     pub model_span: Range<usize>,
     /// `"stream": true`: the answer comes as server-sent events.
     pub stream: bool,
+    /// Every top-level field with the span of its value.
+    pub fields: Vec<(Cow<'a, str>, Range<usize>)>,
+    /// Where the object's closing `}` sits.
+    pub end: usize,
 }
 
 /// Reads the top-level `model` of a JSON object body.
@@ -45,29 +71,57 @@ pub fn inspect(body: &[u8]) -> Result<Inspected<'_>, ErrorReply> {
             },
         );
     }
-    let top: TopLevel<'_> = serde_json::from_slice(body).map_err(|e| describe(&e))?;
-    let raw = top.model.ok_or_else(ErrorReply::missing_model)?;
+    let TopLevel(raw_fields) = serde_json::from_slice(body).map_err(|e| describe(&e))?;
+    let span_of = |raw: &RawValue| {
+        let text = raw.get();
+        let start = (text.as_ptr() as usize).wrapping_sub(body.as_ptr() as usize);
+        let span = start..start.wrapping_add(text.len());
+        // A raw value always borrows from `body`; checked so a surprise cannot mis-splice.
+        (body.get(span.clone()) == Some(text.as_bytes())).then_some(span)
+    };
+    let mut fields = Vec::with_capacity(raw_fields.len());
+    let (mut model, mut stream) = (None, false);
+    for (key, raw) in raw_fields {
+        let span = span_of(raw)
+            .ok_or_else(|| ErrorReply::invalid_json("could not locate a top-level field"))?;
+        match key.as_ref() {
+            // Two `model` fields would let the provider read a different one than we routed on.
+            "model" if model.is_some() => {
+                return Err(ErrorReply::invalid_json(
+                    "the `model` field appears more than once",
+                ))
+            }
+            "model" if raw.get() != "null" => model = Some(raw),
+            "stream" => stream = raw.get() == "true",
+            _ => {}
+        }
+        fields.push((key, span));
+    }
+    let raw = model.ok_or_else(ErrorReply::missing_model)?;
     let text = raw.get();
     if !text.starts_with('"') {
         return Err(ErrorReply::model_not_string());
     }
-    let model: Cow<'_, str> = match text.get(1..text.len() - 1) {
+    let name: Cow<'_, str> = match text.get(1..text.len() - 1) {
         // No escapes: the name is the bytes between the quotes.
         Some(inner) if !inner.contains('\\') => Cow::Borrowed(inner),
         _ => Cow::Owned(
             serde_json::from_str::<String>(text).map_err(|_| ErrorReply::model_not_string())?,
         ),
     };
-    let start = (text.as_ptr() as usize).wrapping_sub(body.as_ptr() as usize);
-    let span = start..start + text.len();
-    // The raw value always borrows from `body`; checked so a surprise cannot mis-splice.
-    if body.get(span.clone()) != Some(text.as_bytes()) {
-        return Err(ErrorReply::invalid_json("could not locate the model field"));
-    }
+    let model_span =
+        span_of(raw).ok_or_else(|| ErrorReply::invalid_json("could not locate the model field"))?;
+    let end = body
+        .iter()
+        .rposition(|b| !b.is_ascii_whitespace())
+        .filter(|i| body.get(*i) == Some(&b'}'))
+        .ok_or_else(|| ErrorReply::invalid_json("the body must be a JSON object"))?;
     Ok(Inspected {
-        model,
-        model_span: span,
-        stream: top.stream.is_some_and(|v| v.get() == "true"),
+        model: name,
+        model_span,
+        stream,
+        fields,
+        end,
     })
 }
 
@@ -75,13 +129,6 @@ pub fn inspect(body: &[u8]) -> Result<Inspected<'_>, ErrorReply> {
 fn describe(e: &serde_json::Error) -> ErrorReply {
     use serde_json::error::Category;
     match e.classify() {
-        Category::Data if e.to_string().contains("duplicate field") => {
-            ErrorReply::invalid_json(&format!(
-                "the `model` field appears more than once (line {}, column {})",
-                e.line(),
-                e.column()
-            ))
-        }
         Category::Eof => ErrorReply::invalid_json("the body ends before the JSON document does"),
         _ => ErrorReply::invalid_json(&format!(
             "syntax error at line {}, column {}",
@@ -89,6 +136,75 @@ fn describe(e: &serde_json::Error) -> ErrorReply {
             e.column()
         )),
     }
+}
+
+/// Where a body's parts sit, kept (owned) for rewriting it again for another target.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Layout {
+    /// The `model` value.
+    pub model_span: Range<usize>,
+    /// The closing `}` of the object.
+    pub end: usize,
+    /// Top-level fields by key; kept only when some target overrides parameters.
+    pub fields: Vec<(String, Range<usize>)>,
+}
+
+impl Inspected<'_> {
+    /// The layout of the body, with the field spans only if `with_fields`.
+    pub fn layout(&self, with_fields: bool) -> Layout {
+        Layout {
+            model_span: self.model_span.clone(),
+            end: self.end,
+            fields: if with_fields {
+                self.fields
+                    .iter()
+                    .map(|(k, span)| (k.to_string(), span.clone()))
+                    .collect()
+            } else {
+                Vec::new()
+            },
+        }
+    }
+}
+
+/// The body rewritten for a target: `model_json` as the model, and each `(key, raw JSON)` of
+/// `overrides` in place of that top-level field, or added before the closing brace when the
+/// client did not send it. `Some(None)` when nothing changes; `None` if a span does not fit.
+pub fn rewrite(
+    body: &[u8],
+    layout: &Layout,
+    model_json: &[u8],
+    overrides: &[(String, String)],
+) -> Option<Option<Vec<u8>>> {
+    let same_model = body.get(layout.model_span.clone())? == model_json;
+    if same_model && overrides.is_empty() {
+        return Some(None);
+    }
+    let mut edits: Vec<(Range<usize>, Vec<u8>)> =
+        vec![(layout.model_span.clone(), model_json.to_vec())];
+    for (key, value) in overrides {
+        let mut found = false;
+        for (_, span) in layout.fields.iter().filter(|(k, _)| k == key) {
+            edits.push((span.clone(), value.as_bytes().to_vec()));
+            found = true;
+        }
+        if !found {
+            let key_json = serde_json::to_string(key).ok()?;
+            let added = format!(",{key_json}:{value}");
+            edits.push((layout.end..layout.end, added.into_bytes()));
+        }
+    }
+    edits.sort_by_key(|(span, _)| span.start);
+    let extra: usize = edits.iter().map(|(_, v)| v.len()).sum();
+    let mut out = Vec::with_capacity(body.len() + extra);
+    let mut at = 0;
+    for (span, value) in edits {
+        out.extend_from_slice(body.get(at..span.start)?);
+        out.extend_from_slice(&value);
+        at = span.end.max(at);
+    }
+    out.extend_from_slice(body.get(at..)?);
+    Some(Some(out))
 }
 
 /// Returns `body` with the bytes in `span` replaced by `replacement`.
@@ -196,6 +312,30 @@ mod tests {
         assert_eq!(inspect(deep_model.as_bytes()).unwrap_err().status, 400);
         let unbalanced = format!("{{\"model\":\"a\",\"x\":{}", "[".repeat(100_000));
         assert_eq!(inspect(unbalanced.as_bytes()).unwrap_err().status, 400);
+    }
+
+    #[test]
+    fn rewrite_replaces_model_and_overridden_fields_and_adds_missing_ones() {
+        let body = br#"{"model":"vm", "temperature": 1.0, "messages": [{"temperature": 9}] }"#;
+        let i = inspect(body).unwrap();
+        let layout = i.layout(true);
+        let overrides = vec![
+            ("temperature".to_string(), "0.2".to_string()),
+            ("max_tokens".to_string(), "64".to_string()),
+        ];
+        let out = rewrite(body, &layout, br#""gpt-4o""#, &overrides)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            std::str::from_utf8(&out).unwrap(),
+            r#"{"model":"gpt-4o", "temperature": 0.2, "messages": [{"temperature": 9}] ,"max_tokens":64}"#
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["max_tokens"], 64);
+        // Nothing to change: no copy.
+        assert_eq!(rewrite(body, &layout, br#""vm""#, &[]), Some(None));
+        // Without field spans, an override is added rather than replaced (callers keep them).
+        assert_eq!(i.layout(false).fields.len(), 0);
     }
 
     #[test]

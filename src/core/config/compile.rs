@@ -12,7 +12,7 @@ use hashbrown::HashMap;
 use serde_json::Value;
 
 /// Seed fields of the config root that a later version implements.
-const ROOT_NOT_YET: &[&str] = &["default_metadata"];
+const ROOT_NOT_YET: &[&str] = &[];
 
 /// Upper bound for `max_request_body_bytes`: the body is copied into the 32-bit Wasm memory
 /// (once read, once rewritten), which must not run out.
@@ -64,6 +64,7 @@ pub(super) fn compile(json: &[u8]) -> Result<Config, ConfigError> {
             models: &models,
             names: &names,
             virtual_names: &virtual_names,
+            header_names: &header_names,
         };
         let vm = compile_virtual_model(f, &catalog)?;
         if names
@@ -98,8 +99,15 @@ pub(super) fn compile(json: &[u8]) -> Result<Config, ConfigError> {
         None => 300_000,
     };
 
+    let default_metadata = root
+        .opt_string_map("default_metadata")?
+        .into_iter()
+        .map(|e| (e.key.to_string(), e.value.to_string()))
+        .collect();
+
     root.finish(ROOT_NOT_YET)?;
     Ok(Config {
+        default_metadata,
         models,
         virtual_models,
         max_request_body_bytes,
@@ -226,6 +234,7 @@ fn compile_header_names(mut f: Fields<'_>) -> Result<HeaderNames, ConfigError> {
         ("cluster", &mut names.cluster),
         ("resolved_model", &mut names.resolved_model),
         ("attempts", &mut names.attempts),
+        ("metadata", &mut names.metadata),
     ] {
         if let Some(value) = f.opt_str(key)? {
             let lower = value.to_ascii_lowercase();
@@ -433,9 +442,9 @@ mod tests {
         assert_eq!(
             err(&sample_with(
                 r#""models": ["#,
-                r#""default_metadata": {}, "models": ["#
+                r#""default_metadata": {"a": 1}, "models": ["#
             )),
-            "default_metadata: is not supported yet by this version of Switchboard; remove it"
+            "default_metadata.a: expected a string, got a number"
         );
     }
 

@@ -222,6 +222,20 @@ impl<'a> Fields<'a> {
         Ok(Some(set))
     }
 
+    /// An optional object read as is: its keys with their JSON values.
+    pub fn opt_raw_object(
+        &mut self,
+        key: &'static str,
+    ) -> Result<Option<&'a Map<String, Value>>, ConfigError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Object(map)) => Ok(Some(map)),
+            Some(other) => {
+                Err(self.error(key, format!("expected an object, got {}", type_name(other))))
+            }
+        }
+    }
+
     /// An optional array, returned with the path of each element.
     pub fn opt_array(
         &mut self,

@@ -144,6 +144,30 @@ pub static DIRECT_POLICY: TargetPolicy = TargetPolicy {
     sla: None,
 };
 
+/// `headers_override` of a target (TrueFoundry seed, "Header overrides"): applied last.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HeadersOverride {
+    /// Headers added or overwritten (names lower-cased).
+    pub set: Vec<(String, String)>,
+    /// Headers stripped (names lower-cased).
+    pub remove: Vec<String>,
+}
+
+/// One target of a virtual model with everything configured on it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TargetConfig {
+    /// The catalog model.
+    pub model: ModelId,
+    /// Retries, fallback and SLA.
+    pub policy: TargetPolicy,
+    /// `metadata_match`: every pair must equal the request's metadata (AND).
+    pub metadata_match: Vec<(String, String)>,
+    /// `headers_override`.
+    pub headers_override: HeadersOverride,
+    /// `override_params`: top-level body fields, each value as raw JSON text.
+    pub override_params: Vec<(String, String)>,
+}
+
 /// A client-facing model name backed by a routing strategy over catalog models.
 #[derive(Debug, Clone)]
 pub struct VirtualModel {
@@ -153,12 +177,14 @@ pub struct VirtualModel {
     pub model_types: ModelTypes,
     /// The strategy and its targets.
     pub routing: Routing,
-    /// Each target's retry and fallback policy, in config order.
-    pub policies: Vec<(ModelId, TargetPolicy)>,
+    /// Each target's settings, in config order.
+    pub targets: Vec<TargetConfig>,
     /// `fallback_timeout_ms` (Zuplo seed): abandon a target that has not started answering.
     pub fallback_timeout_ms: Option<u64>,
     /// Whether any target has an SLA cutoff (so routing needs latency samples).
     pub has_sla: bool,
+    /// Whether any target has a `metadata_match` (so targets are filtered first).
+    pub has_metadata_match: bool,
 }
 
 impl VirtualModel {
@@ -169,10 +195,12 @@ impl VirtualModel {
 
     /// The policy of one of its targets.
     pub fn policy(&self, model: ModelId) -> &TargetPolicy {
-        self.policies
-            .iter()
-            .find(|(m, _)| *m == model)
-            .map_or(&DIRECT_POLICY, |(_, p)| p)
+        self.target(model).map_or(&DIRECT_POLICY, |t| &t.policy)
+    }
+
+    /// The settings of one of its targets.
+    pub fn target(&self, model: ModelId) -> Option<&TargetConfig> {
+        self.targets.iter().find(|t| t.model == model)
     }
 }
 
@@ -185,6 +213,8 @@ pub struct HeaderNames {
     pub resolved_model: String,
     /// Response: how many attempts the request took, when more than one or when all failed.
     pub attempts: String,
+    /// Request: metadata as a JSON object of strings.
+    pub metadata: String,
 }
 
 impl Default for HeaderNames {
@@ -193,6 +223,7 @@ impl Default for HeaderNames {
             cluster: "x-switchboard-cluster".to_string(),
             resolved_model: "x-switchboard-resolved-model".to_string(),
             attempts: "x-switchboard-attempts".to_string(),
+            metadata: "x-switchboard-metadata".to_string(),
         }
     }
 }
@@ -229,6 +260,8 @@ pub struct Config {
     pub health_view_ms: u64,
     /// Longest time a fallback or retry attempt made by the filter may take.
     pub attempt_timeout_ms: u64,
+    /// `default_metadata`: merged into every request's metadata, winning on shared keys.
+    pub default_metadata: Vec<(String, String)>,
     names: HashMap<String, NameEntry>,
 }
 

@@ -1,13 +1,15 @@
 //! Compiles one `virtual_models[]` entry and its `routing_config`.
 //!
 //! Field names follow the TrueFoundry seed ("Configuration structure"). This version implements
-//! `weight-based-routing` and `priority-based-routing` with per-target retries, fallback and
-//! SLA cutoff; every other strategy and per-target option of the seed is rejected with a
-//! "not supported yet" error rather than silently ignored.
+//! `weight-based-routing` and `priority-based-routing` with per-target retries, fallback, SLA
+//! cutoff, `metadata_match`, `headers_override` and `override_params`; every other strategy and
+//! option of the seeds is rejected with a "not supported yet" error, never silently ignored.
 
+use super::compile::checked_header_name;
 use super::fields::{ConfigError, Fields};
 use super::{
-    Model, ModelId, NameEntry, PriorityTarget, Routing, TargetPolicy, VirtualModel, WeightedTarget,
+    HeadersOverride, Model, ModelId, NameEntry, PriorityTarget, Routing, TargetConfig,
+    TargetPolicy, VirtualModel, WeightedTarget,
 };
 use crate::core::endpoint::{ModelType, ModelTypes};
 use crate::core::health::sla::SlaCutoff;
@@ -54,13 +56,13 @@ pub(super) fn compile_virtual_model(
     let mut rc = f
         .opt_object("routing_config")?
         .ok_or_else(|| f.error("routing_config", "is required"))?;
-    let mut policies = Vec::new();
+    let mut targets = Vec::new();
     let routing = match rc.str("type")? {
         "weight-based-routing" => {
-            Routing::Weighted(compile_weighted(&mut rc, catalog, &mut policies)?)
+            Routing::Weighted(compile_weighted(&mut rc, catalog, &mut targets)?)
         }
         "priority-based-routing" => {
-            Routing::Priority(compile_priority(&mut rc, catalog, &mut policies)?)
+            Routing::Priority(compile_priority(&mut rc, catalog, &mut targets)?)
         }
         t if TYPES_NOT_YET.contains(&t) => {
             return Err(rc.error(
@@ -76,14 +78,16 @@ pub(super) fn compile_virtual_model(
         other => other,
     };
     f.finish(&[])?;
-    let has_sla = policies.iter().any(|(_, p)| p.sla.is_some());
+    let has_sla = targets.iter().any(|t| t.policy.sla.is_some());
+    let has_metadata_match = targets.iter().any(|t| !t.metadata_match.is_empty());
     Ok(VirtualModel {
         name,
         model_types,
         routing,
-        policies,
+        targets,
         fallback_timeout_ms,
         has_sla,
+        has_metadata_match,
     })
 }
 
@@ -92,6 +96,7 @@ pub(super) struct Catalog<'c> {
     pub models: &'c [Model],
     pub names: &'c HashMap<String, NameEntry>,
     pub virtual_names: &'c [&'c str],
+    pub header_names: &'c super::HeaderNames,
 }
 
 /// Reads `load_balance_targets`: each target's shared retry and fallback fields, its strategy
@@ -101,7 +106,7 @@ fn compile_targets<T>(
     rc: &mut Fields<'_>,
     catalog: &Catalog<'_>,
     (strategy, other_strategy_field): (&str, &str),
-    policies: &mut Vec<(ModelId, TargetPolicy)>,
+    targets: &mut Vec<TargetConfig>,
     mut read: impl FnMut(&mut Fields<'_>, ModelId, &mut TargetPolicy) -> Result<T, ConfigError>,
 ) -> Result<Vec<T>, ConfigError> {
     let items = rc
@@ -114,12 +119,28 @@ fn compile_targets<T>(
     for (path, value) in items {
         let mut t = Fields::new(path, value)?;
         let model = resolve_target(&mut t, catalog)?;
-        if policies.iter().any(|(m, _)| *m == model) {
+        if targets.iter().any(|x| x.model == model) {
             return Err(t.error("target", "is listed twice in this virtual model"));
         }
         let mut policy = compile_policy(&mut t)?;
         out.push(read(&mut t, model, &mut policy)?);
-        policies.push((model, policy));
+        let metadata_match = t
+            .opt_string_map("metadata_match")?
+            .into_iter()
+            .map(|e| (e.key.to_string(), e.value.to_string()))
+            .collect();
+        let headers_override = match t.opt_object("headers_override")? {
+            Some(h) => compile_headers_override(h, catalog)?,
+            None => HeadersOverride::default(),
+        };
+        let override_params = compile_override_params(&mut t)?;
+        targets.push(TargetConfig {
+            model,
+            policy,
+            metadata_match,
+            headers_override,
+            override_params,
+        });
         if t.has(other_strategy_field) {
             return Err(t.error(
                 other_strategy_field,
@@ -127,6 +148,67 @@ fn compile_targets<T>(
             ));
         }
         t.finish(TARGET_NOT_YET)?;
+    }
+    Ok(out)
+}
+
+/// `headers_override {set, remove}`: keys case-insensitive (lower-cased here).
+fn compile_headers_override(
+    mut f: Fields<'_>,
+    catalog: &Catalog<'_>,
+) -> Result<HeadersOverride, ConfigError> {
+    let mut out = HeadersOverride::default();
+    for entry in f.opt_string_map("set")? {
+        let name = checked_header_name(entry.key, catalog.header_names)
+            .map_err(|m| ConfigError::new(entry.path.clone(), m))?;
+        if entry
+            .value
+            .bytes()
+            .any(|b| b < 0x20 && b != b'\t' || b == 0x7f)
+        {
+            return Err(ConfigError::new(
+                entry.path,
+                "value must not contain control characters",
+            ));
+        }
+        out.set.push((name, entry.value.to_string()));
+    }
+    for (path, value) in f.opt_array("remove")?.unwrap_or_default() {
+        let name = value
+            .as_str()
+            .ok_or_else(|| ConfigError::new(path.clone(), "expected a header name"))
+            .and_then(|n| {
+                checked_header_name(n, catalog.header_names).map_err(|m| ConfigError::new(path, m))
+            })?;
+        out.remove.push(name);
+    }
+    f.finish(&[])?;
+    Ok(out)
+}
+
+/// `override_params`: top-level body fields set for this target, kept as raw JSON.
+fn compile_override_params(t: &mut Fields<'_>) -> Result<Vec<(String, String)>, ConfigError> {
+    let Some(map) = t.opt_raw_object("override_params")? else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::with_capacity(map.len());
+    for (key, value) in map {
+        let path = t.field_path(&format!("override_params.{key}"));
+        match key.as_str() {
+            "model" | "stream" => {
+                return Err(ConfigError::new(
+                    path,
+                    "is decided by Switchboard and the client; it cannot be overridden",
+                ))
+            }
+            "prompt_version_fqn" => {
+                return Err(ConfigError::new(
+                    path,
+                    "prompt hydration is not supported by Switchboard",
+                ))
+            }
+            _ => out.push((key.clone(), value.to_string())),
+        }
     }
     Ok(out)
 }
@@ -158,10 +240,10 @@ fn compile_policy(t: &mut Fields<'_>) -> Result<TargetPolicy, ConfigError> {
 fn compile_weighted(
     rc: &mut Fields<'_>,
     catalog: &Catalog<'_>,
-    policies: &mut Vec<(ModelId, TargetPolicy)>,
+    targets: &mut Vec<TargetConfig>,
 ) -> Result<Vec<WeightedTarget>, ConfigError> {
     let strategy = ("weight-based-routing", "priority");
-    let targets = compile_targets(rc, catalog, strategy, policies, |t, model, _| {
+    let targets = compile_targets(rc, catalog, strategy, targets, |t, model, _| {
         if t.has("sla_cutoff") {
             return Err(t.error("sla_cutoff", "only applies to priority-based-routing"));
         }
@@ -186,10 +268,10 @@ fn compile_weighted(
 fn compile_priority(
     rc: &mut Fields<'_>,
     catalog: &Catalog<'_>,
-    policies: &mut Vec<(ModelId, TargetPolicy)>,
+    targets: &mut Vec<TargetConfig>,
 ) -> Result<Vec<PriorityTarget>, ConfigError> {
     let strategy = ("priority-based-routing", "weight");
-    compile_targets(rc, catalog, strategy, policies, |t, model, policy| {
+    compile_targets(rc, catalog, strategy, targets, |t, model, policy| {
         if let Some(sla) = t.opt_object("sla_cutoff")? {
             policy.sla = Some(compile_sla(sla)?);
         }
@@ -384,7 +466,7 @@ mod tests {
             .as_bytes(),
         )
         .unwrap();
-        let sla = c.virtual_models[0].policies[0].1.sla.unwrap();
+        let sla = c.virtual_models[0].targets[0].policy.sla.unwrap();
         assert_eq!(
             (sla.time_to_first_token_ms, sla.time_per_output_token_ms),
             (None, Some(40))
@@ -394,6 +476,47 @@ mod tests {
                 r#"{"name": "vm", "model_types": ["chat"], "fallback_timeout_ms": 0, "routing_config": {"type": "weight-based-routing", "load_balance_targets": [{"target": "a", "weight": 100}]}}"#
             )),
             "virtual_models[0].fallback_timeout_ms: must be greater than 0"
+        );
+    }
+
+    #[test]
+    fn target_overrides_and_metadata_match_parse_and_are_checked() {
+        let c = Config::parse(
+            weighted(
+                r#"{"target": "a", "weight": 100, "metadata_match": {"region": "us"},
+                    "headers_override": {"set": {"X-Region": "us-east-1"}, "remove": ["X-Debug"]},
+                    "override_params": {"temperature": 0.2, "stop": ["\n"]}}"#,
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+        let t = &c.virtual_models[0].targets[0];
+        assert_eq!(
+            t.metadata_match,
+            vec![("region".to_string(), "us".to_string())]
+        );
+        assert_eq!(
+            t.headers_override.set,
+            vec![("x-region".to_string(), "us-east-1".to_string())]
+        );
+        assert_eq!(t.headers_override.remove, vec!["x-debug".to_string()]);
+        assert_eq!(
+            t.override_params,
+            vec![
+                ("stop".to_string(), r#"["\n"]"#.to_string()),
+                ("temperature".to_string(), "0.2".to_string())
+            ]
+        );
+        assert!(c.virtual_models[0].has_metadata_match);
+        assert_eq!(
+            err(&weighted(r#"{"target": "a", "weight": 100, "override_params": {"model": "x"}}"#)),
+            "virtual_models[0].routing_config.load_balance_targets[0].override_params.model: is decided by Switchboard and the client; it cannot be overridden"
+        );
+        assert!(err(&weighted(r#"{"target": "a", "weight": 100, "headers_override": {"set": {"content-length": "1"}}}"#))
+            .starts_with("virtual_models[0].routing_config.load_balance_targets[0].headers_override.set.content-length:"));
+        assert_eq!(
+            err(&weighted(r#"{"target": "a", "weight": 100, "metadata_match": {"region": 1}}"#)),
+            "virtual_models[0].routing_config.load_balance_targets[0].metadata_match.region: expected a string, got a number"
         );
     }
 
@@ -416,8 +539,8 @@ mod tests {
     #[test]
     fn unimplemented_seed_fields_are_rejected_not_ignored() {
         assert_eq!(
-            err(&weighted(r#"{"target": "a", "weight": 100, "metadata_match": {"a": "b"}}"#)),
-            "virtual_models[0].routing_config.load_balance_targets[0].metadata_match: is not supported yet by this version of Switchboard; remove it"
+            err(&with_vm(r#"{"name": "vm", "model_types": ["chat"], "routing_config": {"type": "hash-based-routing"}}"#)),
+            "virtual_models[0].routing_config.type: `hash-based-routing` is not supported yet by this version of Switchboard; supported: weight-based-routing, priority-based-routing"
         );
         assert_eq!(
             err(&with_vm(r#"{"name": "vm", "model_types": ["chat"], "routing_config": {"type": "latency-based-routing", "load_balance_targets": []}}"#)),

@@ -12,6 +12,20 @@ pub use standing::HealthInput;
 use crate::core::config::{Config, ModelId, Named, Routing, VirtualModel, Visibility};
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
+use crate::core::metadata::Metadata;
+
+/// What routing looks at in a request besides its body.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    /// The endpoint called.
+    pub endpoint: Endpoint,
+    /// The requested model name.
+    pub model: &'a str,
+    /// Resolved metadata.
+    pub metadata: &'a Metadata,
+    /// The client's headers (names lower-case).
+    pub headers: &'a [(String, Vec<u8>)],
+}
 
 /// The routing decision for one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,14 +49,14 @@ impl Plan {
     }
 }
 
-/// Decides where a request for `model` on `endpoint` goes.
+/// Decides where a request goes: the ordered candidates, health applied.
 pub fn plan(
     config: &Config,
-    endpoint: Endpoint,
-    model: &str,
+    request: &Request<'_>,
     health: &HealthInput<'_>,
     rng: &mut fastrand::Rng,
 ) -> Result<Plan, ErrorReply> {
+    let model = request.model;
     match config.lookup(model) {
         None => Err(ErrorReply::model_not_found(model)),
         // Internal models exist only as targets; to a client they are unknown.
@@ -54,18 +68,19 @@ pub fn plan(
             virtual_model: None,
         }),
         Some(Named::Virtual(index, vm)) => {
-            if !vm.model_types.contains(endpoint.model_type()) {
+            if !vm.model_types.contains(request.endpoint.model_type()) {
                 return Err(ErrorReply::endpoint_not_served(
                     model,
-                    endpoint.display_path(),
+                    request.endpoint.display_path(),
                 ));
             }
-            let mut candidates = match &vm.routing {
-                Routing::Weighted(targets) => weighted::order(targets, rng),
-                Routing::Priority(targets) => priority::order(targets, rng),
-            };
+            let mut candidates = order(vm, request, rng);
             if candidates.is_empty() {
-                return Err(ErrorReply::no_target_available(model));
+                return Err(if vm.has_metadata_match {
+                    ErrorReply::no_target_matched(model)
+                } else {
+                    ErrorReply::no_target_available(model)
+                });
             }
             standing::apply(&mut candidates, |m| health.standing(vm, m));
             Ok(Plan {
@@ -73,6 +88,37 @@ pub fn plan(
                 virtual_model: Some(index),
             })
         }
+    }
+}
+
+/// The strategy's order over the targets the request's metadata allows (TrueFoundry seed:
+/// metadata filtering runs before load balancing and stickiness).
+fn order(vm: &VirtualModel, request: &Request<'_>, rng: &mut fastrand::Rng) -> Vec<ModelId> {
+    let allowed = |m: ModelId| {
+        !vm.has_metadata_match
+            || vm
+                .target(m)
+                .is_some_and(|t| request.metadata.matches(&t.metadata_match))
+    };
+    match &vm.routing {
+        Routing::Weighted(targets) if vm.has_metadata_match => {
+            let kept: Vec<_> = targets
+                .iter()
+                .filter(|t| allowed(t.model))
+                .copied()
+                .collect();
+            weighted::order(&kept, rng)
+        }
+        Routing::Weighted(targets) => weighted::order(targets, rng),
+        Routing::Priority(targets) if vm.has_metadata_match => {
+            let kept: Vec<_> = targets
+                .iter()
+                .filter(|t| allowed(t.model))
+                .copied()
+                .collect();
+            priority::order(&kept, rng)
+        }
+        Routing::Priority(targets) => priority::order(targets, rng),
     }
 }
 
@@ -93,12 +139,22 @@ mod tests {
       ]
     }"#;
 
-    fn run(endpoint: Endpoint, model: &str) -> Result<Plan, ErrorReply> {
-        let config = Config::parse(CONFIG.as_bytes()).unwrap();
-        plan(
-            &config,
+    fn request<'a>(endpoint: Endpoint, model: &'a str, metadata: &'a Metadata) -> Request<'a> {
+        Request {
             endpoint,
             model,
+            metadata,
+            headers: &[],
+        }
+    }
+
+    fn run(endpoint: Endpoint, model: &str) -> Result<Plan, ErrorReply> {
+        let config = Config::parse(CONFIG.as_bytes()).unwrap();
+        let metadata = Metadata::default();
+        let r = request(endpoint, model, &metadata);
+        plan(
+            &config,
+            &r,
             &HealthInput::NONE,
             &mut fastrand::Rng::with_seed(7),
         )
@@ -169,9 +225,9 @@ mod tests {
                 now_ms: 500,
                 window: FailureWindow::default(),
             };
-            plan(&config, Endpoint::ChatCompletions, "vm", &health, rng)
-                .unwrap()
-                .candidates
+            let metadata = Metadata::default();
+            let r = request(Endpoint::ChatCompletions, "vm", &metadata);
+            plan(&config, &r, &health, rng).unwrap().candidates
         };
         // One of the group evicted: the other member of the group still comes first.
         for _ in 0..20 {
@@ -198,6 +254,66 @@ mod tests {
             run(&records, &mut rng),
             vec![ModelId(0), ModelId(2), ModelId(1)]
         );
+    }
+
+    #[test]
+    fn metadata_match_filters_targets_before_the_strategy() {
+        let config = Config::parse(
+            br#"{"models": [
+                {"name": "us", "cluster": "c", "model": "m"},
+                {"name": "eu", "cluster": "c", "model": "m"},
+                {"name": "any", "cluster": "c", "model": "m"}],
+              "virtual_models": [{"name": "vm", "model_types": ["chat"], "routing_config": {
+                "type": "weight-based-routing", "load_balance_targets": [
+                  {"target": "us", "weight": 80, "metadata_match": {"region": "us", "tier": "enterprise"}},
+                  {"target": "eu", "weight": 20, "metadata_match": {"region": "eu"}},
+                  {"target": "any", "weight": 0}]}}]}"#,
+        )
+        .unwrap();
+        let mut rng = fastrand::Rng::with_seed(1);
+        let mut run = |meta: &[u8]| {
+            let metadata = Metadata::resolve(Some(meta), &[]).unwrap();
+            plan(
+                &config,
+                &request(Endpoint::ChatCompletions, "vm", &metadata),
+                &HealthInput::NONE,
+                &mut rng,
+            )
+            .map(|p| p.candidates)
+        };
+        assert_eq!(
+            run(br#"{"region":"us","tier":"enterprise"}"#).unwrap(),
+            [0, 2].map(ModelId)
+        );
+        assert_eq!(
+            run(br#"{"region":"us"}"#).unwrap(),
+            vec![ModelId(2)],
+            "AND of every pair"
+        );
+        assert_eq!(run(br#"{"region":"eu"}"#).unwrap(), [1, 2].map(ModelId));
+        assert_eq!(
+            run(b"{}").unwrap(),
+            vec![ModelId(2)],
+            "a target without metadata_match always stays"
+        );
+
+        let strict = Config::parse(
+            br#"{"models": [{"name": "us", "cluster": "c", "model": "m"}],
+              "virtual_models": [{"name": "vm", "model_types": ["chat"], "routing_config": {
+                "type": "priority-based-routing", "load_balance_targets": [
+                  {"target": "us", "priority": 0, "metadata_match": {"region": "us"}}]}}]}"#,
+        )
+        .unwrap();
+        let metadata = Metadata::default();
+        let e = plan(
+            &strict,
+            &request(Endpoint::ChatCompletions, "vm", &metadata),
+            &HealthInput::NONE,
+            &mut rng,
+        )
+        .unwrap_err();
+        assert_eq!(e.status, 404);
+        assert!(e.body.contains("metadata_match"));
     }
 
     #[test]

@@ -26,7 +26,9 @@ impl RootContext for Root {
     }
 
     fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
-        Some(Box::new(Noop { buffer: self.buffer }))
+        Some(Box::new(Noop {
+            buffer: self.buffer,
+        }))
     }
 
     fn get_type(&self) -> Option<ContextType> {
