@@ -152,6 +152,18 @@ impl ErrorReply {
         )
     }
 
+    /// 400: no `when` expression of a conditional virtual model held for this request.
+    pub fn no_condition_matched(model: &str) -> Self {
+        let message = format!("No `when` condition of `{model}` matched this request.");
+        Self::new(
+            400,
+            "invalid_request_error",
+            "no_matching_condition",
+            Some("model"),
+            &message,
+        )
+    }
+
     /// 503: no target could be chosen (every target drained or unavailable).
     pub fn no_target_available(model: &str) -> Self {
         let message = format!("No target of `{model}` is available.");

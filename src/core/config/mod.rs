@@ -94,13 +94,24 @@ pub struct PriorityTarget {
     pub priority: u32,
 }
 
+/// A target of a conditional virtual model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConditionalTarget {
+    /// The catalog model.
+    pub model: ModelId,
+    /// Its `when` expression.
+    pub when: crate::core::routing::condition::Condition,
+}
+
 /// How a virtual model picks among its targets.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Routing {
     /// `weight-based-routing`.
     Weighted(Vec<WeightedTarget>),
     /// `priority-based-routing`.
     Priority(Vec<PriorityTarget>),
+    /// `conditional-routing` (agentgateway seed).
+    Conditional(Vec<ConditionalTarget>),
 }
 
 /// What happens when one target fails (TrueFoundry seed, "Retries and fallbacks").

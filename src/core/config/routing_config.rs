@@ -8,11 +8,12 @@
 use super::compile::checked_header_name;
 use super::fields::{ConfigError, Fields};
 use super::{
-    HeadersOverride, Model, ModelId, NameEntry, PriorityTarget, Routing, TargetConfig,
-    TargetPolicy, VirtualModel, WeightedTarget,
+    ConditionalTarget, HeadersOverride, Model, ModelId, NameEntry, PriorityTarget, Routing,
+    TargetConfig, TargetPolicy, VirtualModel, WeightedTarget,
 };
 use crate::core::endpoint::{ModelType, ModelTypes};
 use crate::core::health::sla::SlaCutoff;
+use crate::core::routing::condition::Condition;
 use hashbrown::HashMap;
 
 /// Strategies of the seeds that a later version implements.
@@ -21,10 +22,10 @@ const TYPES_NOT_YET: &[&str] = &[
     "complexity-based-routing",
     "round-robin-routing",
     "hash-based-routing",
-    "conditional-routing",
 ];
 
-const SUPPORTED: &str = "supported: weight-based-routing, priority-based-routing";
+const SUPPORTED: &str =
+    "supported: weight-based-routing, priority-based-routing, conditional-routing";
 
 /// Per-target seed fields that a later version implements.
 const TARGET_NOT_YET: &[&str] = &["metadata_match", "headers_override", "override_params"];
@@ -63,6 +64,9 @@ pub(super) fn compile_virtual_model(
         }
         "priority-based-routing" => {
             Routing::Priority(compile_priority(&mut rc, catalog, &mut targets)?)
+        }
+        "conditional-routing" => {
+            Routing::Conditional(compile_conditional(&mut rc, catalog, &mut targets)?)
         }
         t if TYPES_NOT_YET.contains(&t) => {
             return Err(rc.error(
@@ -105,7 +109,7 @@ pub(super) struct Catalog<'c> {
 fn compile_targets<T>(
     rc: &mut Fields<'_>,
     catalog: &Catalog<'_>,
-    (strategy, other_strategy_field): (&str, &str),
+    (strategy, other_strategy_fields): (&str, &[&str]),
     targets: &mut Vec<TargetConfig>,
     mut read: impl FnMut(&mut Fields<'_>, ModelId, &mut TargetPolicy) -> Result<T, ConfigError>,
 ) -> Result<Vec<T>, ConfigError> {
@@ -141,11 +145,8 @@ fn compile_targets<T>(
             headers_override,
             override_params,
         });
-        if t.has(other_strategy_field) {
-            return Err(t.error(
-                other_strategy_field,
-                format!("does not apply to `{strategy}`"),
-            ));
+        if let Some(field) = other_strategy_fields.iter().find(|f| t.has(f)) {
+            return Err(t.error(field, format!("does not apply to `{strategy}`")));
         }
         t.finish(TARGET_NOT_YET)?;
     }
@@ -242,7 +243,7 @@ fn compile_weighted(
     catalog: &Catalog<'_>,
     targets: &mut Vec<TargetConfig>,
 ) -> Result<Vec<WeightedTarget>, ConfigError> {
-    let strategy = ("weight-based-routing", "priority");
+    let strategy = ("weight-based-routing", &["priority", "when"][..]);
     let targets = compile_targets(rc, catalog, strategy, targets, |t, model, _| {
         if t.has("sla_cutoff") {
             return Err(t.error("sla_cutoff", "only applies to priority-based-routing"));
@@ -270,7 +271,7 @@ fn compile_priority(
     catalog: &Catalog<'_>,
     targets: &mut Vec<TargetConfig>,
 ) -> Result<Vec<PriorityTarget>, ConfigError> {
-    let strategy = ("priority-based-routing", "weight");
+    let strategy = ("priority-based-routing", &["weight", "when"][..]);
     compile_targets(rc, catalog, strategy, targets, |t, model, policy| {
         if let Some(sla) = t.opt_object("sla_cutoff")? {
             policy.sla = Some(compile_sla(sla)?);
@@ -285,6 +286,19 @@ fn compile_priority(
             model,
             priority: u32::try_from(priority).unwrap_or(u32::MAX),
         })
+    })
+}
+
+fn compile_conditional(
+    rc: &mut Fields<'_>,
+    catalog: &Catalog<'_>,
+    targets: &mut Vec<TargetConfig>,
+) -> Result<Vec<ConditionalTarget>, ConfigError> {
+    let strategy = ("conditional-routing", &["weight", "priority"][..]);
+    compile_targets(rc, catalog, strategy, targets, |t, model, _| {
+        let src = t.str("when")?;
+        let when = Condition::parse(src).map_err(|e| t.error("when", e.to_string()))?;
+        Ok(ConditionalTarget { model, when })
     })
 }
 
@@ -521,6 +535,37 @@ mod tests {
     }
 
     #[test]
+    fn conditional_targets_need_a_when_that_parses() {
+        let cond = |targets: &str| {
+            with_vm(&format!(
+                r#"{{"name": "vm", "model_types": ["chat"],
+                    "routing_config": {{"type": "conditional-routing", "load_balance_targets": [{targets}]}}}}"#
+            ))
+        };
+        let c = Config::parse(
+            cond(r#"{"target": "a", "when": "request.headers[\"x-tier\"] == \"free\""}"#)
+                .as_bytes(),
+        )
+        .unwrap();
+        assert!(matches!(
+            c.virtual_models[0].routing,
+            crate::core::config::Routing::Conditional(_)
+        ));
+        assert_eq!(
+            err(&cond(r#"{"target": "a", "when": "request.headers[\"x-tier\"] = \"free\""}"#)),
+            "virtual_models[0].routing_config.load_balance_targets[0].when: column 27: unexpected `=`; did you mean `==`?"
+        );
+        assert_eq!(
+            err(&cond(r#"{"target": "a"}"#)),
+            "virtual_models[0].routing_config.load_balance_targets[0].when: is required"
+        );
+        assert_eq!(
+            err(&cond(r#"{"target": "a", "when": "model == \"x\"", "weight": 5}"#)),
+            "virtual_models[0].routing_config.load_balance_targets[0].weight: does not apply to `conditional-routing`"
+        );
+    }
+
+    #[test]
     fn targets_must_be_known_distinct_catalog_models() {
         assert_eq!(
             err(&weighted(r#"{"target": "zzz", "weight": 100}"#)),
@@ -540,15 +585,15 @@ mod tests {
     fn unimplemented_seed_fields_are_rejected_not_ignored() {
         assert_eq!(
             err(&with_vm(r#"{"name": "vm", "model_types": ["chat"], "routing_config": {"type": "hash-based-routing"}}"#)),
-            "virtual_models[0].routing_config.type: `hash-based-routing` is not supported yet by this version of Switchboard; supported: weight-based-routing, priority-based-routing"
+            "virtual_models[0].routing_config.type: `hash-based-routing` is not supported yet by this version of Switchboard; supported: weight-based-routing, priority-based-routing, conditional-routing"
         );
         assert_eq!(
             err(&with_vm(r#"{"name": "vm", "model_types": ["chat"], "routing_config": {"type": "latency-based-routing", "load_balance_targets": []}}"#)),
-            "virtual_models[0].routing_config.type: `latency-based-routing` is not supported yet by this version of Switchboard; supported: weight-based-routing, priority-based-routing"
+            "virtual_models[0].routing_config.type: `latency-based-routing` is not supported yet by this version of Switchboard; supported: weight-based-routing, priority-based-routing, conditional-routing"
         );
         assert_eq!(
             err(&with_vm(r#"{"name": "vm", "model_types": ["chat"], "routing_config": {"type": "random"}}"#)),
-            "virtual_models[0].routing_config.type: unknown routing type `random`; supported: weight-based-routing, priority-based-routing"
+            "virtual_models[0].routing_config.type: unknown routing type `random`; supported: weight-based-routing, priority-based-routing, conditional-routing"
         );
         assert_eq!(
             err(&with_vm(r#"{"name": "vm", "model_types": ["chat"], "routing_config": {"type": "weight-based-routing", "sticky_routing": {}, "load_balance_targets": [{"target": "a", "weight": 100}]}}"#)),

@@ -3,6 +3,8 @@
 //! A catalog model routes straight to itself; a virtual model asks its strategy. The plan is
 //! the primary target first, then the order later attempts would take.
 
+pub mod condition;
+pub mod conditional;
 pub mod priority;
 pub mod standing;
 pub mod weighted;
@@ -76,10 +78,10 @@ pub fn plan(
             }
             let mut candidates = order(vm, request, rng);
             if candidates.is_empty() {
-                return Err(if vm.has_metadata_match {
-                    ErrorReply::no_target_matched(model)
-                } else {
-                    ErrorReply::no_target_available(model)
+                return Err(match vm.routing {
+                    Routing::Conditional(_) => ErrorReply::no_condition_matched(model),
+                    _ if vm.has_metadata_match => ErrorReply::no_target_matched(model),
+                    _ => ErrorReply::no_target_available(model),
                 });
             }
             standing::apply(&mut candidates, |m| health.standing(vm, m));
@@ -119,6 +121,10 @@ fn order(vm: &VirtualModel, request: &Request<'_>, rng: &mut fastrand::Rng) -> V
             priority::order(&kept, rng)
         }
         Routing::Priority(targets) => priority::order(targets, rng),
+        Routing::Conditional(targets) => conditional::order(targets, request)
+            .into_iter()
+            .filter(|m| allowed(*m))
+            .collect(),
     }
 }
 
