@@ -16,6 +16,7 @@ use switchboard::core::health::record::{HealthRecord, Outcome};
 use switchboard::core::health::store::{self, MemoryStore};
 use switchboard::core::metadata::Metadata;
 use switchboard::core::request::{inspect, splice};
+use switchboard::core::routing::state::LocalState;
 use switchboard::core::routing::{plan, HealthInput, Request};
 
 fn bench(name: &str, mut f: impl FnMut()) {
@@ -59,18 +60,27 @@ fn config(strategy: &str, targets: usize) -> Config {
         .map(|i| format!(r#"{{"name":"p{i}/m","cluster":"c{i}","model":"m{i}"}}"#))
         .collect();
     let field = |i: usize| match strategy {
-        "weight-based-routing" => format!(
+        "weight-based-routing" | "sticky" => format!(
             r#""weight": {}"#,
             100 / targets + usize::from(i < 100 % targets)
         ),
-        _ => format!(r#""priority": {}"#, i / 4),
+        "priority-based-routing" => format!(r#""priority": {}"#, i / 4),
+        "conditional-routing" => format!(r#""when": "request.headers[\"x-tier\"] == \"t{i}\"""#),
+        _ => r#""fallback_candidate": true"#.to_string(),
+    };
+    let (kind, extra) = match strategy {
+        "sticky" => (
+            "weight-based-routing",
+            r#""sticky_routing": {"ttl_seconds": 3600, "session_identifiers": [{"key": "x-user-id", "source": "headers"}]},"#,
+        ),
+        other => (other, ""),
     };
     let lb: Vec<String> = (0..targets)
         .map(|i| format!(r#"{{"target":"p{i}/m",{}}}"#, field(i)))
         .collect();
     let json = format!(
         r#"{{"models":[{}],"virtual_models":[{{"name":"bench/vm","model_types":["chat"],
-            "routing_config":{{"type":"{strategy}","load_balance_targets":[{}]}}}}]}}"#,
+            "routing_config":{{"type":"{kind}",{extra}"load_balance_targets":[{}]}}}}]}}"#,
         models.join(","),
         lb.join(",")
     );
@@ -119,7 +129,18 @@ fn main() {
             ..HealthRecord::default()
         })
         .collect();
-    for strategy in ["weight-based-routing", "priority-based-routing"] {
+    let headers = vec![
+        ("x-user-id".to_string(), b"user-1234".to_vec()),
+        ("x-tier".to_string(), b"t31".to_vec()),
+    ];
+    let state = LocalState::default();
+    for strategy in [
+        "weight-based-routing",
+        "sticky",
+        "priority-based-routing",
+        "round-robin-routing",
+        "conditional-routing",
+    ] {
         let c = config(strategy, 32);
         let mut rng = fastrand::Rng::with_seed(7);
         let health = HealthInput {
@@ -132,7 +153,8 @@ fn main() {
             endpoint: Endpoint::ChatCompletions,
             model: "bench/vm",
             metadata: &metadata,
-            headers: &[],
+            headers: &headers,
+            state: &state,
         };
         bench(
             &format!("decide: {strategy}, 32 targets, with health"),

@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
-from harness import ENVOY_BIN, WASM, bootstrap, free_port, start_envoy, start_provider, wasm_filter  # noqa: E402
+from harness import ENVOY_BIN, WASM, bootstrap, free_ports, start_envoy, start_provider, wasm_filter  # noqa: E402
 
 NOOP_WASM = ROOT / "target" / "wasm32-wasip1" / "release" / "noop_filter.wasm"
 OUT = ROOT / "docs" / "benchmarks.md"
@@ -42,14 +42,17 @@ def chat_body(size: int) -> bytes:
     return json.dumps(base).encode()
 
 
-def plugin_config(targets: int) -> dict:
+def plugin_config(targets: int, sticky: bool = False) -> dict:
     models = [{"name": f"provider-{i}/gpt-4o", "cluster": "provider", "model": f"gpt-4o-{i}",
                "headers": {"authorization": f"Bearer sk-bench-{i}"}} for i in range(targets)]
     weights = [100 // targets + (1 if i < 100 % targets else 0) for i in range(targets)]
+    routing = {"type": "weight-based-routing", "load_balance_targets": [
+        {"target": m["name"], "weight": w} for m, w in zip(models, weights)]}
+    if sticky:
+        routing["sticky_routing"] = {"ttl_seconds": 3600,
+                                     "session_identifiers": [{"key": "x-user-id", "source": "headers"}]}
     return {"models": models, "virtual_models": [{
-        "name": "bench/chat", "model_types": ["chat"],
-        "routing_config": {"type": "weight-based-routing", "load_balance_targets": [
-            {"target": m["name"], "weight": w} for m, w in zip(models, weights)]}}]}
+        "name": "bench/chat", "model_types": ["chat"], "routing_config": routing}]}
 
 
 SCENARIOS = [
@@ -59,7 +62,7 @@ SCENARIOS = [
     ("100 KB prompt, 1 connection", 100 * 1024, 1, 2),
     ("1 MB prompt, 1 connection", 1024 * 1024, 1, 2),
     ("1 MB prompt, 8 connections (memory)", 1024 * 1024, 8, 2),
-    ("1.5 KB chat, 16 connections, 32 targets", 1536, 16, 32),
+    ("1.5 KB chat, 16 connections, 32 targets, sticky routing", 1536, 16, 32),
 ]
 
 
@@ -86,6 +89,7 @@ def wrk(url: str, body_path: str, connections: int, seconds: int) -> dict:
     script = Path(tempfile.mkstemp(suffix=".lua")[1])
     script.write_text(
         'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
+        'wrk.headers["x-user-id"] = "bench-user-42"\n'
         f'local f = io.open("{body_path}", "rb")\nwrk.body = f:read("*a")\nf:close()\n')
     try:
         out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--timeout", "10s", "--latency",
@@ -113,12 +117,12 @@ def run_scenario(name: str, size: int, connections: int, targets: int, provider_
         # The no-op filter holding headers until the body is in: what reading the body before
         # routing costs any filter, Switchboard included.
         "no-op, body held": [{**wasm_filter("buffer", NOOP_WASM), "name": "noop"}],
-        "switchboard": [wasm_filter(plugin_config(targets))],
+        "switchboard": [wasm_filter(plugin_config(targets, sticky="sticky" in name))],
     }
     envoys = {}
     try:
         for label, filters in configs.items():
-            config = bootstrap(free_port(), free_port(), clusters, filters, passthrough="provider")
+            config = bootstrap(*free_ports(2), clusters, filters, passthrough="provider")
             if filters:
                 config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"][
                     "http_filters"][0]["typed_config"]["config"]["vm_config"]["vm_id"] = label.replace(" ", "")
@@ -182,8 +186,8 @@ def render(results: list[tuple[str, int, int, int, dict]], command: str, seconds
         f"- Switchboard `.wasm`: {WASM.stat().st_size:,} bytes; no-op filter: {NOOP_WASM.stat().st_size:,} bytes",
         "- `no-op, body held` is the no-op filter told to hold the request until its body is in,"
         " the floor of any filter that routes on the body",
-        "- The virtual model has 2 weighted targets (32 in the last scenario), each with an"
-        " `authorization` header; the body's `model` is rewritten for the target",
+        "- The virtual model has 2 weighted targets (32 with sticky routing on `x-user-id` in the last"
+        " scenario), each with an `authorization` header; the body's `model` is rewritten for the target",
         "",
     ]
     for name, size, conns, targets, r in results:

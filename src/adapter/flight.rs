@@ -17,6 +17,7 @@ use crate::core::health::record::Outcome;
 use crate::core::health::retry_after;
 use crate::core::health::sla::{tpot_sample, ttft_sample};
 use crate::core::request::Layout;
+use crate::core::routing::sticky::Session;
 use crate::core::usage::UsageScanner;
 use proxy_wasm::types::Action;
 use std::cell::RefCell;
@@ -67,6 +68,20 @@ pub struct Replay {
     pub headers: Headers,
 }
 
+/// How a request was routed, as the flight starts.
+pub struct Start {
+    /// The virtual model, if one was called.
+    pub virtual_model: Option<usize>,
+    /// The candidates, the first in flight.
+    pub attempts: Attempts,
+    /// The client asked for a streamed answer.
+    pub stream: bool,
+    /// Its sticky session, if any.
+    pub sticky: Option<Session>,
+    /// When the first attempt left.
+    pub now_ms: u64,
+}
+
 /// The state of one forwarded request.
 pub struct Flight {
     /// The stream this flight belongs to.
@@ -89,6 +104,8 @@ pub struct Flight {
     started_ms: u64,
     /// Set while a delivered answer is timed for the latency samples.
     measure: Option<Measure>,
+    /// The sticky session of the request, to pin it where a fallback worked.
+    sticky: Option<Session>,
 }
 
 /// Timing of an answer as it streams to the client.
@@ -100,28 +117,21 @@ struct Measure {
 
 impl Flight {
     /// A flight whose first attempt has just been handed to the router.
-    pub fn new(
-        context_id: u32,
-        config: Rc<Config>,
-        virtual_model: Option<usize>,
-        attempts: Attempts,
-        replay: Option<Replay>,
-        stream: bool,
-        now_ms: u64,
-    ) -> Self {
+    pub fn new(context_id: u32, config: Rc<Config>, start: Start, replay: Option<Replay>) -> Self {
         Flight {
             context_id,
             config,
-            virtual_model,
-            routed_target: attempts.current(),
-            attempts,
+            virtual_model: start.virtual_model,
+            routed_target: start.attempts.current(),
+            attempts: start.attempts,
             replay,
             state: State::Routed,
             seq: 0,
             holding: false,
-            stream,
-            started_ms: now_ms,
+            stream: start.stream,
+            started_ms: start.now_ms,
             measure: None,
+            sticky: start.sticky,
         }
     }
 
@@ -232,6 +242,23 @@ impl Flight {
                 Flight::next_attempt(this, rt, step, now);
                 Action::Pause
             }
+        }
+    }
+
+    /// After a fallback answered well, keeps the request's sticky session on that target for
+    /// the rest of its window (TrueFoundry seed, "Fallback during a sticky session").
+    fn pin_session(&self, rt: &Runtime) {
+        let (Some(session), Some(target)) = (self.sticky, self.attempts.current()) else {
+            return;
+        };
+        if Some(target) == self.routed_target {
+            return;
+        }
+        let vm = self
+            .virtual_model
+            .and_then(|i| self.config.virtual_models.get(i));
+        if let (Some(vm), Some(model)) = (vm, self.config.model(target)) {
+            rt.pin(&vm.name, session.hash, session.window, &model.name);
         }
     }
 
@@ -367,6 +394,9 @@ impl Flight {
                 Flight::next_attempt(this, rt, step, now);
             }
             (_, Some(status)) if outcome != AttemptOutcome::ConnectFailure => {
+                if (200..300).contains(&status) {
+                    f.pin_session(rt);
+                }
                 if (200..300).contains(&status) && f.needs_latency() {
                     let mut usage = UsageScanner::default();
                     usage.feed(&body);

@@ -4,7 +4,7 @@
 //! Headers of an LLM request are paused until the body has arrived (Envoy must run with
 //! `allow_on_headers_stop_iteration: true`).
 
-use super::flight::{Flight, Replay};
+use super::flight::{Flight, Replay, Start};
 use super::host::{self, header, Headers};
 use super::runtime::Runtime;
 use crate::core::config::Config;
@@ -71,8 +71,9 @@ impl Http {
         let body = host::request_body(body_size);
         let now = host::now_ms();
         let rng = &mut self.rng;
-        let decided = self.runtime.with_health(&config, now, |health| {
-            decide(&config, endpoint, &body, &headers, health, rng)
+        let runtime = &*self.runtime;
+        let decided = runtime.with_health(&config, now, |health| {
+            decide(&config, endpoint, &body, &headers, health, runtime, rng)
         });
         match decided {
             Ok(decision) => self.forward(config, decision, body, headers, now),
@@ -132,14 +133,18 @@ impl Http {
         }
         // Last, so the route is re-selected with the final headers.
         host::set_request_header(&config.header_names.cluster, &model.cluster);
+        let start = Start {
+            virtual_model,
+            attempts,
+            stream: decision.stream,
+            sticky: decision.plan.sticky,
+            now_ms: now,
+        };
         let flight = Rc::new(RefCell::new(Flight::new(
             self.context_id,
             Rc::clone(&config),
-            virtual_model,
-            attempts,
+            start,
             replay,
-            decision.stream,
-            now,
         )));
         Flight::arm_fallback_timeout(&flight, &self.runtime, now);
         self.phase = Phase::Forwarded(flight);

@@ -62,7 +62,7 @@ impl RootContext for Root {
                     config.virtual_models.len()
                 );
                 self.config = Some(Rc::new(config));
-                self.runtime.reset_health_view();
+                self.runtime.reset_for_new_config();
                 true
             }
             Err(e) => {

@@ -9,7 +9,8 @@ use super::flight::Flight;
 use super::host::{self, SharedData};
 use crate::core::config::{Config, ModelId};
 use crate::core::health::record::{HealthRecord, Outcome};
-use crate::core::health::store;
+use crate::core::health::store::{self, Store};
+use crate::core::routing::state::RoutingState;
 use crate::core::routing::HealthInput;
 use hashbrown::HashMap;
 use std::cell::{Cell, RefCell};
@@ -25,6 +26,10 @@ struct Timer {
     flight: Weak<RefCell<Flight>>,
 }
 
+/// Sticky pins live in a fixed number of shared-data slots per virtual model, so they take
+/// bounded memory however many sessions come and go; a collision only loses a pin.
+const PIN_SLOTS: u64 = 1024;
+
 /// The worker's shared state.
 #[derive(Default)]
 pub struct Runtime {
@@ -32,6 +37,34 @@ pub struct Runtime {
     timers: RefCell<Vec<Timer>>,
     ticking: Cell<bool>,
     calls: RefCell<HashMap<u32, Weak<RefCell<Flight>>>>,
+    cursors: RefCell<HashMap<usize, usize>>,
+}
+
+fn pin_key(virtual_model: &str, session: u64) -> String {
+    format!(
+        "switchboard.sticky.v1.{virtual_model}.{}",
+        session % PIN_SLOTS
+    )
+}
+
+impl RoutingState for Runtime {
+    fn pinned(&self, virtual_model: &str, session: u64, window: u64) -> Option<String> {
+        let (bytes, _) = SharedData.get(&pin_key(virtual_model, session))?;
+        let text = String::from_utf8(bytes).ok()?;
+        let mut parts = text.splitn(3, ' ');
+        let (s, w, target) = (parts.next()?, parts.next()?, parts.next()?);
+        (s.parse() == Ok(session) && w.parse() == Ok(window)).then(|| target.to_string())
+    }
+
+    fn next_cursor(&self, virtual_model: usize, len: usize, rng: &mut fastrand::Rng) -> usize {
+        let mut cursors = self.cursors.borrow_mut();
+        let slot = cursors
+            .entry(virtual_model)
+            .or_insert_with(|| rng.usize(0..len.max(1)));
+        let at = *slot % len.max(1);
+        *slot = at.wrapping_add(1);
+        at
+    }
 }
 
 /// This worker's copy of the shared health records, re-read when older than
@@ -43,9 +76,22 @@ struct HealthView {
 }
 
 impl Runtime {
-    /// Forgets the cached view (model indices change when the config does).
-    pub fn reset_health_view(&self) {
+    /// Forgets what is indexed by the config (model and virtual model indices change with it).
+    pub fn reset_for_new_config(&self) {
         *self.health.borrow_mut() = HealthView::default();
+        self.cursors.borrow_mut().clear();
+    }
+
+    /// Keeps a sticky session on `target` for the rest of its window (after a fallback).
+    /// Only the session's hash is stored, never its key.
+    pub fn pin(&self, virtual_model: &str, session: u64, window: u64, target: &str) {
+        let value = format!("{session} {window} {target}");
+        if SharedData
+            .set(&pin_key(virtual_model, session), value.as_bytes(), None)
+            .is_err()
+        {
+            log::warn!("could not pin a sticky session of {virtual_model}");
+        }
     }
 
     /// Runs `f` with the health input of `now_ms`, refreshing the cached view if it is stale.

@@ -9,6 +9,7 @@ use crate::core::errors::ErrorReply;
 use crate::core::metadata::Metadata;
 use crate::core::request::inspect;
 use crate::core::request::{rewrite, Layout};
+use crate::core::routing::state::RoutingState;
 use crate::core::routing::{plan, HealthInput, Plan, Request};
 
 /// What to do with a request that will be forwarded.
@@ -40,6 +41,7 @@ pub fn decide(
     body: &[u8],
     headers: &[(String, Vec<u8>)],
     health: &HealthInput<'_>,
+    state: &dyn RoutingState,
     rng: &mut fastrand::Rng,
 ) -> Result<Decision, ErrorReply> {
     let inspected = inspect(body)?;
@@ -53,6 +55,7 @@ pub fn decide(
         model: &inspected.model,
         metadata: &metadata,
         headers,
+        state,
     };
     let plan = plan(config, &request, health, rng)?;
     let target = plan
@@ -97,6 +100,7 @@ pub fn body_for(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::routing::state::LocalState;
 
     const CONFIG: &str = r#"{
       "models": [
@@ -123,6 +127,7 @@ mod tests {
             body,
             &[],
             &HealthInput::NONE,
+            &LocalState::default(),
             &mut fastrand::Rng::with_seed(1),
         )
         .unwrap();
@@ -142,6 +147,7 @@ mod tests {
             body,
             &[],
             &HealthInput::NONE,
+            &LocalState::default(),
             &mut fastrand::Rng::with_seed(1),
         )
         .unwrap();
@@ -171,6 +177,7 @@ mod tests {
             body,
             &headers,
             &HealthInput::NONE,
+            &LocalState::default(),
             &mut fastrand::Rng::with_seed(1),
         )
         .unwrap();
@@ -186,6 +193,7 @@ mod tests {
             body,
             &bad,
             &HealthInput::NONE,
+            &LocalState::default(),
             &mut fastrand::Rng::with_seed(1),
         )
         .unwrap_err();
@@ -202,6 +210,7 @@ mod tests {
                 b"{",
                 &[],
                 &HealthInput::NONE,
+                &LocalState::default(),
                 &mut rng
             )
             .unwrap_err()
@@ -215,6 +224,7 @@ mod tests {
                 br#"{"model":"x"}"#,
                 &[],
                 &HealthInput::NONE,
+                &LocalState::default(),
                 &mut rng
             )
             .unwrap_err()
@@ -228,6 +238,7 @@ mod tests {
                 br#"{"model":"chat"}"#,
                 &[],
                 &HealthInput::NONE,
+                &LocalState::default(),
                 &mut rng
             )
             .unwrap_err()

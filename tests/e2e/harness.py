@@ -36,10 +36,22 @@ def require(path: Path, what: str) -> Path:
     return path
 
 
+def free_ports(n: int) -> list[int]:
+    """`n` distinct free loopback ports (all held open while choosing, so none repeats)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 @dataclass
@@ -268,10 +280,20 @@ class Stack:
         clusters = {name: p.port for name, p in self.providers.items()}
         clusters.update(extra_clusters or {})
         passthrough = passthrough or next(iter(clusters))
-        config = bootstrap(free_port(), free_port(), clusters, [wasm_filter(plugin_config)], passthrough)
-        e = start_envoy(config, concurrency=concurrency, expect_failure=expect_failure)
-        self.envoys.append(e)
-        return e
+        # A port chosen here can still be taken by another process before Envoy binds it:
+        # try again with new ports rather than fail the test on that race.
+        for attempt in range(3):
+            listen, admin = free_ports(2)
+            config = bootstrap(listen, admin, clusters, [wasm_filter(plugin_config)], passthrough)
+            try:
+                e = start_envoy(config, concurrency=concurrency, expect_failure=expect_failure)
+            except HarnessError as err:
+                if attempt < 2 and "Address already in use" in str(err):
+                    continue
+                raise
+            self.envoys.append(e)
+            return e
+        raise HarnessError("no free ports for Envoy")
 
     def close(self) -> None:
         for e in self.envoys:

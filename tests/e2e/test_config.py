@@ -21,11 +21,12 @@ def test_unsupported_field_is_rejected_not_ignored(stack):
     stack.provider("openai_main")
     stack.provider("azure_east")
     config = weighted_80_20()
-    config["virtual_models"][0]["routing_config"]["sticky_routing"] = {"ttl_seconds": 60}
+    config["virtual_models"][0]["routing_config"]["type"] = "latency-based-routing"
 
     envoy = stack.envoy(config, expect_failure=True)
 
-    assert "virtual_models[0].routing_config.sticky_routing: is not supported yet" in envoy.log()
+    assert ("virtual_models[0].routing_config.type: `latency-based-routing` is not supported yet"
+            in envoy.log())
 
 
 def test_config_that_is_not_json_is_rejected(stack):

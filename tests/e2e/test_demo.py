@@ -8,7 +8,7 @@ import anthropic
 import openai
 import requests
 
-from harness import ENVOY_BIN, ROOT, WASM, free_port, start_envoy
+from harness import ENVOY_BIN, ROOT, WASM, free_ports, start_envoy
 
 sys.path.insert(0, str(ROOT / "scripts"))
 
@@ -25,7 +25,7 @@ def test_demo_config_passes_envoy_validation():
 def test_demo_serves_its_virtual_models(stack):
     text = DEMO_CONFIG.read_text()
     text = text.replace("target/wasm32-wasip1/release/switchboard.wasm", str(WASM))
-    listen, admin = free_port(), free_port()
+    listen, admin = free_ports(2)
     text = text.replace(f"port_value: {LISTEN_PORT} ", f"port_value: {listen} ")
     text = text.replace(f"port_value: {ADMIN_PORT} ", f"port_value: {admin} ")
     for name, port, flags in DEMO_PROVIDERS:

@@ -35,3 +35,53 @@ def test_conditional_routing_picks_the_first_true_when_and_falls_back_to_the_nex
     none = send({"x-tier": "enterprise"})
     assert none.status_code == 400
     assert none.json()["error"]["code"] == "no_matching_condition"
+
+
+def test_round_robin_gives_equal_turns(stack):
+    for name in ("r1", "r2", "r3"):
+        stack.provider(name)
+    config = {"models": [model(n) for n in ("r1", "r2", "r3")],
+              "virtual_models": [{"name": "rr", "model_types": ["chat"], "routing_config": {
+                  "type": "round-robin-routing", "load_balance_targets": [
+                      {"target": "r1"}, {"target": "r2"}, {"target": "r3"}]}}]}
+    envoy = stack.envoy(config)
+    with requests.Session() as s:  # one connection: one worker, one cursor
+        served = [s.post(f"{envoy.url}/v1/chat/completions", json={"model": "rr", **CHAT}, timeout=10)
+                  .headers["x-switchboard-resolved-model"] for _ in range(30)]
+    assert {n: served.count(n) for n in ("r1", "r2", "r3")} == {"r1": 10, "r2": 10, "r3": 10}
+    assert all(served[i] != served[i + 1] for i in range(29)), "turns, not bursts"
+
+
+def test_sticky_sessions_stay_put_and_move_to_the_target_that_worked(stack):
+    a = stack.provider("a")
+    b = stack.provider("b")
+    config = {"models": [model("a"), model("b")],
+              "virtual_models": [{"name": "chat", "model_types": ["chat"], "routing_config": {
+                  "type": "weight-based-routing",
+                  "sticky_routing": {"ttl_seconds": 3600,
+                                     "session_identifiers": [{"key": "x-user-id", "source": "headers"}]},
+                  "load_balance_targets": [{"target": "a", "weight": 50}, {"target": "b", "weight": 50}]}}]}
+    envoy = stack.envoy(config)
+
+    def served_by(user: str) -> str:
+        # A new connection each time: stickiness must not depend on the worker.
+        r = requests.post(f"{envoy.url}/v1/chat/completions", json={"model": "chat", **CHAT},
+                          headers={"x-user-id": user}, timeout=10)
+        assert r.status_code == 200
+        return r.headers["x-switchboard-resolved-model"]
+
+    homes = {u: served_by(u) for u in (f"user-{i}" for i in range(40))}
+    assert all(served_by(u) == home for u, home in homes.items() for _ in range(3))
+    assert 8 <= list(homes.values()).count("a") <= 32, homes  # both targets get sessions
+
+    # The home of one user fails: the request falls back, and the session stays where it worked.
+    user, home = next(iter(homes.items()))
+    other = "b" if home == "a" else "a"
+    failing = a if home == "a" else b
+    failing.configure(fail_status=503)
+    assert served_by(user) == other
+    failing.configure(fail_status=None)  # healthy again, but the session is pinned to `other`
+    assert [served_by(user) for _ in range(5)] == [other] * 5
+    # Other sessions on the recovered target are not moved by that pin.
+    neighbours = [u for u, h in homes.items() if h == home and u != user][:5]
+    assert all(served_by(u) == home for u in neighbours)

@@ -103,6 +103,33 @@ pub struct ConditionalTarget {
     pub when: crate::core::routing::condition::Condition,
 }
 
+/// Where a sticky session identifier is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StickySource {
+    /// A request header (name lower-cased).
+    Headers,
+    /// A request metadata key.
+    Metadata,
+}
+
+/// One `session_identifiers` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionIdentifier {
+    /// The header name or metadata key.
+    pub key: String,
+    /// Where it is read.
+    pub source: StickySource,
+}
+
+/// `sticky_routing` of a weighted virtual model (TrueFoundry seed, "Sticky routing").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StickyRouting {
+    /// `ttl_seconds`, in milliseconds.
+    pub ttl_ms: u64,
+    /// Joined into one session key, in order.
+    pub session_identifiers: Vec<SessionIdentifier>,
+}
+
 /// How a virtual model picks among its targets.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Routing {
@@ -112,6 +139,8 @@ pub enum Routing {
     Priority(Vec<PriorityTarget>),
     /// `conditional-routing` (agentgateway seed).
     Conditional(Vec<ConditionalTarget>),
+    /// `round-robin-routing` (Zuplo seed).
+    RoundRobin(Vec<ModelId>),
 }
 
 /// What happens when one target fails (TrueFoundry seed, "Retries and fallbacks").
@@ -196,6 +225,8 @@ pub struct VirtualModel {
     pub has_sla: bool,
     /// Whether any target has a `metadata_match` (so targets are filtered first).
     pub has_metadata_match: bool,
+    /// `sticky_routing` (weight-based routing only).
+    pub sticky: Option<StickyRouting>,
 }
 
 impl VirtualModel {

@@ -9,7 +9,8 @@ use super::compile::checked_header_name;
 use super::fields::{ConfigError, Fields};
 use super::{
     ConditionalTarget, HeadersOverride, Model, ModelId, NameEntry, PriorityTarget, Routing,
-    TargetConfig, TargetPolicy, VirtualModel, WeightedTarget,
+    SessionIdentifier, StickyRouting, StickySource, TargetConfig, TargetPolicy, VirtualModel,
+    WeightedTarget,
 };
 use crate::core::endpoint::{ModelType, ModelTypes};
 use crate::core::health::sla::SlaCutoff;
@@ -20,12 +21,11 @@ use hashbrown::HashMap;
 const TYPES_NOT_YET: &[&str] = &[
     "latency-based-routing",
     "complexity-based-routing",
-    "round-robin-routing",
     "hash-based-routing",
 ];
 
-const SUPPORTED: &str =
-    "supported: weight-based-routing, priority-based-routing, conditional-routing";
+const SUPPORTED: &str = "supported: weight-based-routing, priority-based-routing, \
+                         conditional-routing, round-robin-routing";
 
 /// Per-target seed fields that a later version implements.
 const TARGET_NOT_YET: &[&str] = &["metadata_match", "headers_override", "override_params"];
@@ -68,6 +68,16 @@ pub(super) fn compile_virtual_model(
         "conditional-routing" => {
             Routing::Conditional(compile_conditional(&mut rc, catalog, &mut targets)?)
         }
+        "round-robin-routing" => {
+            let strategy = ("round-robin-routing", &["weight", "priority", "when"][..]);
+            Routing::RoundRobin(compile_targets(
+                &mut rc,
+                catalog,
+                strategy,
+                &mut targets,
+                |_, m, _| Ok(m),
+            )?)
+        }
         t if TYPES_NOT_YET.contains(&t) => {
             return Err(rc.error(
                 "type",
@@ -76,7 +86,17 @@ pub(super) fn compile_virtual_model(
         }
         t => return Err(rc.error("type", format!("unknown routing type `{t}`; {SUPPORTED}"))),
     };
-    rc.finish(&["sticky_routing"])?;
+    let sticky = match rc.opt_object("sticky_routing")? {
+        Some(obj) if matches!(routing, Routing::Weighted(_)) => Some(compile_sticky(obj)?),
+        Some(_) => {
+            return Err(rc.error(
+                "sticky_routing",
+                "only applies to weight-based-routing (TrueFoundry seed, Sticky routing)",
+            ))
+        }
+        None => None,
+    };
+    rc.finish(&[])?;
     let fallback_timeout_ms = match f.opt_u64("fallback_timeout_ms", 3_600_000)? {
         Some(0) => return Err(f.error("fallback_timeout_ms", "must be greater than 0")),
         other => other,
@@ -92,6 +112,7 @@ pub(super) fn compile_virtual_model(
         fallback_timeout_ms,
         has_sla,
         has_metadata_match,
+        sticky,
     })
 }
 
@@ -299,6 +320,48 @@ fn compile_conditional(
         let src = t.str("when")?;
         let when = Condition::parse(src).map_err(|e| t.error("when", e.to_string()))?;
         Ok(ConditionalTarget { model, when })
+    })
+}
+
+/// `sticky_routing {ttl_seconds, session_identifiers: [{key, source: headers|metadata}]}`.
+fn compile_sticky(mut f: Fields<'_>) -> Result<StickyRouting, ConfigError> {
+    let ttl = f
+        .opt_u64("ttl_seconds", 30 * 86_400)?
+        .ok_or_else(|| f.error("ttl_seconds", "is required"))?;
+    if ttl == 0 {
+        return Err(f.error("ttl_seconds", "must be at least 1"));
+    }
+    let items = f
+        .opt_array("session_identifiers")?
+        .ok_or_else(|| f.error("session_identifiers", "is required"))?;
+    if items.is_empty() {
+        return Err(f.error("session_identifiers", "must list at least one identifier"));
+    }
+    let mut session_identifiers = Vec::with_capacity(items.len());
+    for (path, value) in items {
+        let mut id = Fields::new(path, value)?;
+        let key = id.str("key")?;
+        let source = match id.str("source")? {
+            "headers" => StickySource::Headers,
+            "metadata" => StickySource::Metadata,
+            other => {
+                return Err(id.error(
+                    "source",
+                    format!("expected `headers` or `metadata`, got `{other}`"),
+                ))
+            }
+        };
+        let key = match source {
+            StickySource::Headers => key.to_ascii_lowercase(),
+            StickySource::Metadata => key.to_string(),
+        };
+        id.finish(&[])?;
+        session_identifiers.push(SessionIdentifier { key, source });
+    }
+    f.finish(&[])?;
+    Ok(StickyRouting {
+        ttl_ms: ttl * 1000,
+        session_identifiers,
     })
 }
 
@@ -566,6 +629,34 @@ mod tests {
     }
 
     #[test]
+    fn sticky_routing_parses_for_weighted_only() {
+        let json = with_vm(
+            r#"{"name": "vm", "model_types": ["chat"], "routing_config": {"type": "weight-based-routing",
+                "sticky_routing": {"ttl_seconds": 3600, "session_identifiers": [
+                    {"key": "X-User-Id", "source": "headers"}, {"key": "tenant", "source": "metadata"}]},
+                "load_balance_targets": [{"target": "a", "weight": 100}]}}"#,
+        );
+        let c = Config::parse(json.as_bytes()).unwrap();
+        let sticky = c.virtual_models[0].sticky.as_ref().unwrap();
+        assert_eq!(sticky.ttl_ms, 3_600_000);
+        assert_eq!(sticky.session_identifiers[0].key, "x-user-id");
+        assert_eq!(
+            sticky.session_identifiers[1].source,
+            crate::core::config::StickySource::Metadata
+        );
+        assert_eq!(
+            err(&json.replace(r#""source": "metadata""#, r#""source": "cookie""#)),
+            "virtual_models[0].routing_config.sticky_routing.session_identifiers[1].source: expected `headers` or `metadata`, got `cookie`"
+        );
+        assert_eq!(
+            err(&with_vm(r#"{"name": "vm", "model_types": ["chat"], "routing_config": {"type": "round-robin-routing",
+                "sticky_routing": {"ttl_seconds": 1, "session_identifiers": [{"key": "a", "source": "headers"}]},
+                "load_balance_targets": [{"target": "a"}]}}"#)),
+            "virtual_models[0].routing_config.sticky_routing: only applies to weight-based-routing (TrueFoundry seed, Sticky routing)"
+        );
+    }
+
+    #[test]
     fn targets_must_be_known_distinct_catalog_models() {
         assert_eq!(
             err(&weighted(r#"{"target": "zzz", "weight": 100}"#)),
@@ -585,19 +676,21 @@ mod tests {
     fn unimplemented_seed_fields_are_rejected_not_ignored() {
         assert_eq!(
             err(&with_vm(r#"{"name": "vm", "model_types": ["chat"], "routing_config": {"type": "hash-based-routing"}}"#)),
-            "virtual_models[0].routing_config.type: `hash-based-routing` is not supported yet by this version of Switchboard; supported: weight-based-routing, priority-based-routing, conditional-routing"
+            "virtual_models[0].routing_config.type: `hash-based-routing` is not supported yet by this version of Switchboard; supported: weight-based-routing, priority-based-routing, conditional-routing, round-robin-routing"
         );
         assert_eq!(
             err(&with_vm(r#"{"name": "vm", "model_types": ["chat"], "routing_config": {"type": "latency-based-routing", "load_balance_targets": []}}"#)),
-            "virtual_models[0].routing_config.type: `latency-based-routing` is not supported yet by this version of Switchboard; supported: weight-based-routing, priority-based-routing, conditional-routing"
+            "virtual_models[0].routing_config.type: `latency-based-routing` is not supported yet by this version of Switchboard; supported: weight-based-routing, priority-based-routing, conditional-routing, round-robin-routing"
         );
         assert_eq!(
             err(&with_vm(r#"{"name": "vm", "model_types": ["chat"], "routing_config": {"type": "random"}}"#)),
-            "virtual_models[0].routing_config.type: unknown routing type `random`; supported: weight-based-routing, priority-based-routing, conditional-routing"
+            "virtual_models[0].routing_config.type: unknown routing type `random`; supported: weight-based-routing, priority-based-routing, conditional-routing, round-robin-routing"
         );
         assert_eq!(
-            err(&with_vm(r#"{"name": "vm", "model_types": ["chat"], "routing_config": {"type": "weight-based-routing", "sticky_routing": {}, "load_balance_targets": [{"target": "a", "weight": 100}]}}"#)),
-            "virtual_models[0].routing_config.sticky_routing: is not supported yet by this version of Switchboard; remove it"
+            err(&with_vm(
+                r#"{"name": "vm", "model_types": ["chat"], "routing_config": {"type": "weight-based-routing", "sticky_routing": {}, "load_balance_targets": [{"target": "a", "weight": 100}]}}"#
+            )),
+            "virtual_models[0].routing_config.sticky_routing.ttl_seconds: is required"
         );
     }
 

@@ -73,11 +73,13 @@ mod tests {
             ("x-tier".to_string(), b"pro".to_vec()),
         ];
         let metadata = Metadata::resolve(Some(br#"{"region":"uk"}"#), &[]).unwrap();
+        let state = crate::core::routing::state::LocalState::default();
         let request = Request {
             endpoint: Endpoint::ChatCompletions,
             model: "vm",
             metadata: &metadata,
             headers: &headers,
+            state: &state,
         };
         assert_eq!(order(&t, &request), [1, 2, 3].map(ModelId));
         let none = Metadata::default();
@@ -86,6 +88,7 @@ mod tests {
             model: "vm",
             metadata: &none,
             headers: &[],
+            state: &state,
         };
         assert_eq!(
             order(&t, &bare),

@@ -5,8 +5,12 @@
 
 pub mod condition;
 pub mod conditional;
+pub mod hashing;
 pub mod priority;
+pub mod round_robin;
 pub mod standing;
+pub mod state;
+pub mod sticky;
 pub mod weighted;
 
 pub use standing::HealthInput;
@@ -15,9 +19,10 @@ use crate::core::config::{Config, ModelId, Named, Routing, VirtualModel, Visibil
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
 use crate::core::metadata::Metadata;
+use std::borrow::Cow;
 
 /// What routing looks at in a request besides its body.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct Request<'a> {
     /// The endpoint called.
     pub endpoint: Endpoint,
@@ -27,6 +32,8 @@ pub struct Request<'a> {
     pub metadata: &'a Metadata,
     /// The client's headers (names lower-case).
     pub headers: &'a [(String, Vec<u8>)],
+    /// Sticky pins and round-robin cursors.
+    pub state: &'a dyn state::RoutingState,
 }
 
 /// The routing decision for one request.
@@ -36,6 +43,8 @@ pub struct Plan {
     pub candidates: Vec<ModelId>,
     /// Index of the virtual model in the config, or `None` for a catalog model called directly.
     pub virtual_model: Option<usize>,
+    /// The sticky session the request belongs to, if the virtual model pins sessions.
+    pub sticky: Option<sticky::Session>,
 }
 
 impl Plan {
@@ -68,6 +77,7 @@ pub fn plan(
         Some(Named::Catalog(id, _)) => Ok(Plan {
             candidates: vec![id],
             virtual_model: None,
+            sticky: None,
         }),
         Some(Named::Virtual(index, vm)) => {
             if !vm.model_types.contains(request.endpoint.model_type()) {
@@ -76,7 +86,7 @@ pub fn plan(
                     request.endpoint.display_path(),
                 ));
             }
-            let mut candidates = order(vm, request, rng);
+            let (mut candidates, sticky) = order(config, index, vm, request, health.now_ms, rng);
             if candidates.is_empty() {
                 return Err(match vm.routing {
                     Routing::Conditional(_) => ErrorReply::no_condition_matched(model),
@@ -88,49 +98,92 @@ pub fn plan(
             Ok(Plan {
                 candidates,
                 virtual_model: Some(index),
+                sticky,
             })
         }
     }
 }
 
 /// The strategy's order over the targets the request's metadata allows (TrueFoundry seed:
-/// metadata filtering runs before load balancing and stickiness).
-fn order(vm: &VirtualModel, request: &Request<'_>, rng: &mut fastrand::Rng) -> Vec<ModelId> {
+/// metadata filtering runs before load balancing and stickiness), with the sticky session.
+fn order(
+    config: &Config,
+    index: usize,
+    vm: &VirtualModel,
+    request: &Request<'_>,
+    now_ms: u64,
+    rng: &mut fastrand::Rng,
+) -> (Vec<ModelId>, Option<sticky::Session>) {
     let allowed = |m: ModelId| {
         !vm.has_metadata_match
             || vm
                 .target(m)
                 .is_some_and(|t| request.metadata.matches(&t.metadata_match))
     };
+    // Filtering copies the targets only when some target has a metadata_match.
+    fn keep<T: Copy>(
+        ts: &[T],
+        model: impl Fn(&T) -> ModelId,
+        allowed: impl Fn(ModelId) -> bool,
+        any: bool,
+    ) -> Cow<'_, [T]> {
+        if any {
+            Cow::Owned(ts.iter().filter(|t| allowed(model(t))).copied().collect())
+        } else {
+            Cow::Borrowed(ts)
+        }
+    }
+    let any = vm.has_metadata_match;
     match &vm.routing {
-        Routing::Weighted(targets) if vm.has_metadata_match => {
-            let kept: Vec<_> = targets
-                .iter()
-                .filter(|t| allowed(t.model))
-                .copied()
-                .collect();
-            weighted::order(&kept, rng)
+        Routing::Weighted(targets) => {
+            let kept = keep(targets, |t| t.model, allowed, any);
+            match &vm.sticky {
+                Some(rule) => {
+                    let session = sticky::session(&vm.name, rule, request, now_ms);
+                    let pinned = request
+                        .state
+                        .pinned(&vm.name, session.hash, session.window)
+                        .and_then(|name| match config.lookup(&name) {
+                            Some(Named::Catalog(id, _)) => Some(id),
+                            _ => None,
+                        });
+                    (sticky::order(config, &kept, session, pinned), Some(session))
+                }
+                None => (weighted::order(&kept, rng), None),
+            }
         }
-        Routing::Weighted(targets) => weighted::order(targets, rng),
-        Routing::Priority(targets) if vm.has_metadata_match => {
-            let kept: Vec<_> = targets
-                .iter()
-                .filter(|t| allowed(t.model))
-                .copied()
-                .collect();
-            priority::order(&kept, rng)
+        Routing::Priority(targets) => {
+            let kept = keep(targets, |t| t.model, allowed, any);
+            (priority::order(&kept, rng), None)
         }
-        Routing::Priority(targets) => priority::order(targets, rng),
-        Routing::Conditional(targets) => conditional::order(targets, request)
-            .into_iter()
-            .filter(|m| allowed(*m))
-            .collect(),
+        Routing::Conditional(targets) => {
+            let order = conditional::order(targets, request);
+            (order.into_iter().filter(|m| allowed(*m)).collect(), None)
+        }
+        Routing::RoundRobin(targets) => {
+            let kept = keep(targets, |m| *m, allowed, any);
+            let start = request.state.next_cursor(index, kept.len(), rng);
+            (round_robin::order(&kept, start), None)
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    static NO_STATE: NoState = NoState;
+
+    /// Routing state for tests that use neither pins nor cursors.
+    struct NoState;
+    impl state::RoutingState for NoState {
+        fn pinned(&self, _: &str, _: u64, _: u64) -> Option<String> {
+            None
+        }
+        fn next_cursor(&self, _: usize, _: usize, _: &mut fastrand::Rng) -> usize {
+            0
+        }
+    }
 
     const CONFIG: &str = r#"{
       "models": [
@@ -151,6 +204,7 @@ mod tests {
             model,
             metadata,
             headers: &[],
+            state: &NO_STATE,
         }
     }
 

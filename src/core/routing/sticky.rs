@@ -1,0 +1,210 @@
+//! Sticky sessions for `weight-based-routing` (TrueFoundry seed, "Sticky routing"): every
+//! request of a session (its identifiers joined, a missing one contributing "") goes to the
+//! same target for a `ttl_seconds` window, with no shared state: a weighted rendezvous hash of
+//! the session, the target and the window index, so every Envoy instance agrees. After a
+//! fallback succeeds, the session stays on the target that worked for the rest of the window
+//! (a pin the adapter keeps in shared data). Inside a session the fallback order is the other
+//! targets in config order, not by weight. Session keys are hashed at once and never stored.
+
+use super::hashing::{hash64, rendezvous_score};
+use super::Request;
+use crate::core::config::{Config, ModelId, StickyRouting, StickySource, WeightedTarget};
+
+/// A session and the TTL window the request falls in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Session {
+    /// Hash of the virtual model and the session key.
+    pub hash: u64,
+    /// `now / ttl`.
+    pub window: u64,
+}
+
+/// The session of a request.
+pub fn session(
+    vm_name: &str,
+    sticky: &StickyRouting,
+    request: &Request<'_>,
+    now_ms: u64,
+) -> Session {
+    let mut key = Vec::with_capacity(64);
+    for (i, id) in sticky.session_identifiers.iter().enumerate() {
+        if i > 0 {
+            key.push(0x1f);
+        }
+        let value = match id.source {
+            StickySource::Headers => request
+                .headers
+                .iter()
+                .find(|(k, _)| *k == id.key)
+                .map(|(_, v)| v.as_slice()),
+            StickySource::Metadata => request.metadata.get(&id.key).map(str::as_bytes),
+        };
+        key.extend_from_slice(value.unwrap_or_default());
+    }
+    Session {
+        hash: hash64(&[vm_name.as_bytes(), &key]),
+        window: now_ms / sticky.ttl_ms.max(1),
+    }
+}
+
+/// The session's target first (its pin if it has one, else the rendezvous winner), then the
+/// other targets in config order.
+pub fn order(
+    config: &Config,
+    targets: &[WeightedTarget],
+    session: Session,
+    pinned: Option<ModelId>,
+) -> Vec<ModelId> {
+    let key = hash64(&[&session.hash.to_le_bytes(), &session.window.to_le_bytes()]);
+    let name = |m: ModelId| config.model(m).map_or("", |m| m.name.as_str());
+    let winner = pinned
+        .filter(|p| targets.iter().any(|t| t.model == *p))
+        .or_else(|| {
+            targets
+                .iter()
+                .filter(|t| t.weight > 0)
+                // Each score once: a hash and a logarithm per target.
+                .map(|t| (rendezvous_score(key, name(t.model), t.weight), t.model))
+                .max_by(|a, b| a.0.total_cmp(&b.0))
+                .map(|(_, m)| m)
+        });
+    winner
+        .into_iter()
+        .chain(
+            targets
+                .iter()
+                .map(|t| t.model)
+                .filter(|m| Some(*m) != winner),
+        )
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::endpoint::Endpoint;
+    use crate::core::metadata::Metadata;
+    use crate::core::routing::state::LocalState;
+    use crate::core::routing::{plan, HealthInput, Request};
+
+    const CONFIG: &str = r#"{"models": [
+        {"name": "a", "cluster": "c", "model": "m"},
+        {"name": "b", "cluster": "c", "model": "m"},
+        {"name": "c", "cluster": "c", "model": "m"}],
+      "virtual_models": [{"name": "vm", "model_types": ["chat"], "routing_config": {
+        "type": "weight-based-routing",
+        "sticky_routing": {"ttl_seconds": 60, "session_identifiers": [
+            {"key": "x-user-id", "source": "headers"}, {"key": "tenant", "source": "metadata"}]},
+        "load_balance_targets": [
+          {"target": "a", "weight": 70}, {"target": "b", "weight": 30}, {"target": "c", "weight": 0}]}}]}"#;
+
+    fn route(
+        config: &Config,
+        state: &LocalState,
+        user: &str,
+        now_ms: u64,
+    ) -> (Vec<ModelId>, Session) {
+        let headers = vec![("x-user-id".to_string(), user.as_bytes().to_vec())];
+        let metadata = Metadata::default();
+        let request = Request {
+            endpoint: Endpoint::ChatCompletions,
+            model: "vm",
+            metadata: &metadata,
+            headers: &headers,
+            state,
+        };
+        let health = HealthInput {
+            now_ms,
+            ..HealthInput::NONE
+        };
+        let p = plan(
+            config,
+            &request,
+            &health,
+            &mut fastrand::Rng::with_seed(now_ms),
+        )
+        .unwrap();
+        (p.candidates, p.sticky.unwrap())
+    }
+
+    #[test]
+    fn a_session_keeps_its_target_for_the_window_and_sessions_split_by_weight() {
+        let config = Config::parse(CONFIG.as_bytes()).unwrap();
+        let state = LocalState::default();
+        let mut firsts = [0u32; 3];
+        for user in 0..4000 {
+            let user = format!("user-{user}");
+            let (first, _) = route(&config, &state, &user, 1_000);
+            // The same every time within the window, whatever the RNG says.
+            for t in [2_000, 30_000, 59_999] {
+                assert_eq!(route(&config, &state, &user, t).0, first);
+            }
+            firsts[first[0].0] += 1;
+        }
+        // 70/30 over sessions (bands of about 4 standard deviations); weight 0 never first.
+        assert!(firsts[0].abs_diff(2800) < 120, "{firsts:?}");
+        assert_eq!(firsts[2], 0);
+    }
+
+    #[test]
+    fn windows_reshuffle_and_fallbacks_follow_config_order() {
+        let config = Config::parse(CONFIG.as_bytes()).unwrap();
+        let state = LocalState::default();
+        let moved = (0..200)
+            .filter(|u| {
+                let user = format!("u{u}");
+                route(&config, &state, &user, 0).0[0] != route(&config, &state, &user, 60_000).0[0]
+            })
+            .count();
+        assert!(
+            moved > 40,
+            "a new window re-evaluates sessions ({moved} of 200 moved)"
+        );
+        let (order, _) = route(&config, &state, "someone", 0);
+        let rest: Vec<usize> = order[1..].iter().map(|m| m.0).collect();
+        let mut expected = vec![0, 1, 2];
+        expected.retain(|i| *i != order[0].0);
+        assert_eq!(rest, expected, "not by weight: config order");
+    }
+
+    #[test]
+    fn a_pin_after_fallback_wins_for_the_rest_of_the_window_only() {
+        let config = Config::parse(CONFIG.as_bytes()).unwrap();
+        let state = LocalState::default();
+        let (order, session) = route(&config, &state, "pinned-user", 5_000);
+        let other = if order[0] == ModelId(0) { "b" } else { "a" };
+        state.pin("vm", session.hash, session.window, other);
+        let pinned = route(&config, &state, "pinned-user", 6_000).0;
+        assert_eq!(config.model(pinned[0]).unwrap().name, other);
+        assert_eq!(
+            route(&config, &state, "pinned-user", 65_000).1.window,
+            session.window + 1
+        );
+        assert_ne!(route(&config, &state, "pinned-user", 65_000).1, session);
+    }
+
+    #[test]
+    fn missing_identifiers_count_as_empty_strings() {
+        let config = Config::parse(CONFIG.as_bytes()).unwrap();
+        let vm = &config.virtual_models[0];
+        let metadata = Metadata::default();
+        let state = LocalState::default();
+        let bare = Request {
+            endpoint: Endpoint::ChatCompletions,
+            model: "vm",
+            metadata: &metadata,
+            headers: &[],
+            state: &state,
+        };
+        let empty = vec![("x-user-id".to_string(), Vec::new())];
+        let blank = Request {
+            headers: &empty,
+            ..bare
+        };
+        let rule = vm.sticky.as_ref().unwrap();
+        assert_eq!(
+            session("vm", rule, &bare, 0),
+            session("vm", rule, &blank, 0)
+        );
+    }
+}
