@@ -174,9 +174,19 @@ impl HttpContext for Http {
         // One host call for every header: cheaper than several lookups, and these are the
         // client's headers as sent, which a retry or fallback replays.
         let headers = host::request_headers();
-        let endpoint = header(&headers, ":path")
-            .and_then(Endpoint::from_path)
-            .filter(|_| header(&headers, ":method") == Some("POST"));
+        let path = header(&headers, ":path").unwrap_or_default();
+        let method = header(&headers, ":method").unwrap_or_default();
+        if method == "GET" && matches!(path.split('?').next(), Some("/v1/models" | "/models")) {
+            // The filter answers the model list itself: the names clients may call.
+            host::send_reply(
+                200,
+                vec![("content-type", "application/json")],
+                config.models_list_json.as_bytes(),
+            );
+            self.phase = Phase::Replied;
+            return Action::Pause;
+        }
+        let endpoint = Endpoint::from_path(path).filter(|_| method == "POST");
         let Some(endpoint) = endpoint else {
             // Never let a client pick the cluster through the route's cluster_header.
             if header(&headers, &config.header_names.cluster).is_some() {

@@ -17,33 +17,72 @@ pub enum Endpoint {
     Responses,
     /// `POST /v1/messages` (Anthropic Messages API)
     Messages,
+    /// `POST /v2/rerank`
+    Rerank,
+    /// `POST /v1/moderations`
+    Moderations,
+    /// `POST /v1/images/generations`
+    ImageGenerations,
+    /// `POST /v1/audio/speech`
+    Speech,
 }
+
+/// Each routed endpoint: its path (after an optional `/v1`), the endpoint, and its full path.
+const ENDPOINTS: [(&str, Endpoint, &str); 9] = [
+    (
+        "/chat/completions",
+        Endpoint::ChatCompletions,
+        "/v1/chat/completions",
+    ),
+    ("/completions", Endpoint::Completions, "/v1/completions"),
+    ("/embeddings", Endpoint::Embeddings, "/v1/embeddings"),
+    ("/responses", Endpoint::Responses, "/v1/responses"),
+    ("/messages", Endpoint::Messages, "/v1/messages"),
+    ("/rerank", Endpoint::Rerank, "/v2/rerank"),
+    ("/moderations", Endpoint::Moderations, "/v1/moderations"),
+    (
+        "/images/generations",
+        Endpoint::ImageGenerations,
+        "/v1/images/generations",
+    ),
+    ("/audio/speech", Endpoint::Speech, "/v1/audio/speech"),
+];
 
 impl Endpoint {
     /// The endpoint a request path (query string allowed) calls, if it is one we route.
     pub fn from_path(path: &str) -> Option<Endpoint> {
         let path = path.split_once('?').map_or(path, |(p, _)| p);
-        let path = path.strip_prefix("/v1").unwrap_or(path);
+        let path = match path.strip_prefix("/v2") {
+            // Rerank lives under /v2 (TrueFoundry seed); nothing else does.
+            Some("/rerank" | "/rerank/") => "/rerank",
+            Some(_) => return None,
+            None => path.strip_prefix("/v1").unwrap_or(path),
+        };
         let path = path.strip_suffix('/').unwrap_or(path);
-        match path {
-            "/chat/completions" => Some(Endpoint::ChatCompletions),
-            "/completions" => Some(Endpoint::Completions),
-            "/embeddings" => Some(Endpoint::Embeddings),
-            "/responses" => Some(Endpoint::Responses),
-            "/messages" => Some(Endpoint::Messages),
-            _ => None,
+        ENDPOINTS
+            .iter()
+            .find(|(p, _, _)| *p == path)
+            .map(|(_, e, _)| *e)
+    }
+
+    /// Whether a provider of this API family serves the endpoint natively: the Anthropic
+    /// Messages API only at Anthropic; the OpenAI-shaped endpoints at OpenAI-API providers
+    /// (Anthropic also accepts chat completions). Switchboard never translates between them.
+    pub fn served_by(self, provider: crate::core::config::Provider) -> bool {
+        use crate::core::config::Provider;
+        match (self, provider) {
+            (Endpoint::Messages, p) => p == Provider::Anthropic,
+            (Endpoint::ChatCompletions, _) => true,
+            (_, p) => p != Provider::Anthropic,
         }
     }
 
     /// The path as users know it, for error messages.
     pub fn display_path(self) -> &'static str {
-        match self {
-            Endpoint::ChatCompletions => "/v1/chat/completions",
-            Endpoint::Completions => "/v1/completions",
-            Endpoint::Embeddings => "/v1/embeddings",
-            Endpoint::Responses => "/v1/responses",
-            Endpoint::Messages => "/v1/messages",
-        }
+        ENDPOINTS
+            .iter()
+            .find(|(_, e, _)| *e == self)
+            .map_or("", |(_, _, full)| *full)
     }
 
     /// The model type a virtual model must list to serve this endpoint.
@@ -53,6 +92,10 @@ impl Endpoint {
             Endpoint::Completions => ModelType::Completion,
             Endpoint::Embeddings => ModelType::Embedding,
             Endpoint::Responses => ModelType::Responses,
+            Endpoint::Rerank => ModelType::Rerank,
+            Endpoint::Moderations => ModelType::Moderation,
+            Endpoint::ImageGenerations => ModelType::Image,
+            Endpoint::Speech => ModelType::TextToSpeech,
         }
     }
 }
@@ -177,6 +220,40 @@ mod tests {
         ] {
             assert_eq!(Endpoint::from_path(path), None, "{path}");
         }
+    }
+
+    #[test]
+    fn every_seed_json_endpoint_is_recognised_and_maps_to_its_model_type() {
+        assert_eq!(Endpoint::from_path("/v2/rerank"), Some(Endpoint::Rerank));
+        assert_eq!(
+            Endpoint::from_path("/v1/moderations"),
+            Some(Endpoint::Moderations)
+        );
+        assert_eq!(
+            Endpoint::from_path("/images/generations"),
+            Some(Endpoint::ImageGenerations)
+        );
+        assert_eq!(
+            Endpoint::from_path("/v1/audio/speech"),
+            Some(Endpoint::Speech)
+        );
+        assert_eq!(Endpoint::Rerank.model_type(), ModelType::Rerank);
+        assert_eq!(Endpoint::Speech.display_path(), "/v1/audio/speech");
+        for (_, e, full) in ENDPOINTS {
+            assert_eq!(Endpoint::from_path(full), Some(e), "{full}");
+            assert_eq!(e.display_path(), full);
+        }
+    }
+
+    #[test]
+    fn messages_only_go_to_anthropic_and_openai_endpoints_not() {
+        use crate::core::config::Provider;
+        assert!(Endpoint::Messages.served_by(Provider::Anthropic));
+        assert!(!Endpoint::Messages.served_by(Provider::OpenAi));
+        assert!(!Endpoint::Responses.served_by(Provider::Anthropic));
+        assert!(Endpoint::Responses.served_by(Provider::Azure));
+        assert!(Endpoint::ChatCompletions.served_by(Provider::Anthropic));
+        assert!(!Endpoint::Embeddings.served_by(Provider::Anthropic));
     }
 
     #[test]

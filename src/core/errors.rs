@@ -164,6 +164,20 @@ impl ErrorReply {
         )
     }
 
+    /// 400: no target of the model serves this endpoint natively.
+    pub fn no_capable_target(model: &str, endpoint: &str) -> Self {
+        let message = format!(
+            "No target of `{model}` serves `{endpoint}` natively; Switchboard does not translate between APIs."
+        );
+        Self::new(
+            400,
+            "invalid_request_error",
+            "unsupported_endpoint",
+            Some("model"),
+            &message,
+        )
+    }
+
     /// 503: no target could be chosen (every target drained or unavailable).
     pub fn no_target_available(model: &str) -> Self {
         let message = format!("No target of `{model}` is available.");

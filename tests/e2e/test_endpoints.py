@@ -4,6 +4,7 @@ import json
 
 import anthropic
 import openai
+import requests
 
 from configs import PRIMARY, VIRTUAL
 from test_rewrite import only_target
@@ -51,3 +52,63 @@ def test_anthropic_messages_route_through_a_chat_virtual_model(stack):
     [seen] = claude.requests()
     assert seen["path"] == "/v1/messages"
     assert json.loads(seen["body"])["model"] == "claude-sonnet-4-0"
+
+
+def test_models_list_shows_what_clients_may_call(stack):
+    stack.provider("openai_main")
+    config = {
+        "models": [{"name": "secret/gpt-4o", "cluster": "openai_main", "model": "gpt-4o"},
+                   {"name": "open/gpt-4o-mini", "cluster": "openai_main", "model": "gpt-4o-mini",
+                    "visibility": "public"}],
+        "virtual_models": [{"name": "team/chat", "model_types": ["chat"], "routing_config": {
+            "type": "weight-based-routing", "load_balance_targets": [{"target": "secret/gpt-4o", "weight": 100}]}}],
+    }
+    envoy = stack.envoy(config)
+    client = openai.OpenAI(base_url=f"{envoy.url}/v1", api_key="sk", max_retries=0)
+
+    ids = [m.id for m in client.models.list()]
+
+    assert ids == ["open/gpt-4o-mini", "team/chat"], "internal models are not listed"
+    assert stack.providers["openai_main"].requests() == [], "answered by the filter"
+
+
+def test_other_json_endpoints_route_through_a_virtual_model(stack):
+    provider = stack.provider("multi")
+    config = {
+        "models": [{"name": "multi/m", "cluster": "multi", "model": "upstream-m"}],
+        "virtual_models": [{"name": "team/all", "model_types": ["rerank", "moderation", "image", "text_to_speech"],
+                            "routing_config": {"type": "weight-based-routing",
+                                               "load_balance_targets": [{"target": "multi/m", "weight": 100}]}}],
+    }
+    envoy = stack.envoy(config)
+    paths = ["/v2/rerank", "/v1/moderations", "/v1/images/generations", "/v1/audio/speech"]
+    for path in paths:
+        r = requests.post(f"{envoy.url}{path}", json={"model": "team/all", "input": "x"}, timeout=10)
+        # The mock does not implement these APIs (404), but the request reached it rewritten.
+        assert r.headers["x-switchboard-resolved-model"] == "multi/m", path
+    seen = provider.requests()
+    assert [s["path"] for s in seen] == paths
+    assert {json.loads(s["body"])["model"] for s in seen} == {"upstream-m"}
+
+
+def test_messages_never_reach_a_provider_that_does_not_speak_them(stack):
+    claude = stack.provider("claude")
+    gpt = stack.provider("gpt")
+    config = {
+        "models": [{"name": "anthropic/claude", "cluster": "claude", "model": "claude-sonnet-4-0",
+                    "provider": "anthropic"},
+                   {"name": "openai/gpt-4o", "cluster": "gpt", "model": "gpt-4o", "provider": "openai"}],
+        "virtual_models": [{"name": "team/mixed", "model_types": ["chat", "embedding"], "routing_config": {
+            "type": "weight-based-routing", "load_balance_targets": [
+                {"target": "anthropic/claude", "weight": 50}, {"target": "openai/gpt-4o", "weight": 50}]}}],
+    }
+    envoy = stack.envoy(config)
+    ant = anthropic.Anthropic(base_url=envoy.url, api_key="sk", max_retries=0)
+    oai = openai.OpenAI(base_url=f"{envoy.url}/v1", api_key="sk", max_retries=0)
+
+    for _ in range(10):
+        ant.messages.create(model="team/mixed", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
+        oai.embeddings.create(model="team/mixed", input="hi")
+
+    assert {s["path"] for s in claude.requests()} == {"/v1/messages"}
+    assert {s["path"] for s in gpt.requests()} == {"/v1/embeddings"}

@@ -106,7 +106,9 @@ pub(super) fn compile(json: &[u8]) -> Result<Config, ConfigError> {
         .collect();
 
     root.finish(ROOT_NOT_YET)?;
+    let models_list_json = models_list(&models, &virtual_models);
     Ok(Config {
+        models_list_json,
         default_metadata,
         models,
         virtual_models,
@@ -117,6 +119,28 @@ pub(super) fn compile(json: &[u8]) -> Result<Config, ConfigError> {
         attempt_timeout_ms,
         names,
     })
+}
+
+/// `GET /v1/models` in OpenAI's list shape: what a client may call by name.
+fn models_list(models: &[Model], virtual_models: &[super::VirtualModel]) -> String {
+    let provider_name = |p: Provider| {
+        Provider::ALL
+            .iter()
+            .find(|(v, _)| *v == p)
+            .map_or("", |(_, n)| *n)
+    };
+    let public = models
+        .iter()
+        .filter(|m| m.visibility == Visibility::Public)
+        .map(|m| (m.name.as_str(), provider_name(m.provider)));
+    let virtuals = virtual_models
+        .iter()
+        .map(|vm| (vm.name.as_str(), "switchboard"));
+    let data: Vec<serde_json::Value> = public
+        .chain(virtuals)
+        .map(|(id, owner)| serde_json::json!({"id": id, "object": "model", "created": 0, "owned_by": owner}))
+        .collect();
+    serde_json::json!({"object": "list", "data": data}).to_string()
 }
 
 fn compile_model(mut f: Fields<'_>, header_names: &HeaderNames) -> Result<Model, ConfigError> {
@@ -365,6 +389,30 @@ mod tests {
         assert_eq!((targets[0].model, targets[0].weight), (ModelId(0), 80));
         assert_eq!((targets[1].model, targets[1].weight), (ModelId(1), 20));
         assert!(c.lookup("gpt-4o").is_none());
+    }
+
+    #[test]
+    fn models_list_shows_public_and_virtual_models_only() {
+        let c = Config::parse(
+            SAMPLE
+                .replace(
+                    r#""model": "gpt-4o-mini""#,
+                    r#""model": "gpt-4o-mini", "visibility": "public""#,
+                )
+                .as_bytes(),
+        )
+        .unwrap();
+        let v: serde_json::Value = serde_json::from_str(&c.models_list_json).unwrap();
+        assert_eq!(v["object"], "list");
+        let ids: Vec<&str> = v["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, ["openai-main/gpt-4o-mini", "my-group/production-chat"]);
+        assert_eq!(v["data"][1]["owned_by"], "switchboard");
+        assert_eq!(v["data"][0]["object"], "model");
     }
 
     #[test]

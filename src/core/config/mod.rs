@@ -302,6 +302,9 @@ pub struct Config {
     pub health_view_ms: u64,
     /// Longest time a fallback or retry attempt made by the filter may take.
     pub attempt_timeout_ms: u64,
+    /// The answer to `GET /v1/models`: public catalog models and virtual models, OpenAI's list
+    /// shape, serialised once at load.
+    pub models_list_json: String,
     /// `default_metadata`: merged into every request's metadata, winning on shared keys.
     pub default_metadata: Vec<(String, String)>,
     names: HashMap<String, NameEntry>,

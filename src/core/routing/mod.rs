@@ -74,6 +74,9 @@ pub fn plan(
         Some(Named::Catalog(_, m)) if m.visibility == Visibility::Internal => {
             Err(ErrorReply::model_not_found(model))
         }
+        Some(Named::Catalog(_, m)) if !request.endpoint.served_by(m.provider) => Err(
+            ErrorReply::no_capable_target(model, request.endpoint.display_path()),
+        ),
         Some(Named::Catalog(id, _)) => Ok(Plan {
             candidates: vec![id],
             virtual_model: None,
@@ -82,6 +85,17 @@ pub fn plan(
         Some(Named::Virtual(index, vm)) => {
             if !vm.model_types.contains(request.endpoint.model_type()) {
                 return Err(ErrorReply::endpoint_not_served(
+                    model,
+                    request.endpoint.display_path(),
+                ));
+            }
+            let capable = |m: ModelId| {
+                config
+                    .model(m)
+                    .is_some_and(|m| request.endpoint.served_by(m.provider))
+            };
+            if !vm.targets.iter().any(|t| capable(t.model)) {
+                return Err(ErrorReply::no_capable_target(
                     model,
                     request.endpoint.display_path(),
                 ));
@@ -114,11 +128,19 @@ fn order(
     now_ms: u64,
     rng: &mut fastrand::Rng,
 ) -> (Vec<ModelId>, Option<sticky::Session>) {
+    // A target must serve the endpoint natively (TrueFoundry seed: every target must support
+    // the operation called) and match the metadata.
+    let capable = |m: ModelId| {
+        config
+            .model(m)
+            .is_some_and(|m| request.endpoint.served_by(m.provider))
+    };
     let allowed = |m: ModelId| {
-        !vm.has_metadata_match
-            || vm
-                .target(m)
-                .is_some_and(|t| request.metadata.matches(&t.metadata_match))
+        capable(m)
+            && (!vm.has_metadata_match
+                || vm
+                    .target(m)
+                    .is_some_and(|t| request.metadata.matches(&t.metadata_match)))
     };
     // Filtering copies the targets only when some target has a metadata_match.
     fn keep<T: Copy>(
@@ -133,7 +155,7 @@ fn order(
             Cow::Borrowed(ts)
         }
     }
-    let any = vm.has_metadata_match;
+    let any = vm.has_metadata_match || !vm.targets.iter().all(|t| capable(t.model));
     match &vm.routing {
         Routing::Weighted(targets) => {
             let kept = keep(targets, |t| t.model, allowed, any);
@@ -377,11 +399,53 @@ mod tests {
     }
 
     #[test]
+    fn targets_that_cannot_serve_the_endpoint_are_dropped() {
+        let config = Config::parse(
+            br#"{"models": [
+                {"name": "claude", "cluster": "c", "model": "m", "provider": "anthropic", "visibility": "public"},
+                {"name": "gpt", "cluster": "c", "model": "m", "provider": "openai"}],
+              "virtual_models": [
+                {"name": "vm", "model_types": ["chat", "embedding"], "routing_config": {
+                  "type": "weight-based-routing", "load_balance_targets": [
+                    {"target": "claude", "weight": 50}, {"target": "gpt", "weight": 50}]}}]}"#,
+        )
+        .unwrap();
+        let metadata = Metadata::default();
+        let mut rng = fastrand::Rng::with_seed(2);
+        let mut run = |endpoint, model| {
+            let r = request(endpoint, model, &metadata);
+            plan(&config, &r, &HealthInput::NONE, &mut rng)
+        };
+        for _ in 0..20 {
+            assert_eq!(
+                run(Endpoint::Messages, "vm").unwrap().candidates,
+                vec![ModelId(0)]
+            );
+            assert_eq!(
+                run(Endpoint::Embeddings, "vm").unwrap().candidates,
+                vec![ModelId(1)]
+            );
+        }
+        assert_eq!(
+            run(Endpoint::ChatCompletions, "vm")
+                .unwrap()
+                .candidates
+                .len(),
+            2
+        );
+        let e = run(Endpoint::Embeddings, "claude").unwrap_err();
+        assert_eq!(e.status, 400);
+        assert!(e.body.contains("/v1/embeddings"));
+    }
+
+    #[test]
     fn virtual_model_refuses_endpoints_outside_its_model_types() {
         let e = run(Endpoint::Completions, "vm").unwrap_err();
         assert_eq!(e.status, 400);
         assert!(e.body.contains("/v1/completions"));
-        // `/messages` is served by the `chat` model type.
-        assert!(run(Endpoint::Messages, "vm").is_ok());
+        // `/messages` is in the `chat` model type, but these OpenAI targets cannot serve it.
+        let e = run(Endpoint::Messages, "vm").unwrap_err();
+        assert_eq!(e.status, 400);
+        assert!(e.body.contains("natively"));
     }
 }
