@@ -85,3 +85,27 @@ def test_sticky_sessions_stay_put_and_move_to_the_target_that_worked(stack):
     # Other sessions on the recovered target are not moved by that pin.
     neighbours = [u for u, h in homes.items() if h == home and u != user][:5]
     assert all(served_by(u) == home for u in neighbours)
+
+
+def test_two_envoys_agree_on_every_sticky_session(stack):
+    for name in ("s1", "s2", "s3"):
+        stack.provider(name)
+    config = {"models": [model(n) for n in ("s1", "s2", "s3")],
+              "virtual_models": [{"name": "chat", "model_types": ["chat"], "routing_config": {
+                  "type": "weight-based-routing",
+                  "sticky_routing": {"ttl_seconds": 3600,
+                                     "session_identifiers": [{"key": "x-user-id", "source": "headers"},
+                                                             {"key": "tenant", "source": "metadata"}]},
+                  "load_balance_targets": [{"target": "s1", "weight": 50}, {"target": "s2", "weight": 30},
+                                           {"target": "s3", "weight": 20}]}}]}
+    first, second = stack.envoy(config), stack.envoy(config)
+
+    def home(envoy, user: str) -> str:
+        headers = {"x-user-id": user, "x-switchboard-metadata": '{"tenant": "acme"}'}
+        return requests.post(f"{envoy.url}/v1/chat/completions", json={"model": "chat", **CHAT},
+                             headers=headers, timeout=10).headers["x-switchboard-resolved-model"]
+
+    users = [f"user-{i}" for i in range(60)]
+    on_first = [home(first, u) for u in users]
+    assert on_first == [home(second, u) for u in users], "independent instances, same assignment"
+    assert set(on_first) == {"s1", "s2", "s3"}
