@@ -27,7 +27,7 @@ $(VENV)/.installed: requirements-dev.txt
 
 build: setup
 	cargo build --release --target wasm32-wasip1 --lib
-	cargo build --release -p mock-provider
+	cargo build --release -p mock-provider -p switchboard-cli
 
 lint: setup
 	cargo fmt --all -- --check

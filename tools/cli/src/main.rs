@@ -1,0 +1,330 @@
+//! `switchboard`: the filter's routing core on the command line.
+//!
+//! - `switchboard check CONFIG` validates a plugin config and prints errors with field paths.
+//! - `switchboard explain CONFIG REQUEST.json [--header k:v]... [--path P]` shows the ordered
+//!   candidates for one request and why each target is in or out.
+//! - `switchboard simulate CONFIG --requests N [--model M] [--header k:v]...` runs N decisions
+//!   and prints the resulting split of first attempts.
+//!
+//! The same core crate as the filter decides; nothing here re-implements routing.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use switchboard::core::config::{Config, Named, Routing, StickySource};
+use switchboard::core::decision::decide;
+use switchboard::core::endpoint::Endpoint;
+use switchboard::core::metadata::Metadata;
+use switchboard::core::routing::state::LocalState;
+use switchboard::core::routing::{HealthInput, Request};
+
+const USAGE: &str = "usage:
+  switchboard check CONFIG.json
+  switchboard explain CONFIG.json REQUEST.json [--header name:value]... [--path /v1/chat/completions]
+  switchboard simulate CONFIG.json --requests N [--model NAME] [--header name:value]... [--path P]";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("check") => check(&args[1..]),
+        Some("explain") => explain(&args[1..]),
+        Some("simulate") => simulate(&args[1..]),
+        _ => Err(USAGE.to_string()),
+    };
+    match result {
+        Ok(out) => {
+            println!("{out}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Options shared by `explain` and `simulate`.
+struct Options {
+    positional: Vec<String>,
+    headers: Vec<(String, Vec<u8>)>,
+    path: String,
+    requests: usize,
+    model: Option<String>,
+}
+
+fn options(args: &[String]) -> Result<Options, String> {
+    let mut o = Options {
+        positional: Vec::new(),
+        headers: Vec::new(),
+        path: "/v1/chat/completions".to_string(),
+        requests: 10_000,
+        model: None,
+    };
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let mut value = || {
+            it.next()
+                .cloned()
+                .ok_or(format!("{arg} needs a value\n{USAGE}"))
+        };
+        match arg.as_str() {
+            "--header" => {
+                let v = value()?;
+                let (k, val) = v
+                    .split_once(':')
+                    .ok_or(format!("--header {v}: expected name:value"))?;
+                o.headers.push((
+                    k.trim().to_ascii_lowercase(),
+                    val.trim().as_bytes().to_vec(),
+                ));
+            }
+            "--path" => o.path = value()?,
+            "--requests" => {
+                o.requests = value()?
+                    .parse()
+                    .map_err(|_| "--requests: expected a number".to_string())?
+            }
+            "--model" => o.model = Some(value()?),
+            flag if flag.starts_with("--") => {
+                return Err(format!("unknown option {flag}\n{USAGE}"))
+            }
+            _ => o.positional.push(arg.clone()),
+        }
+    }
+    o.headers
+        .push((":path".to_string(), o.path.as_bytes().to_vec()));
+    o.headers.push((":method".to_string(), b"POST".to_vec()));
+    Ok(o)
+}
+
+fn load(path: &str) -> Result<Config, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
+    Config::parse(&bytes).map_err(|e| format!("{path}: invalid plugin configuration:\n  {e}"))
+}
+
+fn check(args: &[String]) -> Result<String, String> {
+    let [path] = args else {
+        return Err(USAGE.to_string());
+    };
+    let c = load(path)?;
+    Ok(format!(
+        "{path}: ok ({} models, {} virtual models)",
+        c.models.len(),
+        c.virtual_models.len()
+    ))
+}
+
+fn endpoint(path: &str) -> Result<Endpoint, String> {
+    Endpoint::from_path(path).ok_or(format!("{path} is not an endpoint Switchboard routes"))
+}
+
+fn explain(args: &[String]) -> Result<String, String> {
+    let o = options(args)?;
+    let [config_path, request_path] = o.positional.as_slice() else {
+        return Err(USAGE.to_string());
+    };
+    let config = load(config_path)?;
+    let body = std::fs::read(request_path).map_err(|e| format!("{request_path}: {e}"))?;
+    let endpoint = endpoint(&o.path)?;
+    let state = LocalState::default();
+    let mut rng = fastrand::Rng::with_seed(1);
+    let health = now();
+    let decision = decide(
+        &config,
+        endpoint,
+        &body,
+        &o.headers,
+        &health.input(),
+        &state,
+        &mut rng,
+    )
+    .map_err(|e| format!("the filter would answer {}: {}", e.status, e.body))?;
+    let mut out = Vec::new();
+    let requested = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v.get("model").and_then(|m| m.as_str()).map(str::to_string))
+        .unwrap_or_default();
+    let metadata_header = o
+        .headers
+        .iter()
+        .find(|(k, _)| *k == config.header_names.metadata)
+        .map(|(_, v)| v.as_slice());
+    let metadata =
+        Metadata::resolve(metadata_header, &config.default_metadata).map_err(|e| e.body)?;
+    match config.lookup(&requested) {
+        Some(Named::Virtual(_, vm)) => {
+            let strategy = match &vm.routing {
+                Routing::Weighted(_) if vm.sticky.is_some() => {
+                    "weight-based-routing with sticky_routing"
+                }
+                Routing::Weighted(_) => "weight-based-routing",
+                Routing::Priority(_) => "priority-based-routing",
+                Routing::Conditional(_) => "conditional-routing",
+                Routing::RoundRobin(_) => "round-robin-routing",
+            };
+            out.push(format!(
+                "`{requested}` is a virtual model using {strategy} on {}",
+                endpoint.display_path()
+            ));
+            let request = Request {
+                endpoint,
+                model: &requested,
+                metadata: &metadata,
+                headers: &o.headers,
+                state: &state,
+            };
+            for t in &vm.targets {
+                let Some(m) = config.model(t.model) else {
+                    continue;
+                };
+                let mut notes = Vec::new();
+                if !endpoint.served_by(m.provider) {
+                    notes.push(format!(
+                        "out: its provider does not serve {}",
+                        endpoint.display_path()
+                    ));
+                }
+                if !metadata.matches(&t.metadata_match) {
+                    notes.push(format!(
+                        "out: metadata_match {:?} does not hold",
+                        t.metadata_match
+                    ));
+                }
+                if let Routing::Conditional(ts) = &vm.routing {
+                    if let Some(c) = ts.iter().find(|c| c.model == t.model) {
+                        notes.push(format!("when is {}", c.when.eval(&request)));
+                    }
+                }
+                if let Routing::Weighted(ws) = &vm.routing {
+                    if let Some(w) = ws.iter().find(|w| w.model == t.model) {
+                        notes.push(format!("weight {}", w.weight));
+                    }
+                }
+                if let Routing::Priority(ps) = &vm.routing {
+                    if let Some(p) = ps.iter().find(|p| p.model == t.model) {
+                        notes.push(format!("priority {}", p.priority));
+                    }
+                }
+                if !t.policy.fallback_candidate {
+                    notes.push("never a fallback".to_string());
+                }
+                out.push(format!(
+                    "  target {} (cluster {}): {}",
+                    m.name,
+                    m.cluster,
+                    notes.join(", ")
+                ));
+            }
+            if let Some(s) = decision.plan.sticky {
+                out.push(format!(
+                    "  sticky session {:016x}, window {}",
+                    s.hash, s.window
+                ));
+            }
+        }
+        Some(Named::Catalog(..)) => out.push(format!(
+            "`{requested}` is a public catalog model: it routes to itself"
+        )),
+        None => {}
+    }
+    out.push("candidates, in the order they would be tried:".to_string());
+    for (i, m) in decision.plan.candidates.iter().enumerate() {
+        let model = config.model(*m).map_or("?", |m| m.name.as_str());
+        out.push(format!("  {}. {model}", i + 1));
+    }
+    if let Some(new_body) = decision.new_body {
+        out.push(format!(
+            "body sent to the first: {}",
+            String::from_utf8_lossy(&new_body)
+        ));
+    }
+    Ok(out.join("\n"))
+}
+
+/// The current time, as the filter would see it, with no health records.
+struct Clock(u64);
+
+impl Clock {
+    fn input(&self) -> HealthInput<'static> {
+        HealthInput {
+            now_ms: self.0,
+            ..HealthInput::NONE
+        }
+    }
+}
+
+fn now() -> Clock {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    Clock(ms)
+}
+
+fn simulate(args: &[String]) -> Result<String, String> {
+    let o = options(args)?;
+    let [config_path] = o.positional.as_slice() else {
+        return Err(USAGE.to_string());
+    };
+    let config = load(config_path)?;
+    let model = match &o.model {
+        Some(m) => m.clone(),
+        None => config
+            .virtual_models
+            .first()
+            .map(|vm| vm.name.clone())
+            .ok_or("the config has no virtual model; pass --model")?,
+    };
+    let endpoint = endpoint(&o.path)?;
+    let body = serde_json::json!({"model": model, "messages": [{"role": "user", "content": "hi"}]})
+        .to_string();
+    let state = LocalState::default();
+    let mut rng = fastrand::Rng::with_seed(42);
+    // A sticky virtual model keeps a session on one target: give each simulated request its
+    // own session, unless --header fixed the identifier.
+    let sticky_headers: Vec<String> = match config.lookup(&model) {
+        Some(Named::Virtual(_, vm)) => vm
+            .sticky
+            .iter()
+            .flat_map(|s| &s.session_identifiers)
+            .filter(|id| id.source == StickySource::Headers)
+            .map(|id| id.key.clone())
+            .filter(|k| !o.headers.iter().any(|(h, _)| h == k))
+            .collect(),
+        _ => Vec::new(),
+    };
+    let clock = now();
+    let mut split: BTreeMap<String, usize> = BTreeMap::new();
+    for i in 0..o.requests {
+        let mut headers = o.headers.clone();
+        headers.extend(
+            sticky_headers
+                .iter()
+                .map(|k| (k.clone(), format!("session-{i}").into_bytes())),
+        );
+        let d = decide(
+            &config,
+            endpoint,
+            body.as_bytes(),
+            &headers,
+            &clock.input(),
+            &state,
+            &mut rng,
+        )
+        .map_err(|e| format!("the filter would answer {}: {}", e.status, e.body))?;
+        let name = config
+            .model(d.target)
+            .map_or("?", |m| m.name.as_str())
+            .to_string();
+        *split.entry(name).or_default() += 1;
+    }
+    let mut out = vec![format!(
+        "{} requests to `{model}`, first attempts:",
+        o.requests
+    )];
+    for (name, n) in &split {
+        out.push(format!(
+            "  {name:<40} {n:>8}  {:>6.2}%",
+            100.0 * *n as f64 / o.requests.max(1) as f64
+        ));
+    }
+    Ok(out.join("\n"))
+}

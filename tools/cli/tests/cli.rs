@@ -1,0 +1,104 @@
+//! The `switchboard` command line, run as a user would.
+
+use std::process::Command;
+
+fn run(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .args(args)
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .output()
+        .expect("run switchboard");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn temp_config(name: &str, json: &str) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!(
+        "switchboard-cli-{}-{name}.json",
+        std::process::id()
+    ));
+    std::fs::write(&path, json).unwrap();
+    path
+}
+
+#[test]
+fn check_accepts_the_example_and_names_the_field_path_of_an_error() {
+    let (ok, out, _) = run(&["check", "examples/production-chat.json"]);
+    assert!(ok);
+    assert!(out.contains("ok (3 models, 2 virtual models)"), "{out}");
+
+    let bad = temp_config(
+        "bad-config",
+        r#"{"models":[{"name":"a","cluster":"c","model":"m"}],"virtual_models":[{"name":"v",
+            "model_types":["chat"],"routing_config":{"type":"weight-based-routing",
+            "load_balance_targets":[{"target":"a","weight":"100"}]}}]}"#,
+    );
+    let (ok, _, err) = run(&["check", bad.to_str().unwrap()]);
+    std::fs::remove_file(bad).unwrap();
+    assert!(!ok);
+    assert!(
+        err.contains("virtual_models[0].routing_config.load_balance_targets[0].weight: expected an integer from 0 to 100"),
+        "{err}"
+    );
+}
+
+#[test]
+fn explain_lists_the_candidates_and_why_targets_are_out() {
+    let (ok, out, err) = run(&[
+        "explain",
+        "examples/production-chat.json",
+        "examples/request.json",
+        "--path",
+        "/v1/messages",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("openai-main/gpt-4o (cluster openai_main): out: its provider does not serve /v1/messages"), "{out}");
+    assert!(out.contains("  1. anthropic/claude-sonnet"), "{out}");
+    assert!(!out.contains("  2."), "{out}");
+    assert!(
+        out.contains(r#"body sent to the first: {"model": "claude-sonnet-4-0""#),
+        "{out}"
+    );
+}
+
+#[test]
+fn explain_shows_the_filter_error_for_a_bad_request() {
+    let req = temp_config("unknown-model", r#"{"model": "nobody"}"#);
+    let (ok, _, err) = run(&[
+        "explain",
+        "examples/production-chat.json",
+        req.to_str().unwrap(),
+    ]);
+    std::fs::remove_file(req).unwrap();
+    assert!(!ok);
+    assert!(err.contains("the filter would answer 404"), "{err}");
+}
+
+#[test]
+fn simulate_prints_the_split_within_statistical_bands() {
+    let (ok, out, err) = run(&[
+        "simulate",
+        "examples/production-chat.json",
+        "--requests",
+        "10000",
+    ]);
+    assert!(ok, "{err}");
+    let share = |name: &str| -> f64 {
+        out.lines()
+            .find(|l| l.trim_start().starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|n| n.parse::<f64>().ok())
+            .unwrap_or(0.0)
+            / 100.0
+    };
+    // 80/20 over 10,000 sticky sessions: about 4 standard deviations either way.
+    assert!((share("openai-main/gpt-4o") - 80.0).abs() < 1.6, "{out}");
+    assert!((share("azure-east/gpt-4o") - 20.0).abs() < 1.6, "{out}");
+    assert!(
+        !out.contains("anthropic/claude-sonnet"),
+        "weight 0 never takes a first attempt: {out}"
+    );
+}
