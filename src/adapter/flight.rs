@@ -15,7 +15,7 @@ use crate::core::errors::ErrorReply;
 use crate::core::fallback::{AttemptOutcome, Attempts, Step};
 use crate::core::health::record::Outcome;
 use crate::core::health::retry_after;
-use crate::core::health::sla::{tpot_sample, ttft_sample};
+use crate::core::health::sla::LatencySample;
 use crate::core::request::Layout;
 use crate::core::routing::sticky::Session;
 use crate::core::usage::UsageScanner;
@@ -147,11 +147,11 @@ impl Flight {
         let Some(target) = self.attempts.current() else {
             return;
         };
-        let ttft = first_token_ms
-            .and_then(|t| ttft_sample(self.stream, t.saturating_sub(self.started_ms)));
-        let tpot = tpot_sample(now.saturating_sub(self.started_ms), tokens);
-        if ttft.is_some() || tpot.is_some() {
-            rt.add_samples(&self.config, target, ttft, tpot, now);
+        let first = first_token_ms.map(|t| t.saturating_sub(self.started_ms));
+        let total = now.saturating_sub(self.started_ms);
+        let sample = LatencySample::of(self.stream, first, total, tokens);
+        if !sample.is_empty() {
+            rt.add_samples(&self.config, target, sample, now);
         }
     }
 

@@ -9,6 +9,7 @@ use super::flight::Flight;
 use super::host::{self, SharedData};
 use crate::core::config::{Config, ModelId};
 use crate::core::health::record::{HealthRecord, Outcome};
+use crate::core::health::sla::LatencySample;
 use crate::core::health::store::{self, Store};
 use crate::core::routing::state::RoutingState;
 use crate::core::routing::HealthInput;
@@ -139,23 +140,9 @@ impl Runtime {
         }
     }
 
-    /// Adds latency samples (TTFT, TPOT in ms) of a successful answer to a target's record.
-    pub fn add_samples(
-        &self,
-        config: &Config,
-        model: ModelId,
-        ttft: Option<u32>,
-        tpot: Option<u32>,
-        now_ms: u64,
-    ) {
-        self.update(config, model, |r| {
-            if let Some(v) = ttft {
-                r.ttft.add(v, now_ms);
-            }
-            if let Some(v) = tpot {
-                r.tpot.add(v, now_ms);
-            }
-        });
+    /// Adds the latency samples of a successful answer to a target's record.
+    pub fn add_samples(&self, config: &Config, model: ModelId, sample: LatencySample, now_ms: u64) {
+        self.update(config, model, |r| sample.add_to(r, now_ms));
     }
 
     /// Changes a target's shared record and keeps this worker's view in step with it.

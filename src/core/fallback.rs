@@ -228,13 +228,18 @@ mod tests {
     }
 
     #[test]
-    fn a_timeout_is_not_retried_on_the_same_target() {
+    fn timeouts_and_connection_failures_move_on_instead_of_retrying() {
         let mut p = policies();
         p[0].retry_attempts = 3;
-        let mut a = Attempts::new(ids(2), false);
+        p[1].retry_attempts = 3;
+        let mut a = Attempts::new(ids(3), false);
         assert_eq!(
             run(&p, &mut a, AttemptOutcome::Timeout),
             Step::Fallback { target: ModelId(1) }
+        );
+        assert_eq!(
+            run(&p, &mut a, AttemptOutcome::ConnectFailure),
+            Step::Fallback { target: ModelId(2) }
         );
     }
 

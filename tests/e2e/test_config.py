@@ -21,11 +21,11 @@ def test_unsupported_field_is_rejected_not_ignored(stack):
     stack.provider("openai_main")
     stack.provider("azure_east")
     config = weighted_80_20()
-    config["virtual_models"][0]["routing_config"]["type"] = "latency-based-routing"
+    config["virtual_models"][0]["routing_config"]["type"] = "complexity-based-routing"
 
     envoy = stack.envoy(config, expect_failure=True)
 
-    assert ("virtual_models[0].routing_config.type: `latency-based-routing` is not supported yet"
+    assert ("virtual_models[0].routing_config.type: `complexity-based-routing` is not supported yet"
             in envoy.log())
 
 

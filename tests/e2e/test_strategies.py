@@ -109,3 +109,33 @@ def test_two_envoys_agree_on_every_sticky_session(stack):
     on_first = [home(first, u) for u in users]
     assert on_first == [home(second, u) for u in users], "independent instances, same assignment"
     assert set(on_first) == {"s1", "s2", "s3"}
+
+
+def test_latency_routing_keeps_each_caller_on_one_target_for_the_epoch(stack):
+    stack.provider("quick", token_delay_ms=1)
+    stack.provider("steady", token_delay_ms=5)
+    config = {"models": [model("quick"), model("steady")],
+              "virtual_models": [
+                  {"name": "fastest", "model_types": ["chat"], "routing_config": {
+                      "type": "latency-based-routing",
+                      "load_balance_targets": [{"target": "quick"}, {"target": "steady"}]}},
+                  {"name": "fastest-by-user", "model_types": ["chat"], "routing_config": {
+                      "type": "latency-based-routing",
+                      "caller_identifier": {"key": "x-user-id", "source": "headers"},
+                      "load_balance_targets": [{"target": "quick"}, {"target": "steady"}]}}]}
+    envoy = stack.envoy(config)
+
+    def served_by(model_name: str, headers: dict) -> str:
+        r = requests.post(f"{envoy.url}/v1/chat/completions", json={"model": model_name, **CHAT},
+                          headers=headers, timeout=10)
+        assert r.status_code == 200
+        return r.headers["x-switchboard-resolved-model"]
+
+    # Callers are identified by their API key by default: each stays on one target.
+    homes = {k: served_by("fastest", {"authorization": f"Bearer key-{k}"}) for k in range(40)}
+    assert all(served_by("fastest", {"authorization": f"Bearer key-{k}"}) == h for k, h in homes.items())
+    assert set(homes.values()) == {"quick", "steady"}, "every target keeps a share of callers"
+    # With a configured identity the API key does not matter, the user does.
+    by_user = {served_by("fastest-by-user", {"x-user-id": "u-1", "authorization": f"Bearer {k}"})
+               for k in range(10)}
+    assert len(by_user) == 1

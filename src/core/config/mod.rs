@@ -141,6 +141,13 @@ pub enum Routing {
     Conditional(Vec<ConditionalTarget>),
     /// `round-robin-routing` (Zuplo seed).
     RoundRobin(Vec<ModelId>),
+    /// `latency-based-routing` (TrueFoundry seed).
+    Latency {
+        /// The targets.
+        targets: Vec<ModelId>,
+        /// `caller_identifier`; the `authorization` header when unset.
+        caller: Option<SessionIdentifier>,
+    },
 }
 
 /// What happens when one target fails (TrueFoundry seed, "Retries and fallbacks").
@@ -230,9 +237,9 @@ pub struct VirtualModel {
 }
 
 impl VirtualModel {
-    /// Whether routing needs latency samples of its targets (an SLA cutoff is set).
+    /// Whether routing needs latency samples of its targets (SLA cutoff or latency routing).
     pub fn needs_latency(&self) -> bool {
-        self.has_sla
+        self.has_sla || matches!(self.routing, Routing::Latency { .. })
     }
 
     /// The policy of one of its targets.

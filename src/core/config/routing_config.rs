@@ -18,14 +18,10 @@ use crate::core::routing::condition::Condition;
 use hashbrown::HashMap;
 
 /// Strategies of the seeds that a later version implements.
-const TYPES_NOT_YET: &[&str] = &[
-    "latency-based-routing",
-    "complexity-based-routing",
-    "hash-based-routing",
-];
+const TYPES_NOT_YET: &[&str] = &["complexity-based-routing", "hash-based-routing"];
 
 const SUPPORTED: &str = "supported: weight-based-routing, priority-based-routing, \
-                         conditional-routing, round-robin-routing";
+                         latency-based-routing, conditional-routing, round-robin-routing";
 
 /// Per-target seed fields that a later version implements.
 const TARGET_NOT_YET: &[&str] = &["metadata_match", "headers_override", "override_params"];
@@ -67,6 +63,16 @@ pub(super) fn compile_virtual_model(
         }
         "conditional-routing" => {
             Routing::Conditional(compile_conditional(&mut rc, catalog, &mut targets)?)
+        }
+        "latency-based-routing" => {
+            let strategy = ("latency-based-routing", &["weight", "priority", "when"][..]);
+            let targets =
+                compile_targets(&mut rc, catalog, strategy, &mut targets, |_, m, _| Ok(m))?;
+            let caller = match rc.opt_object("caller_identifier")? {
+                Some(obj) => Some(compile_identifier(obj)?),
+                None => None,
+            };
+            Routing::Latency { targets, caller }
         }
         "round-robin-routing" => {
             let strategy = ("round-robin-routing", &["weight", "priority", "when"][..]);
@@ -339,30 +345,34 @@ fn compile_sticky(mut f: Fields<'_>) -> Result<StickyRouting, ConfigError> {
     }
     let mut session_identifiers = Vec::with_capacity(items.len());
     for (path, value) in items {
-        let mut id = Fields::new(path, value)?;
-        let key = id.str("key")?;
-        let source = match id.str("source")? {
-            "headers" => StickySource::Headers,
-            "metadata" => StickySource::Metadata,
-            other => {
-                return Err(id.error(
-                    "source",
-                    format!("expected `headers` or `metadata`, got `{other}`"),
-                ))
-            }
-        };
-        let key = match source {
-            StickySource::Headers => key.to_ascii_lowercase(),
-            StickySource::Metadata => key.to_string(),
-        };
-        id.finish(&[])?;
-        session_identifiers.push(SessionIdentifier { key, source });
+        session_identifiers.push(compile_identifier(Fields::new(path, value)?)?);
     }
     f.finish(&[])?;
     Ok(StickyRouting {
         ttl_ms: ttl * 1000,
         session_identifiers,
     })
+}
+
+/// `{key, source: headers|metadata}`: where a session or caller identity is read.
+fn compile_identifier(mut id: Fields<'_>) -> Result<SessionIdentifier, ConfigError> {
+    let key = id.str("key")?;
+    let source = match id.str("source")? {
+        "headers" => StickySource::Headers,
+        "metadata" => StickySource::Metadata,
+        other => {
+            return Err(id.error(
+                "source",
+                format!("expected `headers` or `metadata`, got `{other}`"),
+            ))
+        }
+    };
+    let key = match source {
+        StickySource::Headers => key.to_ascii_lowercase(),
+        StickySource::Metadata => key.to_string(),
+    };
+    id.finish(&[])?;
+    Ok(SessionIdentifier { key, source })
 }
 
 /// `sla_cutoff` (TrueFoundry seed, "SLA cutoff"): either threshold or both.
@@ -676,15 +686,15 @@ mod tests {
     fn unimplemented_seed_fields_are_rejected_not_ignored() {
         assert_eq!(
             err(&with_vm(r#"{"name": "vm", "model_types": ["chat"], "routing_config": {"type": "hash-based-routing"}}"#)),
-            "virtual_models[0].routing_config.type: `hash-based-routing` is not supported yet by this version of Switchboard; supported: weight-based-routing, priority-based-routing, conditional-routing, round-robin-routing"
+            "virtual_models[0].routing_config.type: `hash-based-routing` is not supported yet by this version of Switchboard; supported: weight-based-routing, priority-based-routing, latency-based-routing, conditional-routing, round-robin-routing"
         );
         assert_eq!(
-            err(&with_vm(r#"{"name": "vm", "model_types": ["chat"], "routing_config": {"type": "latency-based-routing", "load_balance_targets": []}}"#)),
-            "virtual_models[0].routing_config.type: `latency-based-routing` is not supported yet by this version of Switchboard; supported: weight-based-routing, priority-based-routing, conditional-routing, round-robin-routing"
+            err(&with_vm(r#"{"name": "vm", "model_types": ["chat"], "routing_config": {"type": "complexity-based-routing", "load_balance_targets": []}}"#)),
+            "virtual_models[0].routing_config.type: `complexity-based-routing` is not supported yet by this version of Switchboard; supported: weight-based-routing, priority-based-routing, latency-based-routing, conditional-routing, round-robin-routing"
         );
         assert_eq!(
             err(&with_vm(r#"{"name": "vm", "model_types": ["chat"], "routing_config": {"type": "random"}}"#)),
-            "virtual_models[0].routing_config.type: unknown routing type `random`; supported: weight-based-routing, priority-based-routing, conditional-routing, round-robin-routing"
+            "virtual_models[0].routing_config.type: unknown routing type `random`; supported: weight-based-routing, priority-based-routing, latency-based-routing, conditional-routing, round-robin-routing"
         );
         assert_eq!(
             err(&with_vm(

@@ -2,9 +2,9 @@
 //! bounded. An unknown version or a truncated value reads as `None` (a fresh record), so a
 //! newer or older filter sharing the VM id never misreads one.
 
-use super::record::{HealthRecord, Samples, MAX_FAILURES};
+use super::record::{HealthRecord, Samples, TpotWindow, MAX_FAILURES};
 
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 
 /// Encodes a record.
 pub fn encode(r: &HealthRecord) -> Vec<u8> {
@@ -25,6 +25,13 @@ pub fn encode(r: &HealthRecord) -> Vec<u8> {
         out.push(n as u8);
         for (at, v) in samples.0.iter().skip(samples.0.len() - n) {
             out.extend_from_slice(&at.to_le_bytes());
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    let n = r.latency.0.len().min(TpotWindow::MINUTES as usize);
+    out.push(n as u8);
+    for (minute, sum, count) in r.latency.0.iter().skip(r.latency.0.len() - n) {
+        for v in [minute, sum, count] {
             out.extend_from_slice(&v.to_le_bytes());
         }
     }
@@ -51,6 +58,12 @@ pub fn decode(bytes: &[u8]) -> Option<HealthRecord> {
             .collect::<Option<Vec<_>>>()?;
     }
     let [ttft, tpot] = samples;
+    let n = usize::from(r.u8()?).min(TpotWindow::MINUTES as usize);
+    let latency = TpotWindow(
+        (0..n)
+            .map(|_| Some((r.u32()?, r.u32()?, r.u32()?)))
+            .collect::<Option<Vec<_>>>()?,
+    );
     Some(HealthRecord {
         failures,
         consecutive_failures,
@@ -63,6 +76,7 @@ pub fn decode(bytes: &[u8]) -> Option<HealthRecord> {
         evictions,
         ttft,
         tpot,
+        latency,
     })
 }
 
@@ -101,6 +115,7 @@ mod tests {
         r.ttft.add(120, 7);
         r.tpot.add(30, 8);
         r.tpot.add(40, 9);
+        r.latency.add(25, 60_000);
         r
     }
 
@@ -118,8 +133,11 @@ mod tests {
     fn golden_bytes_do_not_drift() {
         // Changing the layout without bumping VERSION would misread records of running filters.
         let bytes = encode(&sample());
-        assert_eq!(bytes.len(), 1 + 4 + 4 + 8 + 4 + 1 + 24 + 1 + 12 + 1 + 24);
-        assert_eq!(&bytes[..5], &[1, 2, 0, 0, 0]);
+        assert_eq!(
+            bytes.len(),
+            1 + 4 + 4 + 8 + 4 + 1 + 24 + 1 + 12 + 1 + 24 + 1 + 12
+        );
+        assert_eq!(&bytes[..5], &[2, 2, 0, 0, 0]);
     }
 
     #[test]
@@ -129,7 +147,7 @@ mod tests {
             assert_eq!(decode(&bytes[..len]), None, "len {len}");
         }
         let mut other = bytes.clone();
-        other[0] = 2;
+        other[0] = 1;
         assert_eq!(decode(&other), None);
     }
 }

@@ -68,6 +68,55 @@ impl Samples {
     }
 }
 
+/// Time per output token over the last 20 minutes, in one-minute buckets (TrueFoundry seed,
+/// "Latency-based routing": TPOT of successful requests of the last 20 minutes).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TpotWindow(pub Vec<(u32, u32, u32)>);
+
+impl TpotWindow {
+    /// Minutes covered.
+    pub const MINUTES: u32 = 20;
+
+    /// Adds one answer's TPOT (ms per output token) at `now_ms`.
+    pub fn add(&mut self, tpot_ms: u32, now_ms: u64) {
+        let minute = (now_ms / 60_000) as u32;
+        self.0
+            .retain(|(m, _, _)| minute.saturating_sub(*m) < Self::MINUTES);
+        match self.0.iter_mut().find(|(m, _, _)| *m == minute) {
+            Some((_, sum, count)) => {
+                *sum = sum.saturating_add(tpot_ms);
+                *count = count.saturating_add(1);
+            }
+            None => self.0.push((minute, tpot_ms, 1)),
+        }
+    }
+
+    /// The mean TPOT of the 20 minutes before `now_ms` (the current minute included), if there
+    /// is any sample.
+    pub fn mean(&self, now_ms: u64) -> Option<f64> {
+        let minute = (now_ms / 60_000) as u32;
+        self.mean_of(|m| minute.saturating_sub(m) < Self::MINUTES)
+    }
+
+    /// The mean TPOT of the 20 whole minutes before `at_ms` (that minute excluded): what an
+    /// epoch starting at `at_ms` decides with, so the inputs stay fixed for the epoch.
+    pub fn mean_before(&self, at_ms: u64) -> Option<f64> {
+        let minute = (at_ms / 60_000) as u32;
+        self.mean_of(|m| m < minute && minute - m <= Self::MINUTES)
+    }
+
+    fn mean_of(&self, counted: impl Fn(u32) -> bool) -> Option<f64> {
+        let (sum, count) = self
+            .0
+            .iter()
+            .filter(|(m, _, _)| counted(*m))
+            .fold((0u64, 0u64), |(s, c), (_, sum, count)| {
+                (s + u64::from(*sum), c + u64::from(*count))
+            });
+        (count > 0).then(|| sum as f64 / count as f64)
+    }
+}
+
 /// The health record of one catalog model, shared by every worker through shared data.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HealthRecord {
@@ -85,6 +134,8 @@ pub struct HealthRecord {
     pub ttft: Samples,
     /// Time per output token of answers with at least 30 output tokens.
     pub tpot: Samples,
+    /// Time per output token of every successful answer, last 20 minutes (latency routing).
+    pub latency: TpotWindow,
 }
 
 impl Default for HealthRecord {
@@ -97,6 +148,7 @@ impl Default for HealthRecord {
             evictions: 0,
             ttft: Samples::default(),
             tpot: Samples::default(),
+            latency: TpotWindow::default(),
         }
     }
 }
@@ -381,6 +433,29 @@ mod tests {
         assert_eq!(r.evicted_until_ms, DEFAULT_EVICTION_MS);
         r.record(Outcome::Success, DEFAULT_EVICTION_MS, &p);
         assert!((r.score - (0.8 + 0.25 * 0.2)).abs() < 1e-6, "{}", r.score);
+    }
+
+    #[test]
+    fn latency_window_averages_twenty_minutes_of_tpot() {
+        let mut w = TpotWindow::default();
+        assert_eq!(w.mean(0), None);
+        w.add(10, 0);
+        w.add(30, 30_000);
+        w.add(50, 600_000);
+        assert_eq!(w.mean(600_000), Some(30.0));
+        assert_eq!(
+            w.mean(1_200_000),
+            Some(50.0),
+            "the first minute aged out at 20 minutes"
+        );
+        for i in 0..100 {
+            w.add(1, 1_200_000 + i * 60_000);
+        }
+        assert!(
+            w.0.len() <= TpotWindow::MINUTES as usize,
+            "bounded: {}",
+            w.0.len()
+        );
     }
 
     #[test]

@@ -28,6 +28,53 @@ impl SlaCutoff {
     }
 }
 
+/// What one successful answer tells about a target's speed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LatencySample {
+    /// Time to first token (streamed answers only).
+    pub ttft_ms: Option<u32>,
+    /// Time per output token for the SLA cutoff (answers of 30 tokens or more).
+    pub sla_tpot_ms: Option<u32>,
+    /// Time per output token for latency routing (any answer with output).
+    pub tpot_ms: Option<u32>,
+}
+
+impl LatencySample {
+    /// The samples of an answer that took `total_ms`, with its first token after
+    /// `first_token_ms` (if seen) and `output_tokens` tokens.
+    pub fn of(
+        streaming: bool,
+        first_token_ms: Option<u64>,
+        total_ms: u64,
+        output_tokens: u64,
+    ) -> Self {
+        LatencySample {
+            ttft_ms: first_token_ms.and_then(|t| ttft_sample(streaming, t)),
+            sla_tpot_ms: tpot_sample(total_ms, output_tokens),
+            tpot_ms: (output_tokens > 0)
+                .then(|| u32::try_from(total_ms / output_tokens).unwrap_or(u32::MAX)),
+        }
+    }
+
+    /// Whether there is anything to record.
+    pub fn is_empty(&self) -> bool {
+        *self == LatencySample::default()
+    }
+
+    /// Adds the samples to a record.
+    pub fn add_to(&self, record: &mut HealthRecord, now_ms: u64) {
+        if let Some(v) = self.ttft_ms {
+            record.ttft.add(v, now_ms);
+        }
+        if let Some(v) = self.sla_tpot_ms {
+            record.tpot.add(v, now_ms);
+        }
+        if let Some(v) = self.tpot_ms {
+            record.latency.add(v, now_ms);
+        }
+    }
+}
+
 /// A TTFT sample, only from streaming answers.
 pub fn ttft_sample(streaming: bool, ttft_ms: u64) -> Option<u32> {
     streaming.then(|| u32::try_from(ttft_ms).unwrap_or(u32::MAX))
@@ -50,6 +97,35 @@ mod tests {
         assert_eq!(tpot_sample(2_900, 29), None);
         assert_eq!(tpot_sample(3_000, 30), Some(100));
         assert_eq!(tpot_sample(3_000, 0), None);
+    }
+
+    #[test]
+    fn one_answer_feeds_each_average_by_its_own_rule() {
+        let short = LatencySample::of(false, Some(100), 1_000, 10);
+        assert_eq!(
+            short,
+            LatencySample {
+                ttft_ms: None,
+                sla_tpot_ms: None,
+                tpot_ms: Some(100)
+            }
+        );
+        let long = LatencySample::of(true, Some(200), 3_000, 30);
+        assert_eq!(
+            long,
+            LatencySample {
+                ttft_ms: Some(200),
+                sla_tpot_ms: Some(100),
+                tpot_ms: Some(100)
+            }
+        );
+        assert!(LatencySample::of(true, None, 5, 0).is_empty());
+        let mut r = HealthRecord::default();
+        long.add_to(&mut r, 60_000);
+        assert_eq!(
+            (r.ttft.0.len(), r.tpot.0.len(), r.latency.mean(60_000)),
+            (1, 1, Some(100.0))
+        );
     }
 
     #[test]

@@ -28,13 +28,18 @@ pub fn mix(mut z: u64) -> u64 {
 /// in proportion to its weight (score = -weight / ln(u), u uniform in (0, 1)). Weight 0 never
 /// wins.
 pub fn rendezvous_score(key: u64, target: &str, weight: u32) -> f64 {
-    if weight == 0 {
+    rendezvous_score_f64(key, target, f64::from(weight))
+}
+
+/// [`rendezvous_score`] for a fractional weight (latency routing weighs by 1 / TPOT).
+pub fn rendezvous_score_f64(key: u64, target: &str, weight: f64) -> f64 {
+    if weight <= 0.0 || weight.is_nan() {
         return f64::NEG_INFINITY;
     }
     let h = hash64(&[&key.to_le_bytes(), target.as_bytes()]);
     // 53 random bits, shifted into (0, 1).
     let u = ((h >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
-    -f64::from(weight) / u.ln()
+    -weight / u.ln()
 }
 
 #[cfg(test)]

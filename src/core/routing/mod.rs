@@ -6,6 +6,7 @@
 pub mod condition;
 pub mod conditional;
 pub mod hashing;
+pub mod latency;
 pub mod priority;
 pub mod round_robin;
 pub mod standing;
@@ -15,7 +16,9 @@ pub mod weighted;
 
 pub use standing::HealthInput;
 
-use crate::core::config::{Config, ModelId, Named, Routing, VirtualModel, Visibility};
+use crate::core::config::{
+    Config, ModelId, Named, Routing, SessionIdentifier, StickySource, VirtualModel, Visibility,
+};
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
 use crate::core::metadata::Metadata;
@@ -100,7 +103,7 @@ pub fn plan(
                     request.endpoint.display_path(),
                 ));
             }
-            let (mut candidates, sticky) = order(config, index, vm, request, health.now_ms, rng);
+            let (mut candidates, sticky) = order(config, index, vm, request, health, rng);
             if candidates.is_empty() {
                 return Err(match vm.routing {
                     Routing::Conditional(_) => ErrorReply::no_condition_matched(model),
@@ -118,6 +121,24 @@ pub fn plan(
     }
 }
 
+/// Who the caller is for latency routing: the configured header or metadata value, else the
+/// `authorization` header; hashed at once so the raw value goes nowhere.
+fn caller_identity(caller: Option<&SessionIdentifier>, request: &Request<'_>) -> [u8; 8] {
+    let header = |name: &str| {
+        request
+            .headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map_or(&[][..], |(_, v)| v.as_slice())
+    };
+    let value = match caller {
+        Some(id) if id.source == StickySource::Headers => header(&id.key),
+        Some(id) => request.metadata.get(&id.key).map_or(&[][..], str::as_bytes),
+        None => header("authorization"),
+    };
+    hashing::hash64(&[value]).to_le_bytes()
+}
+
 /// The strategy's order over the targets the request's metadata allows (TrueFoundry seed:
 /// metadata filtering runs before load balancing and stickiness), with the sticky session.
 fn order(
@@ -125,9 +146,10 @@ fn order(
     index: usize,
     vm: &VirtualModel,
     request: &Request<'_>,
-    now_ms: u64,
+    health: &HealthInput<'_>,
     rng: &mut fastrand::Rng,
 ) -> (Vec<ModelId>, Option<sticky::Session>) {
+    let now_ms = health.now_ms;
     // A target must serve the endpoint natively (TrueFoundry seed: every target must support
     // the operation called) and match the metadata.
     let capable = |m: ModelId| {
@@ -181,6 +203,11 @@ fn order(
         Routing::Conditional(targets) => {
             let order = conditional::order(targets, request);
             (order.into_iter().filter(|m| allowed(*m)).collect(), None)
+        }
+        Routing::Latency { targets, caller } => {
+            let kept = keep(targets, |m| *m, allowed, any);
+            let id = caller_identity(caller.as_ref(), request);
+            (latency::order(config, &vm.name, &kept, &id, health), None)
         }
         Routing::RoundRobin(targets) => {
             let kept = keep(targets, |m| *m, allowed, any);

@@ -40,7 +40,7 @@ impl HealthInput<'_> {
         };
         match record.standing(self.now_ms, &self.window) {
             Standing::Healthy
-                if vm.needs_latency()
+                if vm.has_sla
                     && vm
                         .policy(model)
                         .sla

@@ -160,6 +160,9 @@ fn explain(args: &[String]) -> Result<String, String> {
                 Routing::Priority(_) => "priority-based-routing",
                 Routing::Conditional(_) => "conditional-routing",
                 Routing::RoundRobin(_) => "round-robin-routing",
+                Routing::Latency { .. } => {
+                    "latency-based-routing (no samples here: every target counts as average)"
+                }
             };
             out.push(format!(
                 "`{requested}` is a virtual model using {strategy} on {}",
