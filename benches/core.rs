@@ -155,6 +155,8 @@ fn main() {
             metadata: &metadata,
             headers: &headers,
             state: &state,
+            body: b"",
+            fields: &[],
         };
         bench(
             &format!("decide: {strategy}, 32 targets, with health"),

@@ -56,6 +56,8 @@ pub fn decide(
         metadata: &metadata,
         headers,
         state,
+        body,
+        fields: &inspected.fields,
     };
     let plan = plan(config, &request, health, rng)?;
     let target = plan

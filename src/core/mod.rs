@@ -4,6 +4,7 @@
 //! can be reproduced in a unit test.
 
 pub mod config;
+pub mod conversation;
 pub mod decision;
 pub mod endpoint;
 pub mod errors;

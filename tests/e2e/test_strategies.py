@@ -139,3 +139,40 @@ def test_latency_routing_keeps_each_caller_on_one_target_for_the_epoch(stack):
     by_user = {served_by("fastest-by-user", {"x-user-id": "u-1", "authorization": f"Bearer {k}"})
                for k in range(10)}
     assert len(by_user) == 1
+
+
+def test_hash_routing_keeps_a_conversation_on_one_model_and_keyless_requests_rotate(stack):
+    for name in ("h1", "h2", "h3"):
+        stack.provider(name)
+    targets = [{"target": n} for n in ("h1", "h2", "h3")]
+    config = {"models": [model(n) for n in ("h1", "h2", "h3")],
+              "virtual_models": [
+                  {"name": "by-conversation", "model_types": ["chat"], "routing_config": {
+                      "type": "hash-based-routing", "hash_key": {"source": "conversation"},
+                      "load_balance_targets": targets}},
+                  {"name": "by-user", "model_types": ["chat"], "routing_config": {
+                      "type": "hash-based-routing", "hash_key": {"source": "headers", "key": "x-end-user-id"},
+                      "load_balance_targets": targets}}]}
+    envoy = stack.envoy(config)
+
+    def served_by(model_name: str, messages: list, headers: dict | None = None) -> str:
+        r = requests.post(f"{envoy.url}/v1/chat/completions", json={"model": model_name, "messages": messages},
+                          headers=headers or {}, timeout=10)
+        assert r.status_code == 200
+        return r.headers["x-switchboard-resolved-model"]
+
+    homes = set()
+    for topic in range(12):
+        opening = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": f"Topic {topic}?"}]
+        first = served_by("by-conversation", opening)
+        later = opening + [{"role": "assistant", "content": "Sure."}, {"role": "user", "content": "Go on"}]
+        assert served_by("by-conversation", later) == first, "every turn of a conversation, same model"
+        homes.add(first)
+    assert len(homes) >= 2, "conversations spread over the models"
+
+    users = {u: served_by("by-user", CHAT["messages"], {"x-end-user-id": u}) for u in ("ann", "bob", "cy")}
+    assert all(served_by("by-user", CHAT["messages"], {"x-end-user-id": u}) == h for u, h in users.items())
+    with requests.Session() as s:  # no key: round robin on one worker
+        keyless = [s.post(f"{envoy.url}/v1/chat/completions", json={"model": "by-user", **CHAT}, timeout=10)
+                   .headers["x-switchboard-resolved-model"] for _ in range(6)]
+    assert sorted(keyless) == ["h1", "h1", "h2", "h2", "h3", "h3"]

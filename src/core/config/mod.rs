@@ -130,6 +130,19 @@ pub struct StickyRouting {
     pub session_identifiers: Vec<SessionIdentifier>,
 }
 
+/// What `hash-based-routing` keys on (Zuplo seed, `stickyBy`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HashKey {
+    /// The caller: the `authorization` header.
+    User,
+    /// The system prompt and the first user message with text.
+    Conversation,
+    /// A request header (name lower-cased).
+    Header(String),
+    /// A request metadata key.
+    Metadata(String),
+}
+
 /// How a virtual model picks among its targets.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Routing {
@@ -141,6 +154,13 @@ pub enum Routing {
     Conditional(Vec<ConditionalTarget>),
     /// `round-robin-routing` (Zuplo seed).
     RoundRobin(Vec<ModelId>),
+    /// `hash-based-routing` (Zuplo seed's `sticky`).
+    Hash {
+        /// The targets.
+        targets: Vec<ModelId>,
+        /// What the hash keys on.
+        by: HashKey,
+    },
     /// `latency-based-routing` (TrueFoundry seed).
     Latency {
         /// The targets.

@@ -8,9 +8,9 @@
 use super::compile::checked_header_name;
 use super::fields::{ConfigError, Fields};
 use super::{
-    ConditionalTarget, HeadersOverride, Model, ModelId, NameEntry, PriorityTarget, Routing,
-    SessionIdentifier, StickyRouting, StickySource, TargetConfig, TargetPolicy, VirtualModel,
-    WeightedTarget,
+    ConditionalTarget, HashKey, HeadersOverride, Model, ModelId, NameEntry, PriorityTarget,
+    Routing, SessionIdentifier, StickyRouting, StickySource, TargetConfig, TargetPolicy,
+    VirtualModel, WeightedTarget,
 };
 use crate::core::endpoint::{ModelType, ModelTypes};
 use crate::core::health::sla::SlaCutoff;
@@ -21,7 +21,8 @@ use hashbrown::HashMap;
 const TYPES_NOT_YET: &[&str] = &["complexity-based-routing", "hash-based-routing"];
 
 const SUPPORTED: &str = "supported: weight-based-routing, priority-based-routing, \
-                         latency-based-routing, conditional-routing, round-robin-routing";
+                         latency-based-routing, conditional-routing, round-robin-routing, \
+                         hash-based-routing";
 
 /// Per-target seed fields that a later version implements.
 const TARGET_NOT_YET: &[&str] = &["metadata_match", "headers_override", "override_params"];
@@ -73,6 +74,16 @@ pub(super) fn compile_virtual_model(
                 None => None,
             };
             Routing::Latency { targets, caller }
+        }
+        "hash-based-routing" => {
+            let strategy = ("hash-based-routing", &["weight", "priority", "when"][..]);
+            let targets =
+                compile_targets(&mut rc, catalog, strategy, &mut targets, |_, m, _| Ok(m))?;
+            let by = match rc.opt_object("hash_key")? {
+                Some(obj) => compile_hash_key(obj)?,
+                None => return Err(rc.error("hash_key", "is required: {\"source\": \"user\" | \"conversation\" | \"headers\" | \"metadata\", \"key\": ...}")),
+            };
+            Routing::Hash { targets, by }
         }
         "round-robin-routing" => {
             let strategy = ("round-robin-routing", &["weight", "priority", "when"][..]);
@@ -352,6 +363,24 @@ fn compile_sticky(mut f: Fields<'_>) -> Result<StickyRouting, ConfigError> {
         ttl_ms: ttl * 1000,
         session_identifiers,
     })
+}
+
+/// `hash_key {source: user|conversation|headers|metadata, key}`.
+fn compile_hash_key(mut f: Fields<'_>) -> Result<HashKey, ConfigError> {
+    let by = match f.str("source")? {
+        "user" => HashKey::User,
+        "conversation" => HashKey::Conversation,
+        "headers" => HashKey::Header(f.str("key")?.to_ascii_lowercase()),
+        "metadata" => HashKey::Metadata(f.str("key")?.to_string()),
+        other => {
+            return Err(f.error(
+                "source",
+                format!("expected `user`, `conversation`, `headers` or `metadata`, got `{other}`"),
+            ))
+        }
+    };
+    f.finish(&[])?;
+    Ok(by)
 }
 
 /// `{key, source: headers|metadata}`: where a session or caller identity is read.
@@ -685,16 +714,16 @@ mod tests {
     #[test]
     fn unimplemented_seed_fields_are_rejected_not_ignored() {
         assert_eq!(
-            err(&with_vm(r#"{"name": "vm", "model_types": ["chat"], "routing_config": {"type": "hash-based-routing"}}"#)),
-            "virtual_models[0].routing_config.type: `hash-based-routing` is not supported yet by this version of Switchboard; supported: weight-based-routing, priority-based-routing, latency-based-routing, conditional-routing, round-robin-routing"
+            err(&with_vm(r#"{"name": "vm", "model_types": ["chat"], "routing_config": {"type": "hash-based-routing", "load_balance_targets": [{"target": "a"}]}}"#)),
+            "virtual_models[0].routing_config.hash_key: is required: {\"source\": \"user\" | \"conversation\" | \"headers\" | \"metadata\", \"key\": ...}"
         );
         assert_eq!(
             err(&with_vm(r#"{"name": "vm", "model_types": ["chat"], "routing_config": {"type": "complexity-based-routing", "load_balance_targets": []}}"#)),
-            "virtual_models[0].routing_config.type: `complexity-based-routing` is not supported yet by this version of Switchboard; supported: weight-based-routing, priority-based-routing, latency-based-routing, conditional-routing, round-robin-routing"
+            "virtual_models[0].routing_config.type: `complexity-based-routing` is not supported yet by this version of Switchboard; supported: weight-based-routing, priority-based-routing, latency-based-routing, conditional-routing, round-robin-routing, hash-based-routing"
         );
         assert_eq!(
             err(&with_vm(r#"{"name": "vm", "model_types": ["chat"], "routing_config": {"type": "random"}}"#)),
-            "virtual_models[0].routing_config.type: unknown routing type `random`; supported: weight-based-routing, priority-based-routing, latency-based-routing, conditional-routing, round-robin-routing"
+            "virtual_models[0].routing_config.type: unknown routing type `random`; supported: weight-based-routing, priority-based-routing, latency-based-routing, conditional-routing, round-robin-routing, hash-based-routing"
         );
         assert_eq!(
             err(&with_vm(

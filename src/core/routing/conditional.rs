@@ -80,6 +80,8 @@ mod tests {
             metadata: &metadata,
             headers: &headers,
             state: &state,
+            body: b"",
+            fields: &[],
         };
         assert_eq!(order(&t, &request), [1, 2, 3].map(ModelId));
         let none = Metadata::default();
@@ -89,6 +91,8 @@ mod tests {
             metadata: &none,
             headers: &[],
             state: &state,
+            body: b"",
+            fields: &[],
         };
         assert_eq!(
             order(&t, &bare),

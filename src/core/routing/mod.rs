@@ -5,6 +5,7 @@
 
 pub mod condition;
 pub mod conditional;
+pub mod hash;
 pub mod hashing;
 pub mod latency;
 pub mod priority;
@@ -22,7 +23,9 @@ use crate::core::config::{
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
 use crate::core::metadata::Metadata;
+use serde_json::value::RawValue;
 use std::borrow::Cow;
+use std::ops::Range;
 
 /// What routing looks at in a request besides its body.
 #[derive(Clone, Copy)]
@@ -37,6 +40,16 @@ pub struct Request<'a> {
     pub headers: &'a [(String, Vec<u8>)],
     /// Sticky pins and round-robin cursors.
     pub state: &'a dyn state::RoutingState,
+    /// The body, and its top-level fields with their spans (for keys read from the body).
+    pub body: &'a [u8],
+    /// Top-level fields of the body.
+    pub fields: &'a [(Cow<'a, str>, Range<usize>)],
+}
+
+/// A top-level field of the request body as raw JSON.
+pub fn conversation_field<'a>(request: &Request<'a>, name: &str) -> Option<&'a RawValue> {
+    let (_, span) = request.fields.iter().find(|(k, _)| k == name)?;
+    serde_json::from_slice(request.body.get(span.clone())?).ok()
 }
 
 /// The routing decision for one request.
@@ -209,6 +222,17 @@ fn order(
             let id = caller_identity(caller.as_ref(), request);
             (latency::order(config, &vm.name, &kept, &id, health), None)
         }
+        Routing::Hash { targets, by } => {
+            let kept = keep(targets, |m| *m, allowed, any);
+            match hash::key_hash(by, request) {
+                Some(key) => (hash::order(config, &kept, key), None),
+                // No usable key: round robin (Zuplo seed).
+                None => {
+                    let start = request.state.next_cursor(index, kept.len(), rng);
+                    (round_robin::order(&kept, start), None)
+                }
+            }
+        }
         Routing::RoundRobin(targets) => {
             let kept = keep(targets, |m| *m, allowed, any);
             let start = request.state.next_cursor(index, kept.len(), rng);
@@ -254,6 +278,8 @@ mod tests {
             metadata,
             headers: &[],
             state: &NO_STATE,
+            body: b"",
+            fields: &[],
         }
     }
 

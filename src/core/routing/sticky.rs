@@ -112,6 +112,8 @@ mod tests {
             metadata: &metadata,
             headers: &headers,
             state,
+            body: b"",
+            fields: &[],
         };
         let health = HealthInput {
             now_ms,
@@ -195,6 +197,8 @@ mod tests {
             metadata: &metadata,
             headers: &[],
             state: &state,
+            body: b"",
+            fields: &[],
         };
         let empty = vec![("x-user-id".to_string(), Vec::new())];
         let blank = Request {

@@ -160,6 +160,7 @@ fn explain(args: &[String]) -> Result<String, String> {
                 Routing::Priority(_) => "priority-based-routing",
                 Routing::Conditional(_) => "conditional-routing",
                 Routing::RoundRobin(_) => "round-robin-routing",
+                Routing::Hash { .. } => "hash-based-routing",
                 Routing::Latency { .. } => {
                     "latency-based-routing (no samples here: every target counts as average)"
                 }
@@ -174,6 +175,8 @@ fn explain(args: &[String]) -> Result<String, String> {
                 metadata: &metadata,
                 headers: &o.headers,
                 state: &state,
+                body: b"",
+                fields: &[],
             };
             for t in &vm.targets {
                 let Some(m) = config.model(t.model) else {

@@ -1,0 +1,128 @@
+//! The conversation key of `hash-based-routing` by conversation (Zuplo seed, "Sticky by
+//! conversation"): the system prompt and the first user message with text. Only text counts
+//! (images and files do not); a client that resends the whole conversation on every turn
+//! sends the same key on every turn. Only the fields needed are parsed, and only for models
+//! that route by conversation. The text is hashed by the caller and never kept.
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+/// A message's content: a string, or parts of which only text parts count.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Content {
+    Text(String),
+    Parts(Vec<Part>),
+    Other(serde::de::IgnoredAny),
+}
+
+#[derive(Deserialize)]
+struct Part {
+    #[serde(default)]
+    text: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Message {
+    #[serde(default)]
+    role: String,
+    #[serde(default)]
+    content: Option<Content>,
+}
+
+fn text_of(content: &Option<Content>) -> String {
+    match content {
+        Some(Content::Text(t)) => t.clone(),
+        Some(Content::Parts(parts)) => parts
+            .iter()
+            .filter_map(|p| p.text.as_deref())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Some(Content::Other(_)) | None => String::new(),
+    }
+}
+
+/// The key text of a request body's conversation, or `None` when it has no user message with
+/// text. `field` looks up a top-level field's raw JSON (`messages`, `system`, `input`,
+/// `instructions`).
+pub fn key<'a>(field: impl Fn(&str) -> Option<&'a RawValue>) -> Option<String> {
+    let mut system = String::new();
+    // Anthropic `system` and Responses `instructions`: a string or text blocks.
+    for name in ["system", "instructions"] {
+        if let Some(raw) = field(name) {
+            if let Ok(content) = serde_json::from_str::<Content>(raw.get()) {
+                system.push_str(&text_of(&Some(content)));
+            }
+        }
+    }
+    // Chat `messages` or Responses `input` (a string is itself the first user message).
+    let messages: Vec<Message> = match field("messages").or_else(|| field("input")) {
+        Some(raw) => match serde_json::from_str::<Content>(raw.get()).ok()? {
+            Content::Text(t) => vec![Message {
+                role: "user".to_string(),
+                content: Some(Content::Text(t)),
+            }],
+            _ => serde_json::from_str(raw.get()).ok()?,
+        },
+        None => return None,
+    };
+    for m in &messages {
+        let text = text_of(&m.content);
+        match m.role.as_str() {
+            "system" | "developer" => system.push_str(&text),
+            "user" if !text.is_empty() => return Some(format!("{system}\u{1f}{text}")),
+            _ => {}
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key_of(body: &str) -> Option<String> {
+        let v: std::collections::HashMap<String, Box<RawValue>> =
+            serde_json::from_str(body).unwrap();
+        key(|name| v.get(name).map(|b| b.as_ref()))
+    }
+
+    #[test]
+    fn system_prompt_and_first_user_text_make_the_key() {
+        let turn1 = r#"{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"}]}"#;
+        let turn2 = r#"{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"},
+            {"role":"assistant","content":"Hello"},{"role":"user","content":"More"}]}"#;
+        assert_eq!(key_of(turn1), Some("Be brief.\u{1f}Hi".to_string()));
+        assert_eq!(
+            key_of(turn1),
+            key_of(turn2),
+            "every turn of a conversation has the same key"
+        );
+    }
+
+    #[test]
+    fn images_do_not_count_and_an_image_alone_has_no_key() {
+        let with_image = r#"{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}},{"type":"text","text":"What is this?"}]}]}"#;
+        let other_image = r#"{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"y"}},{"type":"text","text":"What is this?"}]}]}"#;
+        assert_eq!(key_of(with_image), key_of(other_image));
+        let only_image = r#"{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}"#;
+        assert_eq!(key_of(only_image), None);
+        assert_eq!(
+            key_of(r#"{"input":"embed me"}"#),
+            Some("\u{1f}embed me".to_string())
+        );
+    }
+
+    #[test]
+    fn anthropic_system_and_responses_instructions_count_as_the_system_prompt() {
+        let messages = r#"{"system":"Be kind.","messages":[{"role":"user","content":[{"type":"text","text":"Hi"}]}]}"#;
+        assert_eq!(key_of(messages), Some("Be kind.\u{1f}Hi".to_string()));
+        let responses = r#"{"instructions":"Be kind.","input":[{"role":"developer","content":"Short."},{"role":"user","content":[{"type":"input_text","text":"Hi"}]}]}"#;
+        assert_eq!(
+            key_of(responses),
+            Some("Be kind.Short.\u{1f}Hi".to_string())
+        );
+        assert_eq!(key_of(r#"{"messages":[]}"#), None);
+        assert_eq!(key_of(r#"{"x":1}"#), None);
+    }
+}

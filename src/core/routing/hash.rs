@@ -1,0 +1,113 @@
+//! `hash-based-routing` (Zuplo seed, "Sticky routing"): every model is scored by hashing the
+//! request's key with the model's name, and the highest score wins; the second-highest is the
+//! retry model, so it is stable too, and adding or removing a model only moves the keys it
+//! wins or was winning. The key is the caller (the `authorization` header), the conversation
+//! (system prompt and first user message text), or a header or metadata value. A request
+//! without a usable key goes round robin. Keys are hashed at once, never stored or logged.
+
+use super::conversation_field;
+use super::hashing::{hash64, rendezvous_score};
+use super::Request;
+use crate::core::config::{Config, HashKey, ModelId};
+
+/// Longest key value accepted, in UTF-8 bytes (Zuplo seed, "Sticky by expression").
+pub const MAX_KEY_BYTES: usize = 256;
+
+/// The hash of the request's key, or `None` when it has no usable one.
+pub fn key_hash(by: &HashKey, request: &Request<'_>) -> Option<u64> {
+    let header = |name: &str| {
+        request
+            .headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_slice())
+    };
+    let value: Vec<u8> = match by {
+        HashKey::User => header("authorization").filter(|v| !v.is_empty())?.to_vec(),
+        HashKey::Conversation => {
+            crate::core::conversation::key(|name| conversation_field(request, name))?.into_bytes()
+        }
+        HashKey::Header(name) => usable(header(name)?)?.to_vec(),
+        HashKey::Metadata(key) => usable(request.metadata.get(key)?.as_bytes())?.to_vec(),
+    };
+    Some(hash64(&[&value]))
+}
+
+/// The seed's value rules: non-empty UTF-8, at most 256 bytes, no control character, U+2028 or
+/// U+2029. (Values are hashed as sent: no NFC normalisation.)
+fn usable(value: &[u8]) -> Option<&[u8]> {
+    let text = std::str::from_utf8(value).ok()?;
+    let ok = !text.is_empty()
+        && text.len() <= MAX_KEY_BYTES
+        && !text
+            .chars()
+            .any(|c| c.is_control() || c == '\u{2028}' || c == '\u{2029}');
+    ok.then_some(value)
+}
+
+/// Every target by descending score for the key.
+pub fn order(config: &Config, targets: &[ModelId], key: u64) -> Vec<ModelId> {
+    let name = |m: ModelId| config.model(m).map_or("", |m| m.name.as_str());
+    let mut scored: Vec<(f64, ModelId)> = targets
+        .iter()
+        .map(|m| (rendezvous_score(key, name(*m), 1), *m))
+        .collect();
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0));
+    scored.into_iter().map(|(_, m)| m).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_values_follow_the_seed_rules() {
+        assert!(usable(b"user-42").is_some());
+        assert!(usable(b"").is_none());
+        assert!(usable(&[b'a'; 257]).is_none());
+        assert!(usable(&[b'a'; 256]).is_some());
+        assert!(usable(b"a\nb").is_none());
+        assert!(usable("a\u{2028}b".as_bytes()).is_none());
+        assert!(usable(b"\xff").is_none());
+        assert!(
+            usable("Acme".as_bytes()) != usable("acme".as_bytes()),
+            "case-sensitive"
+        );
+    }
+
+    #[test]
+    fn the_retry_model_is_the_second_score_and_removal_moves_only_its_keys() {
+        let config = Config::parse(
+            br#"{"models": [
+                {"name": "azure-eastus/gpt-5", "cluster": "c", "model": "m"},
+                {"name": "azure-westus/gpt-5", "cluster": "c", "model": "m"},
+                {"name": "openai/gpt-5", "cluster": "c", "model": "m"}]}"#,
+        )
+        .unwrap();
+        let all = [ModelId(0), ModelId(1), ModelId(2)];
+        let without_last = [ModelId(0), ModelId(1)];
+        let mut firsts = [0u32; 3];
+        for key in 0..3_000u64 {
+            let o = order(&config, &all, key);
+            assert_eq!(o.len(), 3);
+            assert_eq!(order(&config, &all, key), o, "stable");
+            firsts[o[0].0] += 1;
+            if o[0] != ModelId(2) {
+                assert_eq!(
+                    order(&config, &without_last, key)[0],
+                    o[0],
+                    "key {key} moved"
+                );
+            } else {
+                assert_eq!(
+                    order(&config, &without_last, key)[0],
+                    o[1],
+                    "its retry model takes over"
+                );
+            }
+        }
+        for f in firsts {
+            assert!(f.abs_diff(1000) < 130, "{firsts:?}");
+        }
+    }
+}
