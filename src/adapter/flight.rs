@@ -17,6 +17,7 @@ use crate::core::health::record::Outcome;
 use crate::core::health::retry_after;
 use crate::core::health::sla::LatencySample;
 use crate::core::request::Layout;
+use crate::core::routing::state::RoutingState;
 use crate::core::routing::sticky::Session;
 use crate::core::usage::UsageScanner;
 use proxy_wasm::types::Action;

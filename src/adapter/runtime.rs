@@ -57,6 +57,17 @@ impl RoutingState for Runtime {
         (s.parse() == Ok(session) && w.parse() == Ok(window)).then(|| target.to_string())
     }
 
+    /// Only the session's hash is stored, never its key.
+    fn pin(&self, virtual_model: &str, session: u64, window: u64, value: &str) {
+        let record = format!("{session} {window} {value}");
+        if SharedData
+            .set(&pin_key(virtual_model, session), record.as_bytes(), None)
+            .is_err()
+        {
+            log::warn!("could not pin a sticky session of {virtual_model}");
+        }
+    }
+
     fn next_cursor(&self, virtual_model: usize, len: usize, rng: &mut fastrand::Rng) -> usize {
         let mut cursors = self.cursors.borrow_mut();
         let slot = cursors
@@ -81,18 +92,6 @@ impl Runtime {
     pub fn reset_for_new_config(&self) {
         *self.health.borrow_mut() = HealthView::default();
         self.cursors.borrow_mut().clear();
-    }
-
-    /// Keeps a sticky session on `target` for the rest of its window (after a fallback).
-    /// Only the session's hash is stored, never its key.
-    pub fn pin(&self, virtual_model: &str, session: u64, window: u64, target: &str) {
-        let value = format!("{session} {window} {target}");
-        if SharedData
-            .set(&pin_key(virtual_model, session), value.as_bytes(), None)
-            .is_err()
-        {
-            log::warn!("could not pin a sticky session of {virtual_model}");
-        }
     }
 
     /// Runs `f` with the health input of `now_ms`, refreshing the cached view if it is stale.

@@ -77,6 +77,39 @@ pub fn key<'a>(field: impl Fn(&str) -> Option<&'a RawValue>) -> Option<String> {
     None
 }
 
+/// The text a request carries, for the complexity classifier: every message's text (chat
+/// `messages`, Responses `input`, completions `prompt`, Anthropic `system`, `instructions`)
+/// and the number of turns.
+pub fn all_text<'a>(field: impl Fn(&str) -> Option<&'a RawValue>) -> (String, usize) {
+    let mut text = String::new();
+    let mut turns = 0;
+    for name in ["system", "instructions", "prompt"] {
+        if let Some(content) =
+            field(name).and_then(|raw| serde_json::from_str::<Content>(raw.get()).ok())
+        {
+            text.push_str(&text_of(&Some(content)));
+            text.push('\n');
+        }
+    }
+    if let Some(raw) = field("messages").or_else(|| field("input")) {
+        match serde_json::from_str::<Content>(raw.get()) {
+            Ok(Content::Text(t)) => {
+                text.push_str(&t);
+                turns = 1;
+            }
+            _ => {
+                let messages: Vec<Message> = serde_json::from_str(raw.get()).unwrap_or_default();
+                turns = messages.len();
+                for m in &messages {
+                    text.push_str(&text_of(&m.content));
+                    text.push('\n');
+                }
+            }
+        }
+    }
+    (text, turns)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,6 +144,16 @@ mod tests {
             key_of(r#"{"input":"embed me"}"#),
             Some("\u{1f}embed me".to_string())
         );
+    }
+
+    #[test]
+    fn all_text_gathers_every_message_and_counts_turns() {
+        let v: std::collections::HashMap<String, Box<RawValue>> = serde_json::from_str(
+            r#"{"system":"S","messages":[{"role":"user","content":"a"},{"role":"assistant","content":[{"type":"text","text":"b"}]}]}"#,
+        )
+        .unwrap();
+        let (text, turns) = all_text(|n| v.get(n).map(|b| b.as_ref()));
+        assert_eq!((text.as_str(), turns), ("S\na\nb\n", 2));
     }
 
     #[test]

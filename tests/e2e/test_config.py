@@ -21,12 +21,11 @@ def test_unsupported_field_is_rejected_not_ignored(stack):
     stack.provider("openai_main")
     stack.provider("azure_east")
     config = weighted_80_20()
-    config["virtual_models"][0]["routing_config"]["type"] = "complexity-based-routing"
+    config["models"][0]["params"] = {"api_version": "2024-06-01"}
 
     envoy = stack.envoy(config, expect_failure=True)
 
-    assert ("virtual_models[0].routing_config.type: `complexity-based-routing` is not supported yet"
-            in envoy.log())
+    assert "models[0].params: is not supported yet" in envoy.log()
 
 
 def test_config_that_is_not_json_is_rejected(stack):

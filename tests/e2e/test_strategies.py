@@ -176,3 +176,43 @@ def test_hash_routing_keeps_a_conversation_on_one_model_and_keyless_requests_rot
         keyless = [s.post(f"{envoy.url}/v1/chat/completions", json={"model": "by-user", **CHAT}, timeout=10)
                    .headers["x-switchboard-resolved-model"] for _ in range(6)]
     assert sorted(keyless) == ["h1", "h1", "h2", "h2", "h3", "h3"]
+
+
+def test_complexity_routing_sends_each_tier_to_its_model_and_escalates_upward(stack):
+    stack.provider("cheap")
+    mid = stack.provider("mid", fail_status=503)
+    stack.provider("smart")
+    config = {"models": [model("cheap"), model("mid"), model("smart")],
+              "virtual_models": [
+                  {"name": "auto", "model_types": ["chat"], "routing_config": {
+                      "type": "complexity-based-routing",
+                      "load_balance_targets": [{"target": "cheap", "tier": "simple"},
+                                               {"target": "mid", "tier": "medium"},
+                                               {"target": "smart", "tier": "complex"}]}},
+                  {"name": "auto-pinned", "model_types": ["chat"], "routing_config": {
+                      "type": "complexity-based-routing",
+                      "sticky_routing": {"ttl_seconds": 600,
+                                         "session_identifiers": [{"key": "x-session", "source": "headers"}]},
+                      "load_balance_targets": [{"target": "cheap", "tier": "simple"},
+                                               {"target": "smart", "tier": "complex"}]}}]}
+    envoy = stack.envoy(config)
+    easy = [{"role": "user", "content": "What is the capital of France?"}]
+    hard = [{"role": "user", "content": "Prove step by step, then compare the trade-off:\n```py\nx = 1\n```\n"
+             + "context " * 1200}]
+    medium = [{"role": "user", "content": "Why does this fail?\n```rust\nfn main() {}\n```"}]
+
+    def send(name: str, messages: list, headers: dict | None = None) -> requests.Response:
+        return requests.post(f"{envoy.url}/v1/chat/completions", json={"model": name, "messages": messages},
+                             headers=headers or {}, timeout=10)
+
+    assert send("auto", easy).headers["x-switchboard-resolved-model"] == "cheap"
+    assert send("auto", hard).headers["x-switchboard-resolved-model"] == "smart"
+    # The medium tier fails: escalation goes up to complex, never down to simple.
+    r = send("auto", medium)
+    assert (r.status_code, r.headers["x-switchboard-resolved-model"], r.headers["x-switchboard-attempts"]) == \
+        (200, "smart", "2")
+    assert len(mid.requests()) == 1
+    # A pinned session keeps the tier of its first request.
+    assert send("auto-pinned", easy, {"x-session": "s1"}).headers["x-switchboard-resolved-model"] == "cheap"
+    assert send("auto-pinned", hard, {"x-session": "s1"}).headers["x-switchboard-resolved-model"] == "cheap"
+    assert send("auto-pinned", hard, {"x-session": "s2"}).headers["x-switchboard-resolved-model"] == "smart"

@@ -130,6 +130,54 @@ pub struct StickyRouting {
     pub session_identifiers: Vec<SessionIdentifier>,
 }
 
+/// A complexity tier (TrueFoundry seed, "Complexity-based routing"), cheapest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Tier {
+    /// `simple`
+    Simple,
+    /// `medium`
+    Medium,
+    /// `complex`
+    Complex,
+}
+
+impl Tier {
+    /// Every tier, in escalation order.
+    pub const ALL: [Tier; 3] = [Tier::Simple, Tier::Medium, Tier::Complex];
+
+    /// The config name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Tier::Simple => "simple",
+            Tier::Medium => "medium",
+            Tier::Complex => "complex",
+        }
+    }
+
+    /// Parses a config name.
+    pub fn from_name(name: &str) -> Option<Tier> {
+        Self::ALL.iter().copied().find(|t| t.name() == name)
+    }
+}
+
+/// A target of a complexity virtual model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ComplexityTarget {
+    /// The catalog model.
+    pub model: ModelId,
+    /// The tier it serves.
+    pub tier: Tier,
+}
+
+/// Heuristic score thresholds: from `medium` up a request is medium, from `complex` complex.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Thresholds {
+    /// First score classified medium.
+    pub medium: u32,
+    /// First score classified complex.
+    pub complex: u32,
+}
+
 /// What `hash-based-routing` keys on (Zuplo seed, `stickyBy`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HashKey {
@@ -160,6 +208,13 @@ pub enum Routing {
         targets: Vec<ModelId>,
         /// What the hash keys on.
         by: HashKey,
+    },
+    /// `complexity-based-routing` (TrueFoundry seed).
+    Complexity {
+        /// The targets with their tiers.
+        targets: Vec<ComplexityTarget>,
+        /// Score thresholds.
+        thresholds: Thresholds,
     },
     /// `latency-based-routing` (TrueFoundry seed).
     Latency {

@@ -8,21 +8,18 @@
 use super::compile::checked_header_name;
 use super::fields::{ConfigError, Fields};
 use super::{
-    ConditionalTarget, HashKey, HeadersOverride, Model, ModelId, NameEntry, PriorityTarget,
-    Routing, SessionIdentifier, StickyRouting, StickySource, TargetConfig, TargetPolicy,
-    VirtualModel, WeightedTarget,
+    ComplexityTarget, ConditionalTarget, HashKey, HeadersOverride, Model, ModelId, NameEntry,
+    PriorityTarget, Routing, SessionIdentifier, StickyRouting, StickySource, TargetConfig,
+    TargetPolicy, Thresholds, Tier, VirtualModel, WeightedTarget,
 };
 use crate::core::endpoint::{ModelType, ModelTypes};
 use crate::core::health::sla::SlaCutoff;
 use crate::core::routing::condition::Condition;
 use hashbrown::HashMap;
 
-/// Strategies of the seeds that a later version implements.
-const TYPES_NOT_YET: &[&str] = &["complexity-based-routing", "hash-based-routing"];
-
 const SUPPORTED: &str = "supported: weight-based-routing, priority-based-routing, \
-                         latency-based-routing, conditional-routing, round-robin-routing, \
-                         hash-based-routing";
+                         latency-based-routing, complexity-based-routing, conditional-routing, \
+                         round-robin-routing, hash-based-routing";
 
 /// Per-target seed fields that a later version implements.
 const TARGET_NOT_YET: &[&str] = &["metadata_match", "headers_override", "override_params"];
@@ -75,6 +72,45 @@ pub(super) fn compile_virtual_model(
             };
             Routing::Latency { targets, caller }
         }
+        "complexity-based-routing" => {
+            let strategy = (
+                "complexity-based-routing",
+                &["weight", "priority", "when"][..],
+            );
+            let targets =
+                compile_targets(&mut rc, catalog, strategy, &mut targets, |t, model, _| {
+                    let name = t.str("tier")?;
+                    let tier = Tier::from_name(name).ok_or_else(|| {
+                        t.error(
+                            "tier",
+                            format!("expected `simple`, `medium` or `complex`, got `{name}`"),
+                        )
+                    })?;
+                    Ok(ComplexityTarget { model, tier })
+                })?;
+            // The seed: the one strategy that reads the body applies to these model types only.
+            let allowed = [ModelType::Chat, ModelType::Completion, ModelType::Responses];
+            if ModelType::ALL
+                .iter()
+                .any(|(t, _)| model_types.contains(*t) && !allowed.contains(t))
+            {
+                return Err(f.error(
+                    "model_types",
+                    "complexity-based-routing serves only chat, completion and responses",
+                ));
+            }
+            let thresholds = match rc.opt_object("complexity")? {
+                Some(obj) => compile_thresholds(obj)?,
+                None => Thresholds {
+                    medium: 2,
+                    complex: 5,
+                },
+            };
+            Routing::Complexity {
+                targets,
+                thresholds,
+            }
+        }
         "hash-based-routing" => {
             let strategy = ("hash-based-routing", &["weight", "priority", "when"][..]);
             let targets =
@@ -95,22 +131,20 @@ pub(super) fn compile_virtual_model(
                 |_, m, _| Ok(m),
             )?)
         }
-        t if TYPES_NOT_YET.contains(&t) => {
-            return Err(rc.error(
-                "type",
-                format!("`{t}` is not supported yet by this version of Switchboard; {SUPPORTED}"),
-            ))
-        }
         t => return Err(rc.error("type", format!("unknown routing type `{t}`; {SUPPORTED}"))),
     };
     let sticky = match rc.opt_object("sticky_routing")? {
-        Some(obj) if matches!(routing, Routing::Weighted(_)) => Some(compile_sticky(obj)?),
-        Some(_) => {
-            return Err(rc.error(
-                "sticky_routing",
-                "only applies to weight-based-routing (TrueFoundry seed, Sticky routing)",
-            ))
+        Some(obj) if matches!(routing, Routing::Weighted(_)) => {
+            Some(compile_sticky(obj, 1..=30 * 86_400)?)
         }
+        // A complexity pin holds a session on a price tier: 5 minutes to 1 hour (seed).
+        Some(obj) if matches!(routing, Routing::Complexity { .. }) => {
+            Some(compile_sticky(obj, 300..=3_600)?)
+        }
+        Some(_) => return Err(rc.error(
+            "sticky_routing",
+            "only applies to weight-based-routing and complexity-based-routing (TrueFoundry seed)",
+        )),
         None => None,
     };
     rc.finish(&[])?;
@@ -341,12 +375,22 @@ fn compile_conditional(
 }
 
 /// `sticky_routing {ttl_seconds, session_identifiers: [{key, source: headers|metadata}]}`.
-fn compile_sticky(mut f: Fields<'_>) -> Result<StickyRouting, ConfigError> {
+fn compile_sticky(
+    mut f: Fields<'_>,
+    ttl_range: std::ops::RangeInclusive<u64>,
+) -> Result<StickyRouting, ConfigError> {
     let ttl = f
-        .opt_u64("ttl_seconds", 30 * 86_400)?
+        .opt_u64("ttl_seconds", *ttl_range.end())?
         .ok_or_else(|| f.error("ttl_seconds", "is required"))?;
-    if ttl == 0 {
-        return Err(f.error("ttl_seconds", "must be at least 1"));
+    if !ttl_range.contains(&ttl) {
+        return Err(f.error(
+            "ttl_seconds",
+            format!(
+                "must be from {} to {} here",
+                ttl_range.start(),
+                ttl_range.end()
+            ),
+        ));
     }
     let items = f
         .opt_array("session_identifiers")?
@@ -363,6 +407,17 @@ fn compile_sticky(mut f: Fields<'_>) -> Result<StickyRouting, ConfigError> {
         ttl_ms: ttl * 1000,
         session_identifiers,
     })
+}
+
+/// `complexity {medium_threshold, complex_threshold}`: heuristic scores that start each tier.
+fn compile_thresholds(mut f: Fields<'_>) -> Result<Thresholds, ConfigError> {
+    let medium = f.opt_u64("medium_threshold", 100)?.unwrap_or(2) as u32;
+    let complex = f.opt_u64("complex_threshold", 100)?.unwrap_or(5) as u32;
+    if complex <= medium {
+        return Err(f.error("complex_threshold", "must be greater than medium_threshold"));
+    }
+    f.finish(&["classifier_model", "classifier_timeout_ms"])?;
+    Ok(Thresholds { medium, complex })
 }
 
 /// `hash_key {source: user|conversation|headers|metadata, key}`.
@@ -691,7 +746,7 @@ mod tests {
             err(&with_vm(r#"{"name": "vm", "model_types": ["chat"], "routing_config": {"type": "round-robin-routing",
                 "sticky_routing": {"ttl_seconds": 1, "session_identifiers": [{"key": "a", "source": "headers"}]},
                 "load_balance_targets": [{"target": "a"}]}}"#)),
-            "virtual_models[0].routing_config.sticky_routing: only applies to weight-based-routing (TrueFoundry seed, Sticky routing)"
+            "virtual_models[0].routing_config.sticky_routing: only applies to weight-based-routing and complexity-based-routing (TrueFoundry seed)"
         );
     }
 
@@ -718,12 +773,24 @@ mod tests {
             "virtual_models[0].routing_config.hash_key: is required: {\"source\": \"user\" | \"conversation\" | \"headers\" | \"metadata\", \"key\": ...}"
         );
         assert_eq!(
-            err(&with_vm(r#"{"name": "vm", "model_types": ["chat"], "routing_config": {"type": "complexity-based-routing", "load_balance_targets": []}}"#)),
-            "virtual_models[0].routing_config.type: `complexity-based-routing` is not supported yet by this version of Switchboard; supported: weight-based-routing, priority-based-routing, latency-based-routing, conditional-routing, round-robin-routing, hash-based-routing"
+            err(&with_vm(r#"{"name": "vm", "model_types": ["chat"], "routing_config": {"type": "complexity-based-routing", "complexity": {"classifier_model": "a"}, "load_balance_targets": [{"target": "a", "tier": "simple"}]}}"#)),
+            "virtual_models[0].routing_config.complexity.classifier_model: is not supported yet by this version of Switchboard; remove it"
+        );
+        assert_eq!(
+            err(&with_vm(r#"{"name": "vm", "model_types": ["chat", "embedding"], "routing_config": {"type": "complexity-based-routing", "load_balance_targets": [{"target": "a", "tier": "simple"}]}}"#)),
+            "virtual_models[0].model_types: complexity-based-routing serves only chat, completion and responses"
+        );
+        assert_eq!(
+            err(&with_vm(r#"{"name": "vm", "model_types": ["chat"], "routing_config": {"type": "complexity-based-routing", "load_balance_targets": [{"target": "a", "tier": "hard"}]}}"#)),
+            "virtual_models[0].routing_config.load_balance_targets[0].tier: expected `simple`, `medium` or `complex`, got `hard`"
+        );
+        assert_eq!(
+            err(&with_vm(r#"{"name": "vm", "model_types": ["chat"], "routing_config": {"type": "complexity-based-routing", "sticky_routing": {"ttl_seconds": 60, "session_identifiers": [{"key": "a", "source": "headers"}]}, "load_balance_targets": [{"target": "a", "tier": "simple"}]}}"#)),
+            "virtual_models[0].routing_config.sticky_routing.ttl_seconds: must be from 300 to 3600 here"
         );
         assert_eq!(
             err(&with_vm(r#"{"name": "vm", "model_types": ["chat"], "routing_config": {"type": "random"}}"#)),
-            "virtual_models[0].routing_config.type: unknown routing type `random`; supported: weight-based-routing, priority-based-routing, latency-based-routing, conditional-routing, round-robin-routing, hash-based-routing"
+            "virtual_models[0].routing_config.type: unknown routing type `random`; supported: weight-based-routing, priority-based-routing, latency-based-routing, complexity-based-routing, conditional-routing, round-robin-routing, hash-based-routing"
         );
         assert_eq!(
             err(&with_vm(

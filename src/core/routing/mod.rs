@@ -3,6 +3,7 @@
 //! A catalog model routes straight to itself; a virtual model asks its strategy. The plan is
 //! the primary target first, then the order later attempts would take.
 
+pub mod complexity;
 pub mod condition;
 pub mod conditional;
 pub mod hash;
@@ -18,7 +19,8 @@ pub mod weighted;
 pub use standing::HealthInput;
 
 use crate::core::config::{
-    Config, ModelId, Named, Routing, SessionIdentifier, StickySource, VirtualModel, Visibility,
+    Config, ModelId, Named, Routing, SessionIdentifier, StickySource, Tier, VirtualModel,
+    Visibility,
 };
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
@@ -124,7 +126,10 @@ pub fn plan(
                     _ => ErrorReply::no_target_available(model),
                 });
             }
-            standing::apply(&mut candidates, |m| health.standing(vm, m));
+            // Health demotion does not apply to complexity routing (TrueFoundry seed).
+            if !matches!(vm.routing, Routing::Complexity { .. }) {
+                standing::apply(&mut candidates, |m| health.standing(vm, m));
+            }
             Ok(Plan {
                 candidates,
                 virtual_model: Some(index),
@@ -222,6 +227,42 @@ fn order(
             let id = caller_identity(caller.as_ref(), request);
             (latency::order(config, &vm.name, &kept, &id, health), None)
         }
+        Routing::Complexity {
+            targets,
+            thresholds,
+        } => {
+            let kept = keep(targets, |t| t.model, allowed, any);
+            let classify = || {
+                let (text, turns) =
+                    crate::core::conversation::all_text(|n| conversation_field(request, n));
+                let tools = request
+                    .fields
+                    .iter()
+                    .any(|(k, _)| k == "tools" || k == "functions");
+                complexity::classify(complexity::score(&text, turns, tools), thresholds)
+            };
+            // An optional session pin holds the tier of the session's first request.
+            let (tier, session) = match &vm.sticky {
+                Some(rule) => {
+                    let session = sticky::session(&vm.name, rule, request, now_ms);
+                    let pinned = request
+                        .state
+                        .pinned(&vm.name, session.hash, session.window)
+                        .and_then(|v| v.strip_prefix("tier:").and_then(Tier::from_name));
+                    let tier = pinned.unwrap_or_else(|| {
+                        let tier = classify();
+                        let value = format!("tier:{}", tier.name());
+                        request
+                            .state
+                            .pin(&vm.name, session.hash, session.window, &value);
+                        tier
+                    });
+                    (tier, None)
+                }
+                None => (classify(), None),
+            };
+            (complexity::order(&kept, tier, rng.usize(..)), session)
+        }
         Routing::Hash { targets, by } => {
             let kept = keep(targets, |m| *m, allowed, any);
             match hash::key_hash(by, request) {
@@ -256,6 +297,7 @@ mod tests {
         fn next_cursor(&self, _: usize, _: usize, _: &mut fastrand::Rng) -> usize {
             0
         }
+        fn pin(&self, _: &str, _: u64, _: u64, _: &str) {}
     }
 
     const CONFIG: &str = r#"{

@@ -11,6 +11,8 @@ pub trait RoutingState {
     /// The next round-robin position of a virtual model with `len` targets; each worker starts
     /// at a random point (Zuplo seed, "Round robin").
     fn next_cursor(&self, virtual_model: usize, len: usize, rng: &mut fastrand::Rng) -> usize;
+    /// Pins a session to `value` (a target name, or `tier:<name>`) for a window.
+    fn pin(&self, virtual_model: &str, session: u64, window: u64, value: &str);
 }
 
 /// In-memory state.
@@ -40,6 +42,15 @@ impl RoutingState for LocalState {
             .rev()
             .find(|(vm, s, w, _)| vm == virtual_model && *s == session && *w == window)
             .map(|(_, _, _, t)| t.clone())
+    }
+
+    fn pin(&self, virtual_model: &str, session: u64, window: u64, value: &str) {
+        self.pins.borrow_mut().push((
+            virtual_model.to_string(),
+            session,
+            window,
+            value.to_string(),
+        ));
     }
 
     fn next_cursor(&self, virtual_model: usize, len: usize, rng: &mut fastrand::Rng) -> usize {

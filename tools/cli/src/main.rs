@@ -161,6 +161,7 @@ fn explain(args: &[String]) -> Result<String, String> {
                 Routing::Conditional(_) => "conditional-routing",
                 Routing::RoundRobin(_) => "round-robin-routing",
                 Routing::Hash { .. } => "hash-based-routing",
+                Routing::Complexity { .. } => "complexity-based-routing",
                 Routing::Latency { .. } => {
                     "latency-based-routing (no samples here: every target counts as average)"
                 }
@@ -203,6 +204,11 @@ fn explain(args: &[String]) -> Result<String, String> {
                 if let Routing::Weighted(ws) = &vm.routing {
                     if let Some(w) = ws.iter().find(|w| w.model == t.model) {
                         notes.push(format!("weight {}", w.weight));
+                    }
+                }
+                if let Routing::Complexity { targets, .. } = &vm.routing {
+                    if let Some(c) = targets.iter().find(|c| c.model == t.model) {
+                        notes.push(format!("tier {}", c.tier.name()));
                     }
                 }
                 if let Routing::Priority(ps) = &vm.routing {

@@ -1,0 +1,178 @@
+//! `complexity-based-routing` (TrueFoundry seed, "Complexity-based routing"): every target has
+//! a tier (`simple`, `medium`, `complex`); an in-process heuristic classifies each request from
+//! its text, with no extra call or latency, and the request goes to its tier's targets. A
+//! failing tier escalates to the next higher tier, never a lower one. A session can be pinned
+//! to the tier of its first request (`sticky_routing`). Health demotion does not apply here
+//! (seed, "Unhealthy target detection"): order is by tier and escalation.
+//!
+//! The score adds points for what makes a request hard: long text, code blocks, reasoning and
+//! multi-step markers, tools, and many turns; thresholds turn it into a tier.
+
+use crate::core::config::{ComplexityTarget, ModelId, Thresholds, Tier};
+
+/// Words that mark a request asking for reasoning or several steps.
+const REASONING_MARKERS: [&str; 10] = [
+    "step by step",
+    "step-by-step",
+    "prove",
+    "derive",
+    "analyze",
+    "analyse",
+    "explain why",
+    "compare",
+    "trade-off",
+    "first,",
+];
+
+/// The heuristic score of a request's text and shape.
+pub fn score(text: &str, turns: usize, has_tools: bool) -> u32 {
+    let mut points = 0;
+    let chars = text.chars().count();
+    points += match chars {
+        0..=1_999 => 0,
+        2_000..=7_999 => 2,
+        _ => 4,
+    };
+    if text.contains("```") {
+        points += 2;
+    }
+    let lower = text.to_lowercase();
+    let markers = REASONING_MARKERS
+        .iter()
+        .filter(|m| lower.contains(*m))
+        .count();
+    points += markers.min(3) as u32;
+    if has_tools {
+        points += 2;
+    }
+    points += match turns {
+        0..=6 => 0,
+        7..=12 => 1,
+        _ => 2,
+    };
+    points
+}
+
+/// The tier a score falls in.
+pub fn classify(score: u32, thresholds: &Thresholds) -> Tier {
+    if score >= thresholds.complex {
+        Tier::Complex
+    } else if score >= thresholds.medium {
+        Tier::Medium
+    } else {
+        Tier::Simple
+    }
+}
+
+/// The tier's targets (rotated by `start`, so they share the load), then each higher tier's.
+/// A tier without targets hands its requests to the next higher one, or, at the top, the
+/// nearest lower one.
+pub fn order(targets: &[ComplexityTarget], tier: Tier, start: usize) -> Vec<ModelId> {
+    let present = |t: Tier| targets.iter().any(|x| x.tier == t);
+    let tier = Tier::ALL
+        .iter()
+        .copied()
+        .filter(|t| *t >= tier)
+        .find(|t| present(*t))
+        .or_else(|| Tier::ALL.iter().rev().copied().find(|t| present(*t)))
+        .unwrap_or(tier);
+    let mut out = Vec::with_capacity(targets.len());
+    for t in Tier::ALL.iter().copied().filter(|t| *t >= tier) {
+        let group: Vec<ModelId> = targets
+            .iter()
+            .filter(|x| x.tier == t)
+            .map(|x| x.model)
+            .collect();
+        let n = group.len();
+        let offset = if t == tier { start } else { 0 };
+        out.extend((0..n).filter_map(|i| group.get((offset.wrapping_add(i)) % n.max(1)).copied()));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: Thresholds = Thresholds {
+        medium: 2,
+        complex: 5,
+    };
+
+    #[test]
+    fn short_plain_questions_are_simple_and_hard_ones_complex() {
+        assert_eq!(
+            classify(score("What is the capital of France?", 1, false), &T),
+            Tier::Simple
+        );
+        let code = "Why does this fail?\n```rust\nfn main() {}\n```";
+        assert_eq!(classify(score(code, 1, false), &T), Tier::Medium);
+        let hard = format!(
+            "Prove step by step and compare the trade-off.\n```py\nx=1\n```\n{}",
+            "context ".repeat(1_200)
+        );
+        assert_eq!(classify(score(&hard, 14, true), &T), Tier::Complex);
+        assert_eq!(score("", 0, false), 0);
+    }
+
+    #[test]
+    fn thresholds_are_configurable() {
+        let strict = Thresholds {
+            medium: 1,
+            complex: 2,
+        };
+        assert_eq!(
+            classify(score("Explain why the sky is blue", 1, false), &strict),
+            Tier::Medium
+        );
+        assert_eq!(
+            classify(score("Explain why the sky is blue", 1, false), &T),
+            Tier::Simple
+        );
+    }
+
+    fn targets() -> Vec<ComplexityTarget> {
+        vec![
+            ComplexityTarget {
+                model: ModelId(0),
+                tier: Tier::Simple,
+            },
+            ComplexityTarget {
+                model: ModelId(1),
+                tier: Tier::Medium,
+            },
+            ComplexityTarget {
+                model: ModelId(2),
+                tier: Tier::Medium,
+            },
+            ComplexityTarget {
+                model: ModelId(3),
+                tier: Tier::Complex,
+            },
+        ]
+    }
+
+    #[test]
+    fn a_failing_tier_escalates_upward_only() {
+        assert_eq!(
+            order(&targets(), Tier::Simple, 0),
+            [0, 1, 2, 3].map(ModelId)
+        );
+        assert_eq!(order(&targets(), Tier::Medium, 1), [2, 1, 3].map(ModelId));
+        assert_eq!(order(&targets(), Tier::Complex, 0), vec![ModelId(3)]);
+    }
+
+    #[test]
+    fn a_tier_without_targets_goes_up_or_at_the_top_down() {
+        let no_medium: Vec<_> = targets()
+            .into_iter()
+            .filter(|t| t.tier != Tier::Medium)
+            .collect();
+        assert_eq!(order(&no_medium, Tier::Medium, 0), vec![ModelId(3)]);
+        let no_complex: Vec<_> = targets()
+            .into_iter()
+            .filter(|t| t.tier != Tier::Complex)
+            .collect();
+        assert_eq!(order(&no_complex, Tier::Complex, 0), [1, 2].map(ModelId));
+    }
+}
