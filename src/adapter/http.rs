@@ -7,6 +7,7 @@
 use super::flight::{Flight, Replay, Start};
 use super::host::{self, header, Headers};
 use super::runtime::Runtime;
+use crate::core::batch;
 use crate::core::config::Config;
 use crate::core::decision::{decide, Decision};
 use crate::core::endpoint::Endpoint;
@@ -23,6 +24,8 @@ enum Phase {
     PassThrough,
     /// An LLM request whose body is being buffered, with its headers as the client sent them.
     Inspecting(Endpoint, Headers),
+    /// Batch input being buffered to check it names no virtual model: (path, content type).
+    CheckingBatch(String, String),
     /// Forwarded; the flight owns the rest.
     Forwarded(Rc<RefCell<Flight>>),
     /// Switchboard answered it with a local reply.
@@ -77,6 +80,35 @@ impl Http {
         });
         match decided {
             Ok(decision) => self.forward(config, decision, body, headers, now),
+            Err(reply) => self.reply(&reply),
+        }
+    }
+
+    /// Buffers batch input and refuses it if it names a virtual model; otherwise lets it pass
+    /// unchanged. Input larger than the body limit is passed on unchecked rather than refused.
+    fn check_batch(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        let Some(config) = self.config.clone() else {
+            return Action::Continue;
+        };
+        if body_size > config.max_request_body_bytes {
+            self.phase = Phase::PassThrough;
+            return Action::Continue;
+        }
+        if !end_of_stream {
+            return Action::Pause;
+        }
+        let Phase::CheckingBatch(path, content_type) =
+            std::mem::replace(&mut self.phase, Phase::PassThrough)
+        else {
+            return Action::Continue;
+        };
+        match batch::check(
+            &path,
+            &content_type,
+            &host::request_body(body_size),
+            &config,
+        ) {
+            Ok(()) => Action::Continue,
             Err(reply) => self.reply(&reply),
         }
     }
@@ -192,6 +224,15 @@ impl HttpContext for Http {
             if header(&headers, &config.header_names.cluster).is_some() {
                 host::remove_request_header(&config.header_names.cluster);
             }
+            if method == "POST"
+                && !end_of_stream
+                && !config.virtual_models.is_empty()
+                && batch::is_batch_path(path)
+            {
+                let content_type = header(&headers, "content-type").unwrap_or_default();
+                self.phase = Phase::CheckingBatch(path.to_string(), content_type.to_string());
+                return Action::Pause;
+            }
             return Action::Continue;
         };
         if end_of_stream {
@@ -207,6 +248,9 @@ impl HttpContext for Http {
     }
 
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        if let Phase::CheckingBatch(..) = self.phase {
+            return self.check_batch(body_size, end_of_stream);
+        }
         let (Phase::Inspecting(..), Some(config)) = (&self.phase, self.config.clone()) else {
             return Action::Continue;
         };
@@ -222,6 +266,7 @@ impl HttpContext for Http {
     fn on_http_request_trailers(&mut self, _num_trailers: usize) -> Action {
         // A body that ends with trailers never sees end_of_stream in the body callback.
         match (&self.phase, self.config.clone()) {
+            (Phase::CheckingBatch(..), _) => self.check_batch(usize::MAX, true),
             (Phase::Inspecting(..), Some(config)) => self.route(config, usize::MAX),
             _ => Action::Continue,
         }

@@ -7,7 +7,7 @@ use crate::core::config::{Config, Model, ModelId, VirtualModel};
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
 use crate::core::metadata::Metadata;
-use crate::core::request::inspect;
+use crate::core::request::{inspect, inspect_multipart};
 use crate::core::request::{rewrite, Layout};
 use crate::core::routing::state::RoutingState;
 use crate::core::routing::{plan, HealthInput, Plan, Request};
@@ -44,7 +44,19 @@ pub fn decide(
     state: &dyn RoutingState,
     rng: &mut fastrand::Rng,
 ) -> Result<Decision, ErrorReply> {
-    let inspected = inspect(body)?;
+    let content_type = headers
+        .iter()
+        .find(|(k, _)| k == "content-type")
+        .and_then(|(_, v)| std::str::from_utf8(v).ok())
+        .unwrap_or_default();
+    let inspected = if endpoint.is_multipart() {
+        let boundary = crate::core::multipart::boundary(content_type).ok_or_else(|| {
+            ErrorReply::invalid_multipart("no multipart/form-data content type with a boundary")
+        })?;
+        inspect_multipart(body, boundary)?
+    } else {
+        inspect(body)?
+    };
     let metadata_header = headers
         .iter()
         .find(|(k, _)| *k == config.header_names.metadata)
@@ -88,6 +100,10 @@ pub fn body_for(
     target: ModelId,
 ) -> Option<Option<Vec<u8>>> {
     let model = config.model(target)?;
+    if layout.multipart {
+        // A form field holds the bare name; override_params are JSON fields and do not apply.
+        return rewrite(body, layout, model.upstream_model.as_bytes(), &[]);
+    }
     let overrides = vm
         .and_then(|vm| vm.target(target))
         .map_or(&[][..], |t| t.override_params.as_slice());
@@ -196,6 +212,47 @@ mod tests {
             &bad,
             &HealthInput::NONE,
             &LocalState::default(),
+            &mut fastrand::Rng::with_seed(1),
+        )
+        .unwrap_err();
+        assert_eq!(e.status, 400);
+    }
+
+    #[test]
+    fn multipart_uploads_get_the_bare_model_name_rewritten_in_their_form_field() {
+        let config = Config::parse(
+            br#"{"models": [{"name": "t", "cluster": "c", "model": "whisper-1"}],
+              "virtual_models": [{"name": "team/stt", "model_types": ["audio_transcription"], "routing_config": {
+                "type": "weight-based-routing", "load_balance_targets": [
+                  {"target": "t", "weight": 100, "override_params": {"temperature": 0}}]}}]}"#,
+        )
+        .unwrap();
+        let body = b"--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n\r\nRIFF\r\n--b\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nteam/stt\r\n--b--\r\n";
+        let headers = vec![(
+            "content-type".to_string(),
+            b"multipart/form-data; boundary=b".to_vec(),
+        )];
+        let state = LocalState::default();
+        let d = decide(
+            &config,
+            Endpoint::Transcriptions,
+            body,
+            &headers,
+            &HealthInput::NONE,
+            &state,
+            &mut fastrand::Rng::with_seed(1),
+        )
+        .unwrap();
+        let expected = String::from_utf8_lossy(body).replace("team/stt", "whisper-1");
+        assert_eq!(String::from_utf8(d.new_body.unwrap()).unwrap(), expected);
+        let json = vec![("content-type".to_string(), b"application/json".to_vec())];
+        let e = decide(
+            &config,
+            Endpoint::Transcriptions,
+            br#"{"model":"team/stt"}"#,
+            &json,
+            &HealthInput::NONE,
+            &state,
             &mut fastrand::Rng::with_seed(1),
         )
         .unwrap_err();

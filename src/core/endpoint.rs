@@ -25,10 +25,18 @@ pub enum Endpoint {
     ImageGenerations,
     /// `POST /v1/audio/speech`
     Speech,
+    /// `POST /v1/audio/transcriptions` (multipart)
+    Transcriptions,
+    /// `POST /v1/audio/translations` (multipart)
+    Translations,
+    /// `POST /v1/images/edits` (multipart)
+    ImageEdits,
+    /// `POST /v1/images/variations` (multipart)
+    ImageVariations,
 }
 
 /// Each routed endpoint: its path (after an optional `/v1`), the endpoint, and its full path.
-const ENDPOINTS: [(&str, Endpoint, &str); 9] = [
+const ENDPOINTS: [(&str, Endpoint, &str); 13] = [
     (
         "/chat/completions",
         Endpoint::ChatCompletions,
@@ -46,6 +54,22 @@ const ENDPOINTS: [(&str, Endpoint, &str); 9] = [
         "/v1/images/generations",
     ),
     ("/audio/speech", Endpoint::Speech, "/v1/audio/speech"),
+    (
+        "/audio/transcriptions",
+        Endpoint::Transcriptions,
+        "/v1/audio/transcriptions",
+    ),
+    (
+        "/audio/translations",
+        Endpoint::Translations,
+        "/v1/audio/translations",
+    ),
+    ("/images/edits", Endpoint::ImageEdits, "/v1/images/edits"),
+    (
+        "/images/variations",
+        Endpoint::ImageVariations,
+        "/v1/images/variations",
+    ),
 ];
 
 impl Endpoint {
@@ -96,7 +120,21 @@ impl Endpoint {
             Endpoint::Moderations => ModelType::Moderation,
             Endpoint::ImageGenerations => ModelType::Image,
             Endpoint::Speech => ModelType::TextToSpeech,
+            Endpoint::Transcriptions => ModelType::AudioTranscription,
+            Endpoint::Translations => ModelType::AudioTranslation,
+            Endpoint::ImageEdits | Endpoint::ImageVariations => ModelType::Image,
         }
+    }
+
+    /// Whether the body is `multipart/form-data` (an upload) rather than JSON.
+    pub fn is_multipart(self) -> bool {
+        matches!(
+            self,
+            Endpoint::Transcriptions
+                | Endpoint::Translations
+                | Endpoint::ImageEdits
+                | Endpoint::ImageVariations
+        )
     }
 }
 

@@ -88,6 +88,32 @@ impl ErrorReply {
         Self::new(400, "invalid_request_error", "invalid_json", None, &message)
     }
 
+    /// 400: an upload endpoint's body is not well-formed `multipart/form-data`.
+    pub fn invalid_multipart(detail: &str) -> Self {
+        let message = format!("The request body must be multipart/form-data: {detail}.");
+        Self::new(
+            400,
+            "invalid_request_error",
+            "invalid_multipart",
+            None,
+            &message,
+        )
+    }
+
+    /// 400: batch input names a virtual model (TrueFoundry seed FAQ).
+    pub fn batch_needs_catalog_model(model: &str) -> Self {
+        let message = format!(
+            "`{model}` is a virtual model; the Batch API needs a real catalog model, because a batch runs later on one provider with no fallback."
+        );
+        Self::new(
+            400,
+            "invalid_request_error",
+            "virtual_model_in_batch",
+            Some("model"),
+            &message,
+        )
+    }
+
     /// 400: an LLM endpoint was called without a body.
     pub fn body_required() -> Self {
         Self::new(

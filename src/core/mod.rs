@@ -3,6 +3,7 @@
 //! Nothing here calls proxy-wasm. Time and randomness are passed in, so every decision
 //! can be reproduced in a unit test.
 
+pub mod batch;
 pub mod config;
 pub mod conversation;
 pub mod decision;
@@ -11,6 +12,7 @@ pub mod errors;
 pub mod fallback;
 pub mod health;
 pub mod metadata;
+pub mod multipart;
 pub mod request;
 pub mod routing;
 pub mod status_set;

@@ -55,6 +55,8 @@ pub struct Inspected<'a> {
     pub fields: Vec<(Cow<'a, str>, Range<usize>)>,
     /// Where the object's closing `}` sits.
     pub end: usize,
+    /// The body is `multipart/form-data`: `model` is a form field holding the bare name.
+    pub multipart: bool,
 }
 
 /// Reads the top-level `model` of a JSON object body.
@@ -122,6 +124,36 @@ pub fn inspect(body: &[u8]) -> Result<Inspected<'_>, ErrorReply> {
         stream,
         fields,
         end,
+        multipart: false,
+    })
+}
+
+/// Reads the `model` form field of a `multipart/form-data` body.
+pub fn inspect_multipart<'a>(body: &'a [u8], boundary: &str) -> Result<Inspected<'a>, ErrorReply> {
+    let parts = crate::core::multipart::fields(body, boundary)
+        .ok_or_else(|| ErrorReply::invalid_multipart("the form data is malformed"))?;
+    let mut models = parts.iter().filter(|(name, _)| name == "model");
+    let (_, span) = models.next().ok_or_else(ErrorReply::missing_model)?;
+    if models.next().is_some() {
+        return Err(ErrorReply::invalid_multipart(
+            "the `model` field appears more than once",
+        ));
+    }
+    let model = body
+        .get(span.clone())
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .filter(|m| !m.is_empty())
+        .ok_or_else(ErrorReply::model_not_string)?;
+    let stream = parts
+        .iter()
+        .any(|(n, s)| n == "stream" && body.get(s.clone()) == Some(b"true"));
+    Ok(Inspected {
+        model: Cow::Borrowed(model),
+        model_span: span.clone(),
+        stream,
+        fields: parts.into_iter().map(|(n, s)| (Cow::Owned(n), s)).collect(),
+        end: body.len(),
+        multipart: true,
     })
 }
 
@@ -147,6 +179,8 @@ pub struct Layout {
     pub end: usize,
     /// Top-level fields by key; kept only when some target overrides parameters.
     pub fields: Vec<(String, Range<usize>)>,
+    /// A multipart body: the model goes in bare, and parameters are not overridden.
+    pub multipart: bool,
 }
 
 impl Inspected<'_> {
@@ -163,6 +197,7 @@ impl Inspected<'_> {
             } else {
                 Vec::new()
             },
+            multipart: self.multipart,
         }
     }
 }

@@ -112,3 +112,60 @@ def test_messages_never_reach_a_provider_that_does_not_speak_them(stack):
 
     assert {s["path"] for s in claude.requests()} == {"/v1/messages"}
     assert {s["path"] for s in gpt.requests()} == {"/v1/embeddings"}
+
+
+def test_multipart_uploads_get_their_model_field_rewritten_and_the_file_untouched(stack):
+    provider = stack.provider("audio")
+    config = {
+        "models": [{"name": "openai/whisper", "cluster": "audio", "model": "whisper-1"}],
+        "virtual_models": [{"name": "team/stt", "model_types": ["audio_transcription", "audio_translation", "image"],
+                            "routing_config": {"type": "weight-based-routing",
+                                               "load_balance_targets": [{"target": "openai/whisper", "weight": 100}]}}],
+    }
+    envoy = stack.envoy(config)
+    audio = bytes(range(256)) * 40  # binary, with CR/LF and dashes inside
+
+    for path in ("/v1/audio/transcriptions", "/v1/audio/translations", "/v1/images/edits"):
+        r = requests.post(f"{envoy.url}{path}", data={"model": "team/stt", "language": "en"},
+                          files={"file": ("speech.wav", audio, "audio/wav")}, timeout=10)
+        assert r.headers["x-switchboard-resolved-model"] == "openai/whisper", path
+    seen = provider.requests()
+    assert [s["path"] for s in seen] == ["/v1/audio/transcriptions", "/v1/audio/translations", "/v1/images/edits"]
+    for s in seen:
+        assert 'name="model"\r\n\r\nwhisper-1\r\n' in s["body"]
+        assert "team/stt" not in s["body"]
+        assert s["body_len"] == int(s["headers"]["content-length"])
+        assert s["body_len"] > len(audio), "the file went through whole"
+
+    r = requests.post(f"{envoy.url}/v1/audio/transcriptions", json={"model": "team/stt"}, timeout=10)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_multipart"
+
+
+def test_batch_input_naming_a_virtual_model_is_refused(stack):
+    passthrough = stack.provider("files")
+    stack.provider("openai_main")
+    config = {
+        "models": [{"name": "openai/gpt-4o", "cluster": "openai_main", "model": "gpt-4o", "visibility": "public"}],
+        "virtual_models": [{"name": "team/chat", "model_types": ["chat"], "routing_config": {
+            "type": "weight-based-routing", "load_balance_targets": [{"target": "openai/gpt-4o", "weight": 100}]}}],
+    }
+    envoy = stack.envoy(config, passthrough="files")
+    client = openai.OpenAI(base_url=f"{envoy.url}/v1", api_key="sk", max_retries=0)
+
+    def jsonl(model_name: str) -> bytes:
+        line = {"custom_id": "1", "method": "POST", "url": "/v1/chat/completions",
+                "body": {"model": model_name, "messages": [{"role": "user", "content": "hi"}]}}
+        return (json.dumps(line) + "\n").encode()
+
+    try:
+        client.files.create(file=("in.jsonl", jsonl("team/chat")), purpose="batch")
+        raise AssertionError("a batch naming a virtual model must be refused")
+    except openai.BadRequestError as e:
+        assert e.code == "virtual_model_in_batch"
+        assert "catalog model" in e.message
+    assert passthrough.requests() == []
+    # A catalog model passes through untouched (the mock answers 404 to /v1/files: not our concern).
+    r = requests.post(f"{envoy.url}/v1/files", data={"purpose": "batch"},
+                      files={"file": ("in.jsonl", jsonl("openai/gpt-4o"))}, timeout=10)
+    assert r.status_code == 404 and "x-switchboard-resolved-model" not in r.headers
+    assert [s["path"] for s in passthrough.requests()] == ["/v1/files"]
