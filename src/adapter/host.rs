@@ -12,13 +12,7 @@ use std::time::Duration;
 /// Header pairs as the host gives them: names as strings, values as bytes.
 pub type Headers = Vec<(String, Vec<u8>)>;
 
-/// A header's value as text, if present and UTF-8.
-pub fn header<'h>(headers: &'h Headers, name: &str) -> Option<&'h str> {
-    headers
-        .iter()
-        .find(|(k, _)| k == name)
-        .and_then(|(_, v)| std::str::from_utf8(v).ok())
-}
+pub use crate::core::request::header_str as header;
 
 /// Every request header, pseudo-headers included.
 pub fn request_headers() -> Headers {

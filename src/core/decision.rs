@@ -7,7 +7,7 @@ use crate::core::config::{Config, Model, ModelId, VirtualModel};
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
 use crate::core::metadata::Metadata;
-use crate::core::request::{inspect, inspect_multipart};
+use crate::core::request::{header, header_str, inspect, inspect_multipart};
 use crate::core::request::{rewrite, Layout};
 use crate::core::routing::state::RoutingState;
 use crate::core::routing::{plan, HealthInput, Plan, Request};
@@ -44,11 +44,7 @@ pub fn decide(
     state: &dyn RoutingState,
     rng: &mut fastrand::Rng,
 ) -> Result<Decision, ErrorReply> {
-    let content_type = headers
-        .iter()
-        .find(|(k, _)| k == "content-type")
-        .and_then(|(_, v)| std::str::from_utf8(v).ok())
-        .unwrap_or_default();
+    let content_type = header_str(headers, "content-type").unwrap_or_default();
     let inspected = if endpoint.is_multipart() {
         let boundary = crate::core::multipart::boundary(content_type).ok_or_else(|| {
             ErrorReply::invalid_multipart("no multipart/form-data content type with a boundary")
@@ -57,10 +53,7 @@ pub fn decide(
     } else {
         inspect(body)?
     };
-    let metadata_header = headers
-        .iter()
-        .find(|(k, _)| *k == config.header_names.metadata)
-        .map(|(_, v)| v.as_slice());
+    let metadata_header = header(headers, &config.header_names.metadata);
     let metadata = Metadata::resolve(metadata_header, &config.default_metadata)?;
     let request = Request {
         endpoint,

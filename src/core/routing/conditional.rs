@@ -8,10 +8,7 @@ use crate::core::config::{ConditionalTarget, ModelId};
 
 impl Facts for Request<'_> {
     fn header(&self, lower_case_name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k == lower_case_name)
-            .and_then(|(_, v)| std::str::from_utf8(v).ok())
+        crate::core::request::header_str(self.headers, lower_case_name)
     }
 
     fn metadata(&self, key: &str) -> Option<&str> {

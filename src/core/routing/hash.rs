@@ -15,13 +15,7 @@ pub const MAX_KEY_BYTES: usize = 256;
 
 /// The hash of the request's key, or `None` when it has no usable one.
 pub fn key_hash(by: &HashKey, request: &Request<'_>) -> Option<u64> {
-    let header = |name: &str| {
-        request
-            .headers
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_slice())
-    };
+    let header = |name: &str| crate::core::request::header(request.headers, name);
     let value: Vec<u8> = match by {
         HashKey::User => header("authorization").filter(|v| !v.is_empty())?.to_vec(),
         HashKey::Conversation => {

@@ -48,6 +48,16 @@ pub struct Request<'a> {
     pub fields: &'a [(Cow<'a, str>, Range<usize>)],
 }
 
+impl<'a> Request<'a> {
+    /// The value a session or caller identifier names: a header or a metadata value.
+    pub fn identifier(&self, id: &SessionIdentifier) -> Option<&'a [u8]> {
+        match id.source {
+            StickySource::Headers => crate::core::request::header(self.headers, &id.key),
+            StickySource::Metadata => self.metadata.get(&id.key).map(str::as_bytes),
+        }
+    }
+}
+
 /// A top-level field of the request body as raw JSON.
 pub fn conversation_field<'a>(request: &Request<'a>, name: &str) -> Option<&'a RawValue> {
     let (_, span) = request.fields.iter().find(|(k, _)| k == name)?;
@@ -142,19 +152,11 @@ pub fn plan(
 /// Who the caller is for latency routing: the configured header or metadata value, else the
 /// `authorization` header; hashed at once so the raw value goes nowhere.
 fn caller_identity(caller: Option<&SessionIdentifier>, request: &Request<'_>) -> [u8; 8] {
-    let header = |name: &str| {
-        request
-            .headers
-            .iter()
-            .find(|(k, _)| k == name)
-            .map_or(&[][..], |(_, v)| v.as_slice())
-    };
     let value = match caller {
-        Some(id) if id.source == StickySource::Headers => header(&id.key),
-        Some(id) => request.metadata.get(&id.key).map_or(&[][..], str::as_bytes),
-        None => header("authorization"),
+        Some(id) => request.identifier(id),
+        None => crate::core::request::header(request.headers, "authorization"),
     };
-    hashing::hash64(&[value]).to_le_bytes()
+    hashing::hash64(&[value.unwrap_or_default()]).to_le_bytes()
 }
 
 /// The strategy's order over the targets the request's metadata allows (TrueFoundry seed:

@@ -8,7 +8,7 @@
 
 use super::hashing::{hash64, rendezvous_score};
 use super::Request;
-use crate::core::config::{Config, ModelId, StickyRouting, StickySource, WeightedTarget};
+use crate::core::config::{Config, ModelId, StickyRouting, WeightedTarget};
 
 /// A session and the TTL window the request falls in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,15 +31,7 @@ pub fn session(
         if i > 0 {
             key.push(0x1f);
         }
-        let value = match id.source {
-            StickySource::Headers => request
-                .headers
-                .iter()
-                .find(|(k, _)| *k == id.key)
-                .map(|(_, v)| v.as_slice()),
-            StickySource::Metadata => request.metadata.get(&id.key).map(str::as_bytes),
-        };
-        key.extend_from_slice(value.unwrap_or_default());
+        key.extend_from_slice(request.identifier(id).unwrap_or_default());
     }
     Session {
         hash: hash64(&[vm_name.as_bytes(), &key]),
