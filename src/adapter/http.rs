@@ -97,17 +97,20 @@ impl Http {
         if !end_of_stream {
             return Action::Pause;
         }
+        self.finish_batch(body_size)
+    }
+
+    /// Checks the whole buffered batch input (`size` bytes, or all of it).
+    fn finish_batch(&mut self, size: usize) -> Action {
+        let Some(config) = self.config.clone() else {
+            return Action::Continue;
+        };
         let Phase::CheckingBatch(path, content_type) =
             std::mem::replace(&mut self.phase, Phase::PassThrough)
         else {
             return Action::Continue;
         };
-        match batch::check(
-            &path,
-            &content_type,
-            &host::request_body(body_size),
-            &config,
-        ) {
+        match batch::check(&path, &content_type, &host::request_body(size), &config) {
             Ok(()) => Action::Continue,
             Err(reply) => self.reply(&reply),
         }
@@ -266,7 +269,8 @@ impl HttpContext for Http {
     fn on_http_request_trailers(&mut self, _num_trailers: usize) -> Action {
         // A body that ends with trailers never sees end_of_stream in the body callback.
         match (&self.phase, self.config.clone()) {
-            (Phase::CheckingBatch(..), _) => self.check_batch(usize::MAX, true),
+            // The body callbacks already held it to the size limit.
+            (Phase::CheckingBatch(..), _) => self.finish_batch(usize::MAX),
             (Phase::Inspecting(..), Some(config)) => self.route(config, usize::MAX),
             _ => Action::Continue,
         }

@@ -59,11 +59,19 @@ impl RoutingState for Runtime {
 
     /// Only the session's hash is stored, never its key.
     fn pin(&self, virtual_model: &str, session: u64, window: u64, value: &str) {
+        // A slot held by another session in the same window keeps it: a busy window loses
+        // the newer pin, never moves an older session.
+        let key = pin_key(virtual_model, session);
+        if let Some((bytes, _)) = SharedData.get(&key) {
+            let text = String::from_utf8_lossy(&bytes);
+            let mut parts = text.splitn(3, ' ');
+            let (s, w) = (parts.next(), parts.next());
+            if s != Some(&session.to_string()) && w == Some(&window.to_string()) {
+                return;
+            }
+        }
         let record = format!("{session} {window} {value}");
-        if SharedData
-            .set(&pin_key(virtual_model, session), record.as_bytes(), None)
-            .is_err()
-        {
+        if SharedData.set(&key, record.as_bytes(), None).is_err() {
             log::warn!("could not pin a sticky session of {virtual_model}");
         }
     }

@@ -3,7 +3,7 @@
 //! The adapter hands over the endpoint and the buffered body and gets back what to do to the
 //! request: which cluster, which body (only if it changed) and which headers to set.
 
-use crate::core::config::{Config, Model, ModelId, VirtualModel};
+use crate::core::config::{Config, ModelId, VirtualModel};
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
 use crate::core::metadata::Metadata;
@@ -25,13 +25,6 @@ pub struct Decision {
     pub layout: Layout,
     /// The client asked for a streamed (SSE) answer.
     pub stream: bool,
-}
-
-impl Decision {
-    /// The catalog entry of the target.
-    pub fn model<'c>(&self, config: &'c Config) -> Option<&'c Model> {
-        config.model(self.target)
-    }
 }
 
 /// Decides where a buffered request goes and how its body must change for that target.

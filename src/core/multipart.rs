@@ -43,7 +43,7 @@ pub fn fields(body: &[u8], boundary: &str) -> Option<Vec<(String, Range<usize>)>
         let headers = std::str::from_utf8(body.get(headers_start..headers_end)?).ok()?;
         let value_start = headers_end + 4;
         let value_end = find(body, next_part.as_bytes(), value_start)?;
-        if let Some(name) = field_name(headers) {
+        if let Some(name) = field_name(headers).ok()? {
             out.push((name, value_start..value_end));
         }
         at = value_end + next_part.len();
@@ -51,14 +51,29 @@ pub fn fields(body: &[u8], boundary: &str) -> Option<Vec<(String, Range<usize>)>
 }
 
 /// The `name` of a part's `Content-Disposition: form-data; name="..."` header.
-fn field_name(headers: &str) -> Option<String> {
-    let line = headers
+///
+/// `Err` when the part is ambiguous (two disposition headers, two names, or an extended
+/// `name*`): a provider could read another field as `model` than the one routed on.
+fn field_name(headers: &str) -> Result<Option<String>, ()> {
+    let mut dispositions = headers
         .split("\r\n")
-        .find(|l| l.to_ascii_lowercase().starts_with("content-disposition:"))?;
-    line.split(';').find_map(|p| {
+        .filter(|l| l.to_ascii_lowercase().starts_with("content-disposition:"));
+    let Some(line) = dispositions.next() else {
+        return Ok(None);
+    };
+    if dispositions.next().is_some() {
+        return Err(());
+    }
+    let mut names = line.split(';').filter_map(|p| {
         let (k, v) = p.split_once('=')?;
-        (k.trim() == "name").then(|| v.trim().trim_matches('"').to_string())
-    })
+        let k = k.trim().to_ascii_lowercase();
+        (k == "name" || k == "name*").then(|| (k, v.trim().trim_matches('"').to_string()))
+    });
+    match (names.next(), names.next()) {
+        (None, _) => Ok(None),
+        (Some((k, v)), None) if k == "name" => Ok(Some(v)),
+        _ => Err(()),
+    }
 }
 
 #[cfg(test)]
@@ -87,6 +102,25 @@ mod tests {
         );
         assert_eq!(&BODY[f[1].1.clone()], b"team/stt");
         assert_eq!(&BODY[f[0].1.clone()], b"RIFF\x00\x01--XyZ-not-a-delimiter");
+    }
+
+    #[test]
+    fn ambiguous_parts_are_refused() {
+        let with =
+            |disposition: &str| format!("--b\r\n{disposition}\r\n\r\nv\r\n--b--\r\n").into_bytes();
+        let upper = with("Content-Disposition: form-data; NAME=\"model\"");
+        assert_eq!(
+            fields(&upper, "b").unwrap()[0].0,
+            "model",
+            "parameter names ignore case"
+        );
+        for bad in [
+            "Content-Disposition: form-data; name=\"a\"; name=\"model\"",
+            "Content-Disposition: form-data; name*=utf-8''model",
+            "Content-Disposition: form-data; name=\"a\"\r\nContent-Disposition: form-data; name=\"model\"",
+        ] {
+            assert!(fields(&with(bad), "b").is_none(), "{bad}");
+        }
     }
 
     #[test]

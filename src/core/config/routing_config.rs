@@ -1,9 +1,9 @@
 //! Compiles one `virtual_models[]` entry and its `routing_config`.
 //!
-//! Field names follow the TrueFoundry seed ("Configuration structure"). This version implements
-//! `weight-based-routing` and `priority-based-routing` with per-target retries, fallback, SLA
-//! cutoff, `metadata_match`, `headers_override` and `override_params`; every other strategy and
-//! option of the seeds is rejected with a "not supported yet" error, never silently ignored.
+//! Field names follow the TrueFoundry seed ("Configuration structure") and, for the strategies
+//! it does not have, the agentgateway and Zuplo seeds. Every strategy, per-target option and
+//! stickiness rule is read here with its field path; options this version does not implement
+//! (the complexity classifier model) are rejected as "not supported yet", never ignored.
 
 use super::compile::checked_header_name;
 use super::fields::{ConfigError, Fields};
@@ -20,9 +20,6 @@ use hashbrown::HashMap;
 const SUPPORTED: &str = "supported: weight-based-routing, priority-based-routing, \
                          latency-based-routing, complexity-based-routing, conditional-routing, \
                          round-robin-routing, hash-based-routing";
-
-/// Per-target seed fields that a later version implements.
-const TARGET_NOT_YET: &[&str] = &["metadata_match", "headers_override", "override_params"];
 
 pub(super) fn compile_virtual_model(
     mut f: Fields<'_>,
@@ -220,7 +217,7 @@ fn compile_targets<T>(
         if let Some(field) = other_strategy_fields.iter().find(|f| t.has(f)) {
             return Err(t.error(field, format!("does not apply to `{strategy}`")));
         }
-        t.finish(TARGET_NOT_YET)?;
+        t.finish(&[])?;
     }
     Ok(out)
 }

@@ -4,7 +4,7 @@
 
 use super::record::{HealthRecord, Samples, TpotWindow, MAX_FAILURES};
 
-const VERSION: u8 = 2;
+const VERSION: u8 = 3;
 
 /// Encodes a record.
 pub fn encode(r: &HealthRecord) -> Vec<u8> {
@@ -28,12 +28,12 @@ pub fn encode(r: &HealthRecord) -> Vec<u8> {
             out.extend_from_slice(&v.to_le_bytes());
         }
     }
-    let n = r.latency.0.len().min(TpotWindow::MINUTES as usize);
+    let n = r.latency.0.len().min(TpotWindow::KEPT as usize);
     out.push(n as u8);
     for (minute, sum, count) in r.latency.0.iter().skip(r.latency.0.len() - n) {
-        for v in [minute, sum, count] {
-            out.extend_from_slice(&v.to_le_bytes());
-        }
+        out.extend_from_slice(&minute.to_le_bytes());
+        out.extend_from_slice(&sum.to_le_bytes());
+        out.extend_from_slice(&count.to_le_bytes());
     }
     out
 }
@@ -58,10 +58,10 @@ pub fn decode(bytes: &[u8]) -> Option<HealthRecord> {
             .collect::<Option<Vec<_>>>()?;
     }
     let [ttft, tpot] = samples;
-    let n = usize::from(r.u8()?).min(TpotWindow::MINUTES as usize);
+    let n = usize::from(r.u8()?).min(TpotWindow::KEPT as usize);
     let latency = TpotWindow(
         (0..n)
-            .map(|_| Some((r.u32()?, r.u32()?, r.u32()?)))
+            .map(|_| Some((r.u32()?, r.u64()?, r.u32()?)))
             .collect::<Option<Vec<_>>>()?,
     );
     Some(HealthRecord {
@@ -135,9 +135,9 @@ mod tests {
         let bytes = encode(&sample());
         assert_eq!(
             bytes.len(),
-            1 + 4 + 4 + 8 + 4 + 1 + 24 + 1 + 12 + 1 + 24 + 1 + 12
+            1 + 4 + 4 + 8 + 4 + 1 + 24 + 1 + 12 + 1 + 24 + 1 + 16
         );
-        assert_eq!(&bytes[..5], &[2, 2, 0, 0, 0]);
+        assert_eq!(&bytes[..5], &[3, 2, 0, 0, 0]);
     }
 
     #[test]
@@ -147,7 +147,7 @@ mod tests {
             assert_eq!(decode(&bytes[..len]), None, "len {len}");
         }
         let mut other = bytes.clone();
-        other[0] = 1;
+        other[0] = 2;
         assert_eq!(decode(&other), None);
     }
 }

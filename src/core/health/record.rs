@@ -68,26 +68,30 @@ impl Samples {
     }
 }
 
-/// Time per output token over the last 20 minutes, in one-minute buckets (TrueFoundry seed,
-/// "Latency-based routing": TPOT of successful requests of the last 20 minutes).
+/// Time per output token in one-minute buckets of (minute, sum of µs per token, answers)
+/// (TrueFoundry seed, "Latency-based routing": TPOT of successful requests of the last 20
+/// minutes). Microseconds, because fast providers run under a millisecond per token.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TpotWindow(pub Vec<(u32, u32, u32)>);
+pub struct TpotWindow(pub Vec<(u32, u64, u32)>);
 
 impl TpotWindow {
-    /// Minutes covered.
+    /// Minutes averaged.
     pub const MINUTES: u32 = 20;
+    /// Minutes kept: 20 plus a 10-minute epoch, so the window an epoch began with stays whole
+    /// until the epoch ends.
+    pub const KEPT: u32 = 30;
 
-    /// Adds one answer's TPOT (ms per output token) at `now_ms`.
-    pub fn add(&mut self, tpot_ms: u32, now_ms: u64) {
+    /// Adds one answer's TPOT (µs per output token) at `now_ms`.
+    pub fn add(&mut self, tpot_us: u64, now_ms: u64) {
         let minute = (now_ms / 60_000) as u32;
         self.0
-            .retain(|(m, _, _)| minute.saturating_sub(*m) < Self::MINUTES);
+            .retain(|(m, _, _)| minute.saturating_sub(*m) < Self::KEPT);
         match self.0.iter_mut().find(|(m, _, _)| *m == minute) {
             Some((_, sum, count)) => {
-                *sum = sum.saturating_add(tpot_ms);
+                *sum = sum.saturating_add(tpot_us);
                 *count = count.saturating_add(1);
             }
-            None => self.0.push((minute, tpot_ms, 1)),
+            None => self.0.push((minute, tpot_us, 1)),
         }
     }
 
@@ -111,7 +115,7 @@ impl TpotWindow {
             .iter()
             .filter(|(m, _, _)| counted(*m))
             .fold((0u64, 0u64), |(s, c), (_, sum, count)| {
-                (s + u64::from(*sum), c + u64::from(*count))
+                (s.saturating_add(*sum), c + u64::from(*count))
             });
         (count > 0).then(|| sum as f64 / count as f64)
     }
@@ -452,10 +456,24 @@ mod tests {
             w.add(1, 1_200_000 + i * 60_000);
         }
         assert!(
-            w.0.len() <= TpotWindow::MINUTES as usize,
+            w.0.len() <= TpotWindow::KEPT as usize,
             "bounded: {}",
             w.0.len()
         );
+    }
+
+    #[test]
+    fn the_window_an_epoch_began_with_survives_new_samples_until_the_epoch_ends() {
+        let start = 60 * 60_000;
+        let mut w = TpotWindow::default();
+        w.add(10, start - 20 * 60_000); // the oldest minute the epoch counts
+        w.add(30, start - 60_000);
+        let before = w.mean_before(start);
+        assert_eq!(before, Some(20.0));
+        for minute in 0..10 {
+            w.add(1_000, start + minute * 60_000);
+            assert_eq!(w.mean_before(start), before, "minute {minute} of the epoch");
+        }
     }
 
     #[test]

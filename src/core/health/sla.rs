@@ -35,8 +35,8 @@ pub struct LatencySample {
     pub ttft_ms: Option<u32>,
     /// Time per output token for the SLA cutoff (answers of 30 tokens or more).
     pub sla_tpot_ms: Option<u32>,
-    /// Time per output token for latency routing (any answer with output).
-    pub tpot_ms: Option<u32>,
+    /// Time per output token for latency routing, in microseconds (any answer with output).
+    pub tpot_us: Option<u64>,
 }
 
 impl LatencySample {
@@ -51,8 +51,7 @@ impl LatencySample {
         LatencySample {
             ttft_ms: first_token_ms.and_then(|t| ttft_sample(streaming, t)),
             sla_tpot_ms: tpot_sample(total_ms, output_tokens),
-            tpot_ms: (output_tokens > 0)
-                .then(|| u32::try_from(total_ms / output_tokens).unwrap_or(u32::MAX)),
+            tpot_us: (output_tokens > 0).then(|| total_ms.saturating_mul(1000) / output_tokens),
         }
     }
 
@@ -69,7 +68,7 @@ impl LatencySample {
         if let Some(v) = self.sla_tpot_ms {
             record.tpot.add(v, now_ms);
         }
-        if let Some(v) = self.tpot_ms {
+        if let Some(v) = self.tpot_us {
             record.latency.add(v, now_ms);
         }
     }
@@ -107,7 +106,7 @@ mod tests {
             LatencySample {
                 ttft_ms: None,
                 sla_tpot_ms: None,
-                tpot_ms: Some(100)
+                tpot_us: Some(100_000)
             }
         );
         let long = LatencySample::of(true, Some(200), 3_000, 30);
@@ -116,7 +115,7 @@ mod tests {
             LatencySample {
                 ttft_ms: Some(200),
                 sla_tpot_ms: Some(100),
-                tpot_ms: Some(100)
+                tpot_us: Some(100_000)
             }
         );
         assert!(LatencySample::of(true, None, 5, 0).is_empty());
@@ -124,7 +123,7 @@ mod tests {
         long.add_to(&mut r, 60_000);
         assert_eq!(
             (r.ttft.0.len(), r.tpot.0.len(), r.latency.mean(60_000)),
-            (1, 1, Some(100.0))
+            (1, 1, Some(100_000.0))
         );
     }
 

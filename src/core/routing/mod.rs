@@ -244,7 +244,13 @@ fn order(
                 complexity::classify(complexity::score(&text, turns, tools), thresholds)
             };
             // An optional session pin holds the tier of the session's first request.
-            let (tier, session) = match &vm.sticky {
+            // A request without any session identifier has no session to pin.
+            let identified = vm.sticky.as_ref().filter(|rule| {
+                rule.session_identifiers
+                    .iter()
+                    .any(|id| request.identifier(id).is_some_and(|v| !v.is_empty()))
+            });
+            let tier = match identified {
                 Some(rule) => {
                     let session = sticky::session(&vm.name, rule, request, now_ms);
                     let pinned = request
@@ -259,11 +265,12 @@ fn order(
                             .pin(&vm.name, session.hash, session.window, &value);
                         tier
                     });
-                    (tier, None)
+                    tier
                 }
-                None => (classify(), None),
+                None => classify(),
             };
-            (complexity::order(&kept, tier, rng.usize(..)), session)
+            let start = rng.usize(..kept.len().max(1));
+            (complexity::order(&kept, tier, start), None)
         }
         Routing::Hash { targets, by } => {
             let kept = keep(targets, |m| *m, allowed, any);

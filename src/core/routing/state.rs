@@ -22,18 +22,6 @@ pub struct LocalState {
     pins: RefCell<Vec<(String, u64, u64, String)>>,
 }
 
-impl LocalState {
-    /// Pins a session to a target for a window.
-    pub fn pin(&self, virtual_model: &str, session: u64, window: u64, target: &str) {
-        self.pins.borrow_mut().push((
-            virtual_model.to_string(),
-            session,
-            window,
-            target.to_string(),
-        ));
-    }
-}
-
 impl RoutingState for LocalState {
     fn pinned(&self, virtual_model: &str, session: u64, window: u64) -> Option<String> {
         self.pins

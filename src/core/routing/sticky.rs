@@ -76,7 +76,7 @@ mod tests {
     use super::*;
     use crate::core::endpoint::Endpoint;
     use crate::core::metadata::Metadata;
-    use crate::core::routing::state::LocalState;
+    use crate::core::routing::state::{LocalState, RoutingState};
     use crate::core::routing::{plan, HealthInput, Request};
 
     const CONFIG: &str = r#"{"models": [

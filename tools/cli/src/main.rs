@@ -113,6 +113,12 @@ fn check(args: &[String]) -> Result<String, String> {
     ))
 }
 
+/// The multipart boundary of the request's content type, if it is an upload.
+fn multipart_boundary(headers: &[(String, Vec<u8>)]) -> Option<&str> {
+    let ct = switchboard::core::request::header_str(headers, "content-type")?;
+    switchboard::core::multipart::boundary(ct)
+}
+
 fn endpoint(path: &str) -> Result<Endpoint, String> {
     Endpoint::from_path(path).ok_or(format!("{path} is not an endpoint Switchboard routes"))
 }
@@ -139,10 +145,14 @@ fn explain(args: &[String]) -> Result<String, String> {
     )
     .map_err(|e| format!("the filter would answer {}: {}", e.status, e.body))?;
     let mut out = Vec::new();
-    let requested = serde_json::from_slice::<serde_json::Value>(&body)
-        .ok()
-        .and_then(|v| v.get("model").and_then(|m| m.as_str()).map(str::to_string))
-        .unwrap_or_default();
+    // The filter already accepted the body: read the model the way it did (JSON or multipart).
+    let requested = match multipart_boundary(&o.headers) {
+        Some(b) => {
+            switchboard::core::request::inspect_multipart(&body, b).map(|i| i.model.into_owned())
+        }
+        None => switchboard::core::request::inspect(&body).map(|i| i.model.into_owned()),
+    }
+    .unwrap_or_default();
     let metadata_header = o
         .headers
         .iter()
@@ -286,8 +296,12 @@ fn simulate(args: &[String]) -> Result<String, String> {
             .ok_or("the config has no virtual model; pass --model")?,
     };
     let endpoint = endpoint(&o.path)?;
-    let body = serde_json::json!({"model": model, "messages": [{"role": "user", "content": "hi"}]})
-        .to_string();
+    // Each simulated request is its own caller and conversation, unless --header fixes one.
+    let body_for = |i: usize| {
+        serde_json::json!({"model": model, "messages": [{"role": "user", "content": format!("question {i}")}]})
+            .to_string()
+    };
+    let fixed_authorization = o.headers.iter().any(|(k, _)| k == "authorization");
     let state = LocalState::default();
     let mut rng = fastrand::Rng::with_seed(42);
     // A sticky virtual model keeps a session on one target: give each simulated request its
@@ -307,6 +321,13 @@ fn simulate(args: &[String]) -> Result<String, String> {
     let mut split: BTreeMap<String, usize> = BTreeMap::new();
     for i in 0..o.requests {
         let mut headers = o.headers.clone();
+        if !fixed_authorization {
+            headers.push((
+                "authorization".to_string(),
+                format!("Bearer caller-{i}").into_bytes(),
+            ));
+        }
+        let body = body_for(i);
         headers.extend(
             sticky_headers
                 .iter()
