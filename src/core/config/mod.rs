@@ -314,7 +314,7 @@ pub struct VirtualModel {
 impl VirtualModel {
     /// Whether routing needs latency samples of its targets (SLA cutoff or latency routing).
     pub fn needs_latency(&self) -> bool {
-        self.has_sla || matches!(self.routing, Routing::Latency { .. })
+        self.has_sla || matches!(self.routing, Routing::Latency { .. } | Routing::Priority(_))
     }
 
     /// The policy of one of its targets.

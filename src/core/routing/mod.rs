@@ -218,7 +218,10 @@ fn order(
         }
         Routing::Priority(targets) => {
             let kept = keep(targets, |t| t.model, allowed, any);
-            (priority::order(&kept, rng), None)
+            let models: Vec<ModelId> = kept.iter().map(|t| t.model).collect();
+            let share = health.shares(&models);
+            let of = |m: ModelId| share.iter().find(|(x, _)| *x == m).map_or(1.0, |(_, s)| *s);
+            (priority::order(&kept, of, rng), None)
         }
         Routing::Conditional(targets) => {
             let order = conditional::order(targets, request);

@@ -53,6 +53,33 @@ impl HealthInput<'_> {
     }
 }
 
+impl HealthInput<'_> {
+    /// Each target's share inside a priority group: its health score times its speed relative
+    /// to the targets' average time per output token (a target without samples counts as
+    /// average).
+    pub fn shares(&self, models: &[ModelId]) -> Vec<(ModelId, f64)> {
+        let record = |m: ModelId| self.records.get(m.0);
+        let tpot: Vec<Option<f64>> = models
+            .iter()
+            .map(|m| record(*m).and_then(|r| r.latency.mean(self.now_ms)))
+            .collect();
+        let known: Vec<f64> = tpot.iter().flatten().copied().collect();
+        let average = if known.is_empty() {
+            1.0
+        } else {
+            known.iter().sum::<f64>() / known.len() as f64
+        };
+        models
+            .iter()
+            .zip(tpot)
+            .map(|(m, t)| {
+                let score = record(*m).map_or(1.0, |r| f64::from(r.score));
+                (*m, score * average / t.unwrap_or(average).max(1e-3))
+            })
+            .collect()
+    }
+}
+
 /// Reorders candidates by standing, stable within each standing. Each standing is computed
 /// once; the common all-healthy case moves nothing.
 pub fn apply(candidates: &mut Vec<ModelId>, standing: impl Fn(ModelId) -> Standing) {
