@@ -157,6 +157,7 @@ fn main() {
             state: &state,
             body: b"",
             fields: &[],
+            tier_hint: None,
         };
         bench(
             &format!("decide: {strategy}, 32 targets, with health"),

@@ -141,6 +141,13 @@ pub fn set_tick_ms(ms: u64) {
     }
 }
 
+/// Lets a paused request continue (after an HTTP call answered).
+pub fn resume_request() {
+    if let Err(status) = hostcalls::resume_http_request() {
+        log::warn!("could not resume the request: {status:?}");
+    }
+}
+
 /// The plugin configuration bytes.
 pub fn plugin_configuration() -> Vec<u8> {
     hostcalls::get_buffer(BufferType::PluginConfiguration, 0, usize::MAX)

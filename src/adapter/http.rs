@@ -9,10 +9,12 @@ use super::host::{self, header, Headers};
 use super::runtime::Runtime;
 use crate::core::batch;
 use crate::core::config::Config;
-use crate::core::decision::{decide, Decision};
+use crate::core::config::Tier;
+use crate::core::decision::{classifier_call, decide_with_tier, ClassifierCall, Decision};
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
 use crate::core::fallback::Attempts;
+use crate::core::routing::classifier::parse_answer;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
 use std::cell::RefCell;
@@ -24,6 +26,17 @@ enum Phase {
     PassThrough,
     /// An LLM request whose body is being buffered, with its headers as the client sent them.
     Inspecting(Endpoint, Headers),
+    /// Waiting for a complexity virtual model's classifier model to name the tier.
+    Classifying {
+        /// The endpoint called.
+        endpoint: Endpoint,
+        /// The client's headers.
+        headers: Headers,
+        /// The client's body.
+        body: Vec<u8>,
+        /// The classifier call.
+        token: u32,
+    },
     /// Batch input being buffered to check it names no virtual model: (path, content type).
     CheckingBatch(String, String),
     /// Forwarded; the flight owns the rest.
@@ -72,16 +85,57 @@ impl Http {
             return Action::Continue;
         };
         let body = host::request_body(body_size);
+        // A complexity model with a classifier asks it first; its call has its own timeout,
+        // after which the heuristic decides.
+        if let Some(call) = classifier_call(&config, endpoint, &body, &headers) {
+            if let Some(token) = Self::call_classifier(&call, &headers) {
+                self.phase = Phase::Classifying {
+                    endpoint,
+                    headers,
+                    body,
+                    token,
+                };
+                return Action::Pause;
+            }
+        }
+        self.decide_and_forward(config, endpoint, headers, body, None)
+    }
+
+    fn decide_and_forward(
+        &mut self,
+        config: Rc<Config>,
+        endpoint: Endpoint,
+        headers: Headers,
+        body: Vec<u8>,
+        tier: Option<Tier>,
+    ) -> Action {
         let now = host::now_ms();
         let rng = &mut self.rng;
         let runtime = &*self.runtime;
         let decided = runtime.with_health(&config, now, |health| {
-            decide(&config, endpoint, &body, &headers, health, runtime, rng)
+            decide_with_tier(
+                &config, endpoint, &body, &headers, health, runtime, tier, rng,
+            )
         });
         match decided {
             Ok(decision) => self.forward(config, decision, body, headers, now),
             Err(reply) => self.reply(&reply),
         }
+    }
+
+    /// Asks the classifier model for the tier.
+    fn call_classifier(call: &ClassifierCall, headers: &Headers) -> Option<u32> {
+        let authority = header(headers, ":authority").unwrap_or("switchboard");
+        let length = call.body.len().to_string();
+        let mut h: Vec<(&str, &str)> = vec![
+            (":method", "POST"),
+            (":path", "/v1/chat/completions"),
+            (":authority", authority),
+            ("content-type", "application/json"),
+            ("content-length", &length),
+        ];
+        h.extend(call.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        host::dispatch(&call.cluster, h, &call.body, call.timeout_ms)
     }
 
     /// Buffers batch input and refuses it if it names a virtual model; otherwise lets it pass
@@ -195,6 +249,30 @@ impl Context for Http {
         body_size: usize,
         _num_trailers: usize,
     ) {
+        if matches!(&self.phase, Phase::Classifying { token: t, .. } if *t == token) {
+            let (_, answer) = host::call_response(body_size);
+            // No answer (timeout, failure) or no tier in it: the heuristic decides.
+            let tier = (num_headers > 0).then(|| parse_answer(&answer)).flatten();
+            let (
+                Phase::Classifying {
+                    endpoint,
+                    headers,
+                    body,
+                    ..
+                },
+                Some(config),
+            ) = (
+                std::mem::replace(&mut self.phase, Phase::Replied),
+                self.config.clone(),
+            )
+            else {
+                return;
+            };
+            if self.decide_and_forward(config, endpoint, headers, body, tier) == Action::Continue {
+                host::resume_request();
+            }
+            return;
+        }
         self.runtime.call_finished(token, num_headers, body_size);
     }
 }

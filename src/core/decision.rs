@@ -27,6 +27,69 @@ pub struct Decision {
     pub stream: bool,
 }
 
+/// Reads a request body the way its endpoint sends it: JSON, or a multipart upload.
+fn inspect_request<'b>(
+    endpoint: Endpoint,
+    body: &'b [u8],
+    headers: &[(String, Vec<u8>)],
+) -> Result<crate::core::request::Inspected<'b>, ErrorReply> {
+    if endpoint.is_multipart() {
+        let content_type = header_str(headers, "content-type").unwrap_or_default();
+        let boundary = crate::core::multipart::boundary(content_type).ok_or_else(|| {
+            ErrorReply::invalid_multipart("no multipart/form-data content type with a boundary")
+        })?;
+        inspect_multipart(body, boundary)
+    } else {
+        inspect(body)
+    }
+}
+
+/// A call to a complexity virtual model's classifier model, to make before deciding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClassifierCall {
+    /// The classifier model's cluster.
+    pub cluster: String,
+    /// Its catalog headers.
+    pub headers: Vec<(String, String)>,
+    /// The chat completion asking for the tier.
+    pub body: Vec<u8>,
+    /// How long to wait before the heuristic decides.
+    pub timeout_ms: u64,
+}
+
+/// The classifier call a request needs first, if it goes to a complexity virtual model with a
+/// classifier model (and is valid; errors are left for [`decide`] to report).
+pub fn classifier_call(
+    config: &Config,
+    endpoint: Endpoint,
+    body: &[u8],
+    headers: &[(String, Vec<u8>)],
+) -> Option<ClassifierCall> {
+    let inspected = inspect_request(endpoint, body, headers).ok()?;
+    let Some(crate::core::config::Named::Virtual(_, vm)) = config.lookup(&inspected.model) else {
+        return None;
+    };
+    let crate::core::config::Routing::Complexity {
+        classifier: Some(c),
+        ..
+    } = &vm.routing
+    else {
+        return None;
+    };
+    let model = config.model(c.model)?;
+    let field = |name: &str| {
+        let (_, span) = inspected.fields.iter().find(|(k, _)| k == name)?;
+        serde_json::from_slice::<&serde_json::value::RawValue>(body.get(span.clone())?).ok()
+    };
+    let (text, _) = crate::core::conversation::all_text(field);
+    Some(ClassifierCall {
+        cluster: model.cluster.clone(),
+        headers: model.headers.clone(),
+        body: crate::core::routing::classifier::request_body(model, &text),
+        timeout_ms: c.timeout_ms,
+    })
+}
+
 /// Decides where a buffered request goes and how its body must change for that target.
 pub fn decide(
     config: &Config,
@@ -37,15 +100,23 @@ pub fn decide(
     state: &dyn RoutingState,
     rng: &mut fastrand::Rng,
 ) -> Result<Decision, ErrorReply> {
-    let content_type = header_str(headers, "content-type").unwrap_or_default();
-    let inspected = if endpoint.is_multipart() {
-        let boundary = crate::core::multipart::boundary(content_type).ok_or_else(|| {
-            ErrorReply::invalid_multipart("no multipart/form-data content type with a boundary")
-        })?;
-        inspect_multipart(body, boundary)?
-    } else {
-        inspect(body)?
-    };
+    decide_with_tier(config, endpoint, body, headers, health, state, None, rng)
+}
+
+/// [`decide`], with the classifier model's tier for a complexity virtual model.
+// The inputs are independent values of one decision; a struct would only rename them.
+#[allow(clippy::too_many_arguments)]
+pub fn decide_with_tier(
+    config: &Config,
+    endpoint: Endpoint,
+    body: &[u8],
+    headers: &[(String, Vec<u8>)],
+    health: &HealthInput<'_>,
+    state: &dyn RoutingState,
+    tier_hint: Option<crate::core::config::Tier>,
+    rng: &mut fastrand::Rng,
+) -> Result<Decision, ErrorReply> {
+    let inspected = inspect_request(endpoint, body, headers)?;
     let metadata_header = header(headers, &config.header_names.metadata);
     let metadata = Metadata::resolve(metadata_header, &config.default_metadata)?;
     let request = Request {
@@ -56,6 +127,7 @@ pub fn decide(
         state,
         body,
         fields: &inspected.fields,
+        tier_hint,
     };
     let plan = plan(config, &request, health, rng)?;
     let target = plan

@@ -1,5 +1,8 @@
 """Routing strategies beyond weights and priorities, through Envoy."""
 
+import json
+import time
+
 import requests
 
 CHAT = {"messages": [{"role": "user", "content": "hello"}]}
@@ -216,3 +219,39 @@ def test_complexity_routing_sends_each_tier_to_its_model_and_escalates_upward(st
     assert send("auto-pinned", easy, {"x-session": "s1"}).headers["x-switchboard-resolved-model"] == "cheap"
     assert send("auto-pinned", hard, {"x-session": "s1"}).headers["x-switchboard-resolved-model"] == "cheap"
     assert send("auto-pinned", hard, {"x-session": "s2"}).headers["x-switchboard-resolved-model"] == "smart"
+
+
+def test_complexity_classifier_model_names_the_tier_and_a_slow_one_leaves_it_to_the_heuristic(stack):
+    stack.provider("cheap")
+    stack.provider("smart")
+    judge = stack.provider("judge", reply="complex")
+    config = {"models": [model("cheap"), model("smart"), model("judge")],
+              "virtual_models": [{"name": "auto", "model_types": ["chat"], "routing_config": {
+                  "type": "complexity-based-routing",
+                  "complexity": {"classifier_model": "judge", "classifier_timeout_ms": 300},
+                  "load_balance_targets": [{"target": "cheap", "tier": "simple"},
+                                           {"target": "smart", "tier": "complex"}]}}]}
+    envoy = stack.envoy(config)
+    easy = [{"role": "user", "content": "What is the capital of France?"}]
+
+    def send() -> requests.Response:
+        return requests.post(f"{envoy.url}/v1/chat/completions", json={"model": "auto", "messages": easy},
+                             timeout=10)
+
+    # The heuristic would say simple; the classifier says complex, and wins.
+    r = send()
+    assert r.status_code == 200 and r.headers["x-switchboard-resolved-model"] == "smart"
+    [asked] = judge.requests()
+    question = json.loads(asked["body"])
+    assert question["model"] == "judge-upstream"
+    assert "capital of France" in question["messages"][1]["content"]
+
+    judge.configure(reply="simple")
+    assert send().headers["x-switchboard-resolved-model"] == "cheap"
+
+    # A classifier slower than its timeout: the heuristic decides, without waiting long.
+    judge.configure(reply="complex", stall_ms=2_000)
+    start = time.monotonic()
+    r = send()
+    assert r.headers["x-switchboard-resolved-model"] == "cheap"
+    assert time.monotonic() - start < 1.5

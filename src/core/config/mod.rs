@@ -178,6 +178,15 @@ pub struct Thresholds {
     pub complex: u32,
 }
 
+/// The optional classifier model of complexity routing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Classifier {
+    /// The catalog chat model asked for the tier.
+    pub model: ModelId,
+    /// How long to wait for its answer before the heuristic decides.
+    pub timeout_ms: u64,
+}
+
 /// What `hash-based-routing` keys on (Zuplo seed, `stickyBy`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HashKey {
@@ -215,6 +224,8 @@ pub enum Routing {
         targets: Vec<ComplexityTarget>,
         /// Score thresholds.
         thresholds: Thresholds,
+        /// The classifier model, if one is configured.
+        classifier: Option<Classifier>,
     },
     /// `latency-based-routing` (TrueFoundry seed).
     Latency {

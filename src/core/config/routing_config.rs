@@ -8,9 +8,9 @@
 use super::compile::checked_header_name;
 use super::fields::{ConfigError, Fields};
 use super::{
-    ComplexityTarget, ConditionalTarget, HashKey, HeadersOverride, Model, ModelId, NameEntry,
-    PriorityTarget, Routing, SessionIdentifier, StickyRouting, StickySource, TargetConfig,
-    TargetPolicy, Thresholds, Tier, VirtualModel, WeightedTarget,
+    Classifier, ComplexityTarget, ConditionalTarget, HashKey, HeadersOverride, Model, ModelId,
+    NameEntry, PriorityTarget, Routing, SessionIdentifier, StickyRouting, StickySource,
+    TargetConfig, TargetPolicy, Thresholds, Tier, VirtualModel, WeightedTarget,
 };
 use crate::core::endpoint::{ModelType, ModelTypes};
 use crate::core::health::sla::SlaCutoff;
@@ -96,16 +96,20 @@ pub(super) fn compile_virtual_model(
                     "complexity-based-routing serves only chat, completion and responses",
                 ));
             }
-            let thresholds = match rc.opt_object("complexity")? {
-                Some(obj) => compile_thresholds(obj)?,
-                None => Thresholds {
-                    medium: 2,
-                    complex: 5,
-                },
+            let (thresholds, classifier) = match rc.opt_object("complexity")? {
+                Some(obj) => compile_complexity(obj, catalog)?,
+                None => (
+                    Thresholds {
+                        medium: 2,
+                        complex: 5,
+                    },
+                    None,
+                ),
             };
             Routing::Complexity {
                 targets,
                 thresholds,
+                classifier,
             }
         }
         "hash-based-routing" => {
@@ -406,15 +410,38 @@ fn compile_sticky(
     })
 }
 
-/// `complexity {medium_threshold, complex_threshold}`: heuristic scores that start each tier.
-fn compile_thresholds(mut f: Fields<'_>) -> Result<Thresholds, ConfigError> {
+/// `complexity {medium_threshold, complex_threshold}`: heuristic scores that start each tier,
+/// and `classifier_model`, a catalog chat model asked for the tier, with `classifier_timeout_ms`.
+fn compile_complexity(
+    mut f: Fields<'_>,
+    catalog: &Catalog<'_>,
+) -> Result<(Thresholds, Option<Classifier>), ConfigError> {
     let medium = f.opt_u64("medium_threshold", 100)?.unwrap_or(2) as u32;
     let complex = f.opt_u64("complex_threshold", 100)?.unwrap_or(5) as u32;
     if complex <= medium {
         return Err(f.error("complex_threshold", "must be greater than medium_threshold"));
     }
-    f.finish(&["classifier_model", "classifier_timeout_ms"])?;
-    Ok(Thresholds { medium, complex })
+    let timeout_ms = f
+        .opt_u64("classifier_timeout_ms", 60_000)?
+        .unwrap_or(1_500)
+        .max(1);
+    let classifier = match f.opt_str("classifier_model")? {
+        None => None,
+        Some(name) => match catalog.names.get(name) {
+            Some(NameEntry::Catalog(id)) => Some(Classifier {
+                model: *id,
+                timeout_ms,
+            }),
+            _ => {
+                return Err(f.error(
+                    "classifier_model",
+                    format!("`{name}` is not a catalog model in `models`"),
+                ))
+            }
+        },
+    };
+    f.finish(&[])?;
+    Ok((Thresholds { medium, complex }, classifier))
 }
 
 /// `hash_key {source: user|conversation|headers|metadata, key}`.
@@ -770,8 +797,8 @@ mod tests {
             "virtual_models[0].routing_config.hash_key: is required: {\"source\": \"user\" | \"conversation\" | \"headers\" | \"metadata\", \"key\": ...}"
         );
         assert_eq!(
-            err(&with_vm(r#"{"name": "vm", "model_types": ["chat"], "routing_config": {"type": "complexity-based-routing", "complexity": {"classifier_model": "a"}, "load_balance_targets": [{"target": "a", "tier": "simple"}]}}"#)),
-            "virtual_models[0].routing_config.complexity.classifier_model: is not supported yet by this version of Switchboard; remove it"
+            err(&with_vm(r#"{"name": "vm", "model_types": ["chat"], "routing_config": {"type": "complexity-based-routing", "complexity": {"classifier_model": "zz"}, "load_balance_targets": [{"target": "a", "tier": "simple"}]}}"#)),
+            "virtual_models[0].routing_config.complexity.classifier_model: `zz` is not a catalog model in `models`"
         );
         assert_eq!(
             err(&with_vm(r#"{"name": "vm", "model_types": ["chat", "embedding"], "routing_config": {"type": "complexity-based-routing", "load_balance_targets": [{"target": "a", "tier": "simple"}]}}"#)),

@@ -79,6 +79,7 @@ mod tests {
             state: &state,
             body: b"",
             fields: &[],
+            tier_hint: None,
         };
         assert_eq!(order(&t, &request), [1, 2, 3].map(ModelId));
         let none = Metadata::default();
@@ -90,6 +91,7 @@ mod tests {
             state: &state,
             body: b"",
             fields: &[],
+            tier_hint: None,
         };
         assert_eq!(
             order(&t, &bare),

@@ -3,6 +3,7 @@
 //! A catalog model routes straight to itself; a virtual model asks its strategy. The plan is
 //! the primary target first, then the order later attempts would take.
 
+pub mod classifier;
 pub mod complexity;
 pub mod condition;
 pub mod conditional;
@@ -46,6 +47,8 @@ pub struct Request<'a> {
     pub body: &'a [u8],
     /// Top-level fields of the body.
     pub fields: &'a [(Cow<'a, str>, Range<usize>)],
+    /// The classifier model's tier for a complexity virtual model, when it answered.
+    pub tier_hint: Option<Tier>,
 }
 
 impl<'a> Request<'a> {
@@ -235,6 +238,7 @@ fn order(
         Routing::Complexity {
             targets,
             thresholds,
+            ..
         } => {
             let kept = keep(targets, |t| t.model, allowed, any);
             let classify = || {
@@ -244,7 +248,9 @@ fn order(
                     .fields
                     .iter()
                     .any(|(k, _)| k == "tools" || k == "functions");
-                complexity::classify(complexity::score(&text, turns, tools), thresholds)
+                request.tier_hint.unwrap_or_else(|| {
+                    complexity::classify(complexity::score(&text, turns, tools), thresholds)
+                })
             };
             // An optional session pin holds the tier of the session's first request.
             // A request without any session identifier has no session to pin.
@@ -334,6 +340,7 @@ mod tests {
             state: &NO_STATE,
             body: b"",
             fields: &[],
+            tier_hint: None,
         }
     }
 

@@ -106,6 +106,7 @@ mod tests {
             state,
             body: b"",
             fields: &[],
+            tier_hint: None,
         };
         let health = HealthInput {
             now_ms,
@@ -191,6 +192,7 @@ mod tests {
             state: &state,
             body: b"",
             fields: &[],
+            tier_hint: None,
         };
         let empty = vec![("x-user-id".to_string(), Vec::new())];
         let blank = Request {

@@ -188,6 +188,7 @@ fn explain(args: &[String]) -> Result<String, String> {
                 state: &state,
                 body: b"",
                 fields: &[],
+                tier_hint: None,
             };
             for t in &vm.targets {
                 let Some(m) = config.model(t.model) else {

@@ -8,7 +8,7 @@ usage: mock-provider [--host 127.0.0.1] [--port 0] [--name NAME]
                      [--ttft-ms N] [--token-delay-ms N] [--output-tokens N]
                      [--fail-status CODE] [--fail-rate F] [--retry-after VALUE]
                      [--drop before-response|mid-stream] [--stall-ms N]
-                     [--error-body-on-200] [--max-records N (10000; 0 counts only)]
+                     [--error-body-on-200] [--max-records N (10000; 0 counts only)] [--reply TEXT]
 ";
 
 /// Everything the command line decides.
@@ -65,6 +65,7 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Option<Args>, St
             "--stall-ms" => b.stall_ms = num(&flag, &value()?)?,
             "--fail-rate" => b.fail_rate = num(&flag, &value()?)?,
             "--retry-after" => b.retry_after = Some(value()?),
+            "--reply" => b.reply = Some(value()?),
             "--drop" => b.drop = Some(DropMode::parse(&value()?)?),
             "--fail-status" => {
                 let status = num(&flag, &value()?)?;

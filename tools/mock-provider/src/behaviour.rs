@@ -43,6 +43,8 @@ pub struct Behaviour {
     pub drop: Option<DropMode>,
     pub stall_ms: u64,
     pub error_body_on_200: bool,
+    /// Fixed answer text (one token) instead of `tok1 tok2 ...`, e.g. a classifier's verdict.
+    pub reply: Option<String>,
 }
 
 impl Default for Behaviour {
@@ -58,6 +60,7 @@ impl Default for Behaviour {
             drop: None,
             stall_ms: 0,
             error_body_on_200: false,
+            reply: None,
         }
     }
 }
@@ -135,6 +138,12 @@ impl Behaviour {
                     next.error_body_on_200 = value
                         .as_bool()
                         .ok_or_else(|| format!("{key} must be a boolean"))?;
+                }
+                "reply" => {
+                    next.reply = match value {
+                        Value::Null => None,
+                        v => Some(string(key, v)?),
+                    };
                 }
                 other => return Err(format!("unknown config field {other:?}")),
             }

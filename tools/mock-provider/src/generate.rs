@@ -23,6 +23,8 @@ pub struct Gen {
     pub ttft: Duration,
     pub token_delay: Duration,
     pub created: u64,
+    /// A fixed answer replacing the generated tokens.
+    pub reply: Option<String>,
 }
 
 impl Gen {
@@ -43,12 +45,16 @@ impl Gen {
             ttft: Duration::from_millis(behaviour.ttft_ms),
             token_delay: Duration::from_millis(behaviour.token_delay_ms),
             created: now_secs(),
+            reply: behaviour.reply.clone(),
         }
     }
 
     /// The generated tokens: `tok1 `, `tok2 `, ...
-    pub fn tokens(&self) -> impl Iterator<Item = String> {
-        (1..=self.output_tokens).map(|i| format!("tok{i} "))
+    pub fn tokens(&self) -> Box<dyn Iterator<Item = String> + '_> {
+        match &self.reply {
+            Some(text) => Box::new(std::iter::once(text.clone())),
+            None => Box::new((1..=self.output_tokens).map(|i| format!("tok{i} "))),
+        }
     }
 
     /// All tokens concatenated.
