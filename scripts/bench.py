@@ -225,8 +225,9 @@ def targets_section(results) -> list[str]:
     by_name = {name: (size, conns, r) for name, size, conns, _, r in results}
     out = ["## Against the targets", "", "| Target | Measured | Verdict |", "|---|---|---|"]
 
-    def row(target: str, measured: str, ok: bool, why: str = "") -> None:
-        out.append(f"| {target} | {measured} | {'met' if ok else 'missed: ' + why} |")
+    def row(target: str, measured: str, ok: bool | None, why: str = "") -> None:
+        verdict = "reported (no target)" if ok is None else "met" if ok else "missed: " + why
+        out.append(f"| {target} | {measured} | {verdict} |")
 
     _, _, r = by_name["1.5 KB chat, 16 connections"]
     ratio = round_ratio(r["switchboard"], r["no-op filter"])
@@ -238,7 +239,8 @@ def targets_section(results) -> list[str]:
     added = r["switchboard"]["p50"] - r["no-op filter"]["p50"]
     row("1 connection: added p50 ≤ 30 µs over no-op", fmt_us(added), added <= 30,
         f"by {fmt_us(added - 30)}; wrk reports p50 in 10 µs steps and the per-request host calls"
-        " (about 10 crossings into V8) cost that much at low load")
+        " (about 10 crossings into V8) cost that much at low load; the .wasm is built with"
+        " opt-level \"s\" to stay under 600 KB, which costs speed")
     _, _, r = by_name["1 MB prompt, 1 connection"]
     added = r["switchboard"]["p50"] - r["no-op filter"]["p50"]
     row("1 MB body: added p50 ≤ 3 ms over no-op", fmt_us(added), added <= 3000, "")
@@ -250,9 +252,10 @@ def targets_section(results) -> list[str]:
         " a high-water mark")
     _, _, r = by_name["1.5 KB chat, 16 connections, 32 targets, sticky routing"]
     ratio = round_ratio(r["switchboard"], r["no-op filter"])
-    row("32 targets with sticky routing (reported)", f"{ratio:.3f} × no-op", True)
-    out += ["", "Core decisions (`cargo bench --bench core`, natively) are listed in the `make bench` output;"
-            " every strategy decides over 32 targets in 0.4–1.2 µs, under the 2 µs target.", ""]
+    row("32 targets with sticky routing", f"{ratio:.3f} × no-op", None)
+    out += ["", "The .wasm is built with opt-level \"s\": at opt-level 3 it is 626 KB, over the 600 KB"
+            " limit. An earlier run at opt-level 3 (same machine, same scenarios) measured 0.928 × no-op"
+            " at 16 connections, +50 µs at 1 connection and +1.19 ms for 1 MB.", ""]
     return out
 
 
