@@ -47,7 +47,6 @@ e2e: build
 bench: build
 	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
 	cargo build --release --target wasm32-wasip1 -p noop-filter
-	cargo bench -p switchboard --bench core
 	$(PY) scripts/bench.py
 
 resilience-report: build

@@ -266,8 +266,19 @@ def quick_row(r: dict) -> str:
             f" p50 +{sb['p50'] - noop['p50']:.0f} µs (+{sb['p50'] - held['p50']:.0f} over held); errors {sb['errors']}")
 
 
+def core_benchmarks() -> list[str]:
+    """`cargo bench --bench core`: the core's own costs, natively."""
+    run = subprocess.run(["cargo", "bench", "--bench", "core"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=600)
+    rows = [line for line in run.stdout.splitlines() if re.match(r"^(inspect|rewrite|decide|health):", line)]
+    return ["", "Core micro-benchmarks of this run (`cargo bench --bench core`, natively; target: a decision"
+            " over 32 targets under 2 µs):", "", "```", *rows, "```", ""]
+
+
 def main() -> int:
     started = time.monotonic()
+    core = core_benchmarks()
+    print("\n".join(core), flush=True)
     provider = start_provider("bench", max_records=0)
     results = []
     try:
@@ -278,7 +289,7 @@ def main() -> int:
             print(quick_row(r), flush=True)
     finally:
         provider.stop()
-    report = render(results, "make bench", time.monotonic() - started)
+    report = render(results, "make bench", time.monotonic() - started) + "\n".join(core)
     OUT.parent.mkdir(exist_ok=True)
     OUT.write_text(report)
     print(report)
