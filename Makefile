@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 WASM := target/wasm32-wasip1/release/switchboard.wasm
 MOCK := target/release/mock-provider
 # The .wasm must stay small: Envoy compiles it on every worker at start and reload.
-WASM_MAX_BYTES := 614400
+WASM_MAX_BYTES := 600000
 
 .PHONY: run test setup build lint unit e2e wasm-size resilience-report bench clean
 
