@@ -24,26 +24,8 @@ pub fn order(
 ) -> Vec<ModelId> {
     let epoch = health.now_ms / EPOCH_MS;
     let epoch_start = epoch * EPOCH_MS;
-    let measured: Vec<Option<f64>> = targets
-        .iter()
-        .map(|m| {
-            health
-                .records
-                .get(m.0)
-                .and_then(|r| r.latency.mean_before(epoch_start))
-        })
-        .collect();
-    let known: Vec<f64> = measured.iter().flatten().copied().collect();
-    let average = if known.is_empty() {
-        1.0
-    } else {
-        known.iter().sum::<f64>() / known.len() as f64
-    };
-    let tpot: Vec<(ModelId, f64)> = targets
-        .iter()
-        .zip(&measured)
-        .map(|(m, t)| (*m, t.unwrap_or(average).max(0.001)))
-        .collect();
+    let (measured, _) = health.tpots(targets, |w| w.mean_before(epoch_start));
+    let tpot: Vec<(ModelId, f64)> = targets.iter().copied().zip(measured).collect();
     let key = hash64(&[vm_name.as_bytes(), caller, &epoch.to_le_bytes()]);
     let name = |m: ModelId| config.model(m).map_or("", |m| m.name.as_str());
     let primary = tpot

@@ -9,7 +9,7 @@
 
 use crate::core::config::{ModelId, VirtualModel};
 use crate::core::health::policy::FailureWindow;
-use crate::core::health::record::{HealthRecord, Standing};
+use crate::core::health::record::{HealthRecord, Standing, TpotWindow};
 
 /// What routing knows about health at the moment of a decision.
 #[derive(Debug, Clone, Copy)]
@@ -58,25 +58,39 @@ impl HealthInput<'_> {
     /// to the targets' average time per output token (a target without samples counts as
     /// average).
     pub fn shares(&self, models: &[ModelId]) -> Vec<(ModelId, f64)> {
-        let record = |m: ModelId| self.records.get(m.0);
-        let tpot: Vec<Option<f64>> = models
+        let (tpot, average) = self.tpots(models, |w| w.mean(self.now_ms));
+        models
             .iter()
-            .map(|m| record(*m).and_then(|r| r.latency.mean(self.now_ms)))
+            .zip(tpot)
+            .map(|(m, t)| {
+                let score = self.records.get(m.0).map_or(1.0, |r| f64::from(r.score));
+                (*m, score * average / t)
+            })
+            .collect()
+    }
+
+    /// Each model's time per output token by `mean`, a model without samples counting as the
+    /// average of the others (1.0 when none has any); with that average.
+    pub fn tpots(
+        &self,
+        models: &[ModelId],
+        mean: impl Fn(&TpotWindow) -> Option<f64>,
+    ) -> (Vec<f64>, f64) {
+        let measured: Vec<Option<f64>> = models
+            .iter()
+            .map(|m| self.records.get(m.0).and_then(|r| mean(&r.latency)))
             .collect();
-        let known: Vec<f64> = tpot.iter().flatten().copied().collect();
+        let known: Vec<f64> = measured.iter().flatten().copied().collect();
         let average = if known.is_empty() {
             1.0
         } else {
             known.iter().sum::<f64>() / known.len() as f64
         };
-        models
-            .iter()
-            .zip(tpot)
-            .map(|(m, t)| {
-                let score = record(*m).map_or(1.0, |r| f64::from(r.score));
-                (*m, score * average / t.unwrap_or(average).max(1e-3))
-            })
-            .collect()
+        let tpot = measured
+            .into_iter()
+            .map(|t| t.unwrap_or(average).max(1e-3))
+            .collect();
+        (tpot, average)
     }
 }
 
