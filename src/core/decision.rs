@@ -65,6 +65,10 @@ pub fn classifier_call(
     body: &[u8],
     headers: &[(String, Vec<u8>)],
 ) -> Option<ClassifierCall> {
+    // Every routed request asks; only configs with a classifier pay a second look at the body.
+    if !config.has_classifier {
+        return None;
+    }
     let inspected = inspect_request(endpoint, body, headers).ok()?;
     let Some(crate::core::config::Named::Virtual(_, vm)) = config.lookup(&inspected.model) else {
         return None;
@@ -315,6 +319,40 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.status, 400);
+    }
+
+    #[test]
+    fn only_a_complexity_model_with_a_classifier_needs_a_classifier_call() {
+        assert!(!config().has_classifier);
+        assert_eq!(
+            classifier_call(
+                &config(),
+                Endpoint::ChatCompletions,
+                br#"{"model":"chat"}"#,
+                &[]
+            ),
+            None
+        );
+        let with = Config::parse(
+            br#"{"models": [{"name": "t", "cluster": "c", "model": "m"}, {"name": "judge", "cluster": "j", "model": "small"}],
+              "virtual_models": [{"name": "auto", "model_types": ["chat"], "routing_config": {
+                "type": "complexity-based-routing", "complexity": {"classifier_model": "judge"},
+                "load_balance_targets": [{"target": "t", "tier": "simple"}]}}]}"#,
+        )
+        .unwrap();
+        assert!(with.has_classifier);
+        let call = classifier_call(
+            &with,
+            Endpoint::ChatCompletions,
+            br#"{"model":"auto","messages":[{"role":"user","content":"hi"}]}"#,
+            &[],
+        )
+        .unwrap();
+        assert_eq!(call.cluster, "j");
+        assert_eq!(
+            classifier_call(&with, Endpoint::ChatCompletions, br#"{"model":"t"}"#, &[]),
+            None
+        );
     }
 
     #[test]

@@ -107,8 +107,18 @@ pub(super) fn compile(json: &[u8]) -> Result<Config, ConfigError> {
 
     root.finish(ROOT_NOT_YET)?;
     let models_list_json = models_list(&models, &virtual_models);
+    let has_classifier = virtual_models.iter().any(|vm| {
+        matches!(
+            vm.routing,
+            super::Routing::Complexity {
+                classifier: Some(_),
+                ..
+            }
+        )
+    });
     Ok(Config {
         models_list_json,
+        has_classifier,
         default_metadata,
         models,
         virtual_models,

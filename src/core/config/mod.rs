@@ -398,6 +398,8 @@ pub struct Config {
     /// The answer to `GET /v1/models`: public catalog models and virtual models, OpenAI's list
     /// shape, serialised once at load.
     pub models_list_json: String,
+    /// Whether any virtual model asks a classifier model (so requests may need a second look).
+    pub has_classifier: bool,
     /// `default_metadata`: merged into every request's metadata, winning on shared keys.
     pub default_metadata: Vec<(String, String)>,
     names: HashMap<String, NameEntry>,
