@@ -13,6 +13,7 @@ pub mod fallback;
 pub mod health;
 pub mod metadata;
 pub mod multipart;
+pub mod nfc;
 pub mod request;
 pub mod routing;
 pub mod status_set;

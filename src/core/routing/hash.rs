@@ -5,10 +5,13 @@
 //! (system prompt and first user message text), or a header or metadata value. A request
 //! without a usable key goes round robin. Keys are hashed at once, never stored or logged.
 
+use std::borrow::Cow;
+
 use super::conversation_field;
 use super::hashing::{hash64, rendezvous_score};
 use super::Request;
 use crate::core::config::{Config, HashKey, ModelId};
+use crate::core::nfc::nfc;
 
 /// Longest key value accepted, in UTF-8 bytes (Zuplo seed, "Sticky by expression").
 pub const MAX_KEY_BYTES: usize = 256;
@@ -16,27 +19,38 @@ pub const MAX_KEY_BYTES: usize = 256;
 /// The hash of the request's key, or `None` when it has no usable one.
 pub fn key_hash(by: &HashKey, request: &Request<'_>) -> Option<u64> {
     let header = |name: &str| crate::core::request::header(request.headers, name);
-    let value: Vec<u8> = match by {
-        HashKey::User => header("authorization").filter(|v| !v.is_empty())?.to_vec(),
+    let hash = match by {
+        HashKey::User => hash64(&[header("authorization").filter(|v| !v.is_empty())?]),
         HashKey::Conversation => {
-            crate::core::conversation::key(|name| conversation_field(request, name))?.into_bytes()
+            let text = crate::core::conversation::key(|name| conversation_field(request, name))?;
+            hash64(&[text.as_bytes()])
         }
-        HashKey::Header(name) => usable(header(name)?)?.to_vec(),
-        HashKey::Metadata(key) => usable(request.metadata.get(key)?.as_bytes())?.to_vec(),
+        HashKey::Header(name) => hash64(&[usable(header(name)?)?.as_bytes()]),
+        HashKey::Metadata(key) => {
+            hash64(&[usable(request.metadata.get(key)?.as_bytes())?.as_bytes()])
+        }
     };
-    Some(hash64(&[&value]))
+    Some(hash)
 }
 
-/// The seed's value rules: non-empty UTF-8, at most 256 bytes, no control character, U+2028 or
-/// U+2029. (Values are hashed as sent: no NFC normalisation.)
-fn usable(value: &[u8]) -> Option<&[u8]> {
-    let text = std::str::from_utf8(value).ok()?;
-    let ok = !text.is_empty()
-        && text.len() <= MAX_KEY_BYTES
+/// The seed's value rules: the value made well-formed (invalid UTF-8 becomes U+FFFD) and NFC,
+/// then refused when empty, over 256 bytes, or holding a control character, U+2028 or U+2029.
+/// The conversation key is hashed as sent: it is long, and the seed's rules are for values.
+fn usable(value: &[u8]) -> Option<Cow<'_, str>> {
+    // NFC shrinks text at most threefold (three Hangul jamo become one syllable), so a longer
+    // value can never pass; refusing it first bounds the work.
+    if value.is_empty() || value.len() > 3 * MAX_KEY_BYTES {
+        return None;
+    }
+    let text = match String::from_utf8_lossy(value) {
+        Cow::Borrowed(text) => nfc(text),
+        Cow::Owned(text) => Cow::Owned(nfc(&text).into_owned()),
+    };
+    let ok = text.len() <= MAX_KEY_BYTES
         && !text
             .chars()
             .any(|c| c.is_control() || c == '\u{2028}' || c == '\u{2029}');
-    ok.then_some(value)
+    ok.then_some(text)
 }
 
 /// Every target by descending score for the key.
@@ -62,11 +76,27 @@ mod tests {
         assert!(usable(&[b'a'; 256]).is_some());
         assert!(usable(b"a\nb").is_none());
         assert!(usable("a\u{2028}b".as_bytes()).is_none());
-        assert!(usable(b"\xff").is_none());
+        assert_eq!(
+            usable(b"a\xffb").as_deref(),
+            Some("a\u{fffd}b"),
+            "made well-formed"
+        );
         assert!(
             usable("Acme".as_bytes()) != usable("acme".as_bytes()),
             "case-sensitive"
         );
+    }
+
+    #[test]
+    fn two_spellings_of_one_text_share_a_key() {
+        let composed = "Jos\u{e9} \u{d55c}";
+        let decomposed = "Jose\u{301} \u{1112}\u{1161}\u{11ab}";
+        assert_eq!(usable(decomposed.as_bytes()).as_deref(), Some(composed));
+        // The 256-byte limit is on the NFC form: 100 decomposed syllables are 900 bytes as
+        // sent (too long to try) and 300 after NFC; 80 are 720 bytes sent and 240 after.
+        let jamo = |n| "\u{1112}\u{1161}\u{11ab}".repeat(n);
+        assert!(usable(jamo(100).as_bytes()).is_none());
+        assert_eq!(usable(jamo(80).as_bytes()).map(|t| t.len()), Some(240));
     }
 
     #[test]
