@@ -9,7 +9,7 @@ MOCK := target/release/mock-provider
 # The .wasm must stay small: Envoy compiles it on every worker at start and reload.
 WASM_MAX_BYTES := 600000
 
-.PHONY: run test setup build lint unit e2e wasm-size resilience-report bench clean
+.PHONY: run test setup build lint unit e2e wasm-size resilience-report bench profile clean
 
 run: build
 	$(PY) scripts/run_demo.py
@@ -33,6 +33,7 @@ lint: setup
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	cargo clippy --all-targets --target wasm32-wasip1 -- -D warnings
+	cargo clippy --lib --target wasm32-wasip1 --features profile -- -D warnings
 
 unit:
 	cargo test --workspace
@@ -48,6 +49,12 @@ bench: build
 	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
 	cargo build --release --target wasm32-wasip1 -p noop-filter
 	$(PY) scripts/bench.py
+
+# The filter built with per-host-call timing, in its own target dir so the real .wasm stays.
+profile: build
+	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
+	cargo build --release --target wasm32-wasip1 --lib --features profile --target-dir target/profile
+	$(PY) scripts/profile.py
 
 resilience-report: build
 	$(PY) scripts/resilience_report.py

@@ -48,12 +48,14 @@ impl Context for Root {
         body_size: usize,
         _num_trailers: usize,
     ) {
+        let _span = super::profile::span("on_http_call_response");
         self.runtime.call_finished(token, num_headers, body_size);
     }
 }
 
 impl RootContext for Root {
     fn on_configure(&mut self, _plugin_configuration_size: usize) -> bool {
+        let _span = super::profile::span("on_configure");
         match Config::parse(&host::plugin_configuration()) {
             Ok(config) => {
                 log::info!(
@@ -74,6 +76,7 @@ impl RootContext for Root {
     }
 
     fn on_tick(&mut self) {
+        let _span = super::profile::span("on_tick");
         for (seq, flight) in self.runtime.take_due(host::now_ms()) {
             let context_id = flight.borrow().context_id;
             if host::set_effective_context(context_id) {
@@ -83,6 +86,7 @@ impl RootContext for Root {
     }
 
     fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
+        let _span = super::profile::span("create_http_context");
         let rng = fastrand::Rng::with_seed(self.next_seed());
         Some(Box::new(Http::new(
             context_id,
