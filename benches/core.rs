@@ -15,7 +15,7 @@ use switchboard::core::health::policy::{FailureWindow, HealthPolicy};
 use switchboard::core::health::record::{HealthRecord, Outcome};
 use switchboard::core::health::store::{self, MemoryStore};
 use switchboard::core::metadata::Metadata;
-use switchboard::core::request::{inspect, splice};
+use switchboard::core::request::{inspect, rewrite};
 use switchboard::core::routing::state::LocalState;
 use switchboard::core::routing::{plan, HealthInput, Request};
 
@@ -103,18 +103,24 @@ fn main() {
                 black_box(inspect(black_box(&b)).is_ok());
             },
         );
-        let span = match inspect(&b) {
-            Ok(i) => i.model_span,
+        let layout = match inspect(&b) {
+            Ok(i) => i.layout(false),
             Err(_) => panic!("inspect failed"),
         };
+        let model = b"\"gpt-4o-2024-08-06\"";
         bench(
-            &format!("rewrite: splice the model into a {label} body"),
+            &format!("rewrite: the model edit of a {label} body (router attempt)"),
             || {
-                black_box(splice(
-                    black_box(&b),
-                    span.clone(),
-                    b"\"gpt-4o-2024-08-06\"",
-                ));
+                black_box(rewrite(black_box(&b), &layout, model, &[]));
+            },
+        );
+        let Some(Some(edits)) = rewrite(&b, &layout, model, &[]) else {
+            panic!("rewrite failed")
+        };
+        bench(
+            &format!("rewrite: the whole edited {label} body (fallback)"),
+            || {
+                black_box(edits.apply(black_box(&b)));
             },
         );
     }

@@ -33,10 +33,12 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def chat_body(size: int) -> bytes:
-    """A chat request for the virtual model, padded to about `size` bytes."""
-    base = {"model": "bench/chat", "messages": [
+    """A chat request for the virtual model, padded to about `size` bytes. Fields in the order
+    the OpenAI Python SDK sends them: `messages` before `model`, so the rewrite of the model
+    re-sends the whole prompt (the worst case for the body edit)."""
+    base = {"messages": [
         {"role": "system", "content": "You are a helpful assistant."},
-        {"role": "user", "content": ""}], "temperature": 0.2, "max_tokens": 8}
+        {"role": "user", "content": ""}], "model": "bench/chat", "temperature": 0.2, "max_tokens": 8}
     pad = max(0, size - len(json.dumps(base)))
     base["messages"][1]["content"] = ("lorem ipsum dolor sit amet " * (pad // 27 + 1))[:pad]
     return json.dumps(base).encode()

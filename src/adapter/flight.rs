@@ -501,7 +501,10 @@ impl Flight {
         let vm = self
             .virtual_model
             .and_then(|i| self.config.virtual_models.get(i));
-        let rewritten = body_for(&self.config, vm, &replay.body, &replay.layout, target)?;
+        let rewritten = match body_for(&self.config, vm, &replay.body, &replay.layout, target)? {
+            Some(edits) => Some(edits.apply(&replay.body)?),
+            None => None,
+        };
         let body = rewritten.as_deref().unwrap_or(&replay.body);
         let length = body.len().to_string();
         let names = &self.config.header_names;

@@ -5,6 +5,8 @@
 //! does not expect; every call here is made only in a phase where Envoy answers `Ok` (headers
 //! are written while they are paused or before they are sent, the body is replaced whole).
 
+use super::profile;
+use crate::core::request::Edits;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{BufferType, MapType, Status};
 use std::time::Duration;
@@ -16,11 +18,13 @@ pub use crate::core::request::header_str as header;
 
 /// Every request header, pseudo-headers included.
 pub fn request_headers() -> Headers {
+    let _span = profile::span("request_headers");
     hostcalls::get_map_bytes(MapType::HttpRequestHeaders).unwrap_or_default()
 }
 
 /// Sets (replacing every existing value) a request header.
 pub fn set_request_header(name: &str, value: &str) {
+    let _span = profile::span("set_request_header");
     if let Err(status) = hostcalls::set_map_value(MapType::HttpRequestHeaders, name, Some(value)) {
         log::warn!("could not set request header {name}: {status:?}");
     }
@@ -28,6 +32,7 @@ pub fn set_request_header(name: &str, value: &str) {
 
 /// Removes every value of a request header.
 pub fn remove_request_header(name: &str) {
+    let _span = profile::span("remove_request_header");
     if let Err(status) = hostcalls::remove_map_value(MapType::HttpRequestHeaders, name) {
         log::warn!("could not remove request header {name}: {status:?}");
     }
@@ -35,6 +40,7 @@ pub fn remove_request_header(name: &str) {
 
 /// A response header as bytes, if present.
 pub fn response_header(name: &str) -> Option<Vec<u8>> {
+    let _span = profile::span("response_header");
     hostcalls::get_map_value_bytes(MapType::HttpResponseHeaders, name)
         .ok()
         .flatten()
@@ -42,11 +48,13 @@ pub fn response_header(name: &str) -> Option<Vec<u8>> {
 
 /// Every response header.
 pub fn response_headers() -> Headers {
+    let _span = profile::span("response_headers");
     hostcalls::get_map_bytes(MapType::HttpResponseHeaders).unwrap_or_default()
 }
 
 /// The current chunk of the response body.
 pub fn response_body(size: usize) -> Vec<u8> {
+    let _span = profile::span("response_body");
     hostcalls::get_buffer(BufferType::HttpResponseBody, 0, size)
         .ok()
         .flatten()
@@ -55,6 +63,7 @@ pub fn response_body(size: usize) -> Vec<u8> {
 
 /// Sets a response header.
 pub fn set_response_header(name: &str, value: &str) {
+    let _span = profile::span("set_response_header");
     if let Err(status) = hostcalls::set_map_value(MapType::HttpResponseHeaders, name, Some(value)) {
         log::warn!("could not set response header {name}: {status:?}");
     }
@@ -62,26 +71,38 @@ pub fn set_response_header(name: &str, value: &str) {
 
 /// The buffered request body, up to `max` bytes.
 pub fn request_body(max: usize) -> Vec<u8> {
+    let _span = profile::span("request_body");
     hostcalls::get_buffer(BufferType::HttpRequestBody, 0, max)
         .ok()
         .flatten()
         .unwrap_or_default()
 }
 
-/// Replaces the whole buffered request body.
-pub fn replace_request_body(body: &[u8]) -> bool {
-    // A size at least the buffer's length replaces it all; a shorter one is refused by Envoy.
-    match hostcalls::set_buffer(BufferType::HttpRequestBody, 0, usize::MAX, body) {
-        Ok(()) => true,
-        Err(status) => {
-            log::warn!("could not replace the request body: {status:?}");
-            false
+/// Applies `edits` to Envoy's buffered request body, which holds `body`. Envoy can only drain
+/// and prepend at the start of a body, so the edited bytes up to the last edit go in piece by
+/// piece, last first, and the rest of the body never leaves Envoy or gets copied here.
+pub fn edit_request_body(body: &[u8], edits: &Edits) -> bool {
+    let _span = profile::span("edit_request_body");
+    let Some((pieces, end)) = edits.head(body) else {
+        return false;
+    };
+    let mut drain = end;
+    for piece in pieces.iter().rev() {
+        if piece.is_empty() && drain == 0 {
+            continue;
         }
+        if let Err(status) = hostcalls::set_buffer(BufferType::HttpRequestBody, 0, drain, piece) {
+            log::warn!("could not edit the request body: {status:?}");
+            return false;
+        }
+        drain = 0;
     }
+    true
 }
 
 /// A property such as `response.code_details`, as a string.
 pub fn property(path: &[&str]) -> Option<String> {
+    let _span = profile::span("property");
     hostcalls::get_property(path.to_vec())
         .ok()
         .flatten()
@@ -90,6 +111,7 @@ pub fn property(path: &[&str]) -> Option<String> {
 
 /// Sends a local reply instead of the request's upstream answer.
 pub fn send_reply(status: u16, headers: Vec<(&str, &str)>, body: &[u8]) {
+    let _span = profile::span("send_reply");
     if let Err(s) = hostcalls::send_http_response(u32::from(status), headers, Some(body)) {
         log::warn!("could not send a {status} reply: {s:?}");
     }
@@ -97,6 +119,7 @@ pub fn send_reply(status: u16, headers: Vec<(&str, &str)>, body: &[u8]) {
 
 /// Sends a local JSON reply.
 pub fn send_json_reply(status: u16, body: &str, extra: Vec<(&str, &str)>) {
+    let _span = profile::span("send_json_reply");
     let mut headers = vec![("content-type", "application/json")];
     headers.extend(extra);
     send_reply(status, headers, body.as_bytes());
@@ -109,6 +132,7 @@ pub fn dispatch(
     body: &[u8],
     timeout_ms: u64,
 ) -> Option<u32> {
+    let _span = profile::span("dispatch");
     let timeout = Duration::from_millis(timeout_ms);
     match hostcalls::dispatch_http_call(cluster, headers, Some(body), vec![], timeout) {
         Ok(token) => Some(token),
@@ -121,6 +145,7 @@ pub fn dispatch(
 
 /// The headers and body of the HTTP call whose response callback is running.
 pub fn call_response(body_size: usize) -> (Headers, Vec<u8>) {
+    let _span = profile::span("call_response");
     let headers = hostcalls::get_map_bytes(MapType::HttpCallResponseHeaders).unwrap_or_default();
     let body = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size)
         .ok()
@@ -131,11 +156,13 @@ pub fn call_response(body_size: usize) -> (Headers, Vec<u8>) {
 
 /// Makes later host calls act on the stream `context_id`; false if it is gone.
 pub fn set_effective_context(context_id: u32) -> bool {
+    let _span = profile::span("set_effective_context");
     hostcalls::set_effective_context(context_id).is_ok()
 }
 
 /// Sets the root context's tick period (0 stops ticking).
 pub fn set_tick_ms(ms: u64) {
+    let _span = profile::span("set_tick_ms");
     if let Err(status) = hostcalls::set_tick_period(Duration::from_millis(ms)) {
         log::warn!("could not set the tick period: {status:?}");
     }
@@ -143,6 +170,7 @@ pub fn set_tick_ms(ms: u64) {
 
 /// Lets a paused request continue (after an HTTP call answered).
 pub fn resume_request() {
+    let _span = profile::span("resume_request");
     if let Err(status) = hostcalls::resume_http_request() {
         log::warn!("could not resume the request: {status:?}");
     }
@@ -150,6 +178,7 @@ pub fn resume_request() {
 
 /// The plugin configuration bytes.
 pub fn plugin_configuration() -> Vec<u8> {
+    let _span = profile::span("plugin_configuration");
     hostcalls::get_buffer(BufferType::PluginConfiguration, 0, usize::MAX)
         .ok()
         .flatten()
@@ -158,6 +187,7 @@ pub fn plugin_configuration() -> Vec<u8> {
 
 /// Host time in milliseconds since the Unix epoch (0 if unavailable).
 pub fn now_ms() -> u64 {
+    let _span = profile::span("now_ms");
     hostcalls::get_current_time()
         .ok()
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
@@ -169,6 +199,7 @@ pub struct SharedData;
 
 impl crate::core::health::store::Store for SharedData {
     fn get(&self, key: &str) -> Option<(Vec<u8>, u32)> {
+        let _span = profile::span("get_shared_data");
         match hostcalls::get_shared_data(key) {
             Ok((Some(bytes), Some(cas))) => Some((bytes, cas)),
             _ => None,
@@ -181,6 +212,7 @@ impl crate::core::health::store::Store for SharedData {
         value: &[u8],
         cas: Option<u32>,
     ) -> Result<(), crate::core::health::store::WriteError> {
+        let _span = profile::span("set_shared_data");
         use crate::core::health::store::WriteError;
         match hostcalls::set_shared_data(key, Some(value), cas) {
             Ok(()) => Ok(()),

@@ -113,12 +113,16 @@ impl Http {
         let rng = &mut self.rng;
         let runtime = &*self.runtime;
         let decided = runtime.with_health(&config, now, |health| {
+            let _span = super::profile::span("core: inspect, decide, rewrite");
             decide_with_tier(
                 &config, endpoint, &body, &headers, health, runtime, tier, rng,
             )
         });
         match decided {
-            Ok(decision) => self.forward(config, decision, body, headers, now),
+            Ok(decision) => {
+                let _span = super::profile::span("forward (own code)");
+                self.forward(config, decision, body, headers, now)
+            }
             Err(reply) => self.reply(&reply),
         }
     }
@@ -188,22 +192,22 @@ impl Http {
         let attempts = Attempts::new(decision.plan.candidates, false);
         let chunked = header(&headers, "transfer-encoding").is_some();
         let has_metadata = header(&headers, &config.header_names.metadata).is_some();
-        // Keep what another attempt would need, only when one is possible.
-        let replay = Flight::may_try_again(&config, virtual_model, &attempts).then_some(Replay {
-            headers,
-            body,
-            layout: decision.layout,
-        });
-        if let Some(new_body) = &decision.new_body {
-            if !host::replace_request_body(new_body) {
+        if let Some(edits) = &decision.edits {
+            if !host::edit_request_body(&body, edits) {
                 return self.reply(&ErrorReply::invalid_json("the body could not be rewritten"));
             }
             // The body is now whole and of known length: send it that way upstream.
             if chunked {
                 host::remove_request_header("transfer-encoding");
             }
-            host::set_request_header("content-length", &new_body.len().to_string());
+            host::set_request_header("content-length", &edits.new_len(&body).to_string());
         }
+        // Keep what another attempt would need, only when one is possible.
+        let replay = Flight::may_try_again(&config, virtual_model, &attempts).then_some(Replay {
+            headers,
+            body,
+            layout: decision.layout,
+        });
         for (name, value) in &model.headers {
             host::set_request_header(name, value);
         }
@@ -249,6 +253,7 @@ impl Context for Http {
         body_size: usize,
         _num_trailers: usize,
     ) {
+        let _span = super::profile::span("on_http_call_response");
         if matches!(&self.phase, Phase::Classifying { token: t, .. } if *t == token) {
             let (_, answer) = host::call_response(body_size);
             // No answer (timeout, failure) or no tier in it: the heuristic decides.
@@ -279,6 +284,7 @@ impl Context for Http {
 
 impl HttpContext for Http {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        let _span = super::profile::span("on_http_request_headers");
         let Some(config) = self.config.clone() else {
             // Never fail open: without a config, no client-chosen cluster either.
             host::remove_request_header("x-switchboard-cluster");
@@ -329,6 +335,7 @@ impl HttpContext for Http {
     }
 
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        let _span = super::profile::span("on_http_request_body");
         if let Phase::CheckingBatch(..) = self.phase {
             return self.check_batch(body_size, end_of_stream);
         }
@@ -345,6 +352,7 @@ impl HttpContext for Http {
     }
 
     fn on_http_request_trailers(&mut self, _num_trailers: usize) -> Action {
+        let _span = super::profile::span("on_http_request_trailers");
         // A body that ends with trailers never sees end_of_stream in the body callback.
         match (&self.phase, self.config.clone()) {
             // The body callbacks already held it to the size limit.
@@ -355,6 +363,7 @@ impl HttpContext for Http {
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+        let _span = super::profile::span("on_http_response_headers");
         match &self.phase {
             Phase::Forwarded(flight) => Flight::on_response_headers(flight, &self.runtime),
             _ => Action::Continue,
@@ -362,6 +371,7 @@ impl HttpContext for Http {
     }
 
     fn on_http_response_trailers(&mut self, _num_trailers: usize) -> Action {
+        let _span = super::profile::span("on_http_response_trailers");
         match &self.phase {
             Phase::Forwarded(flight) => flight
                 .try_borrow()
@@ -371,6 +381,7 @@ impl HttpContext for Http {
     }
 
     fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        let _span = super::profile::span("on_http_response_body");
         match &self.phase {
             Phase::Forwarded(flight) => {
                 Flight::on_response_body(flight, &self.runtime, body_size, end_of_stream)

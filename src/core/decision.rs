@@ -8,7 +8,7 @@ use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
 use crate::core::metadata::Metadata;
 use crate::core::request::{header, header_str, inspect, inspect_multipart};
-use crate::core::request::{rewrite, Layout};
+use crate::core::request::{rewrite, Edits, Layout};
 use crate::core::routing::state::RoutingState;
 use crate::core::routing::{plan, HealthInput, Plan, Request};
 
@@ -19,8 +19,8 @@ pub struct Decision {
     pub plan: Plan,
     /// The target of this attempt.
     pub target: ModelId,
-    /// The rewritten body, or `None` when the body is already right for the target.
-    pub new_body: Option<Vec<u8>>,
+    /// How the body changes for the target, or `None` when it is already right.
+    pub edits: Option<Edits>,
     /// Where the parts of the client's body sit, to rewrite it for other targets.
     pub layout: Layout,
     /// The client asked for a streamed (SSE) answer.
@@ -141,26 +141,26 @@ pub fn decide_with_tier(
         .virtual_model(config)
         .is_some_and(|vm| vm.targets.iter().any(|t| !t.override_params.is_empty()));
     let layout = inspected.layout(overrides_anywhere);
-    let new_body = body_for(config, plan.virtual_model(config), body, &layout, target)
+    let edits = body_for(config, plan.virtual_model(config), body, &layout, target)
         .ok_or_else(|| ErrorReply::invalid_json("could not rewrite the body"))?;
     Ok(Decision {
         plan,
         target,
-        new_body,
+        edits,
         layout,
         stream: inspected.stream,
     })
 }
 
-/// The client's body rewritten for `target` (its upstream model id and, for a virtual model's
-/// target, its `override_params`): `Some(None)` when nothing changes, `None` if it cannot be.
+/// How the client's body changes for `target` (its upstream model id and, for a virtual
+/// model's target, its `override_params`): `Some(None)` when it does not, `None` if it cannot.
 pub fn body_for(
     config: &Config,
     vm: Option<&VirtualModel>,
     body: &[u8],
     layout: &Layout,
     target: ModelId,
-) -> Option<Option<Vec<u8>>> {
+) -> Option<Option<Edits>> {
     let model = config.model(target)?;
     if layout.multipart {
         // A form field holds the bare name; override_params are JSON fields and do not apply.
@@ -213,7 +213,7 @@ mod tests {
         .unwrap();
         assert_eq!(d.target, ModelId(0));
         assert_eq!(
-            d.new_body.unwrap(),
+            d.edits.unwrap().apply(body).unwrap(),
             br#"{"model": "gpt-4o", "messages": [{"role":"user","content":"hi"}]}"#
         );
     }
@@ -232,7 +232,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(d.target, ModelId(1));
-        assert_eq!(d.new_body, None);
+        assert_eq!(d.edits, None);
     }
 
     #[test]
@@ -263,7 +263,7 @@ mod tests {
         .unwrap();
         // The default metadata wins over the header's value, so the target matches.
         assert_eq!(
-            d.new_body.unwrap(),
+            d.edits.unwrap().apply(body).unwrap(),
             br#"{"model":"gpt-4o","temperature":0.1,"max_tokens":50}"#
         );
         let bad = vec![("x-switchboard-metadata".to_string(), b"not json".to_vec())];
@@ -306,7 +306,10 @@ mod tests {
         )
         .unwrap();
         let expected = String::from_utf8_lossy(body).replace("team/stt", "whisper-1");
-        assert_eq!(String::from_utf8(d.new_body.unwrap()).unwrap(), expected);
+        assert_eq!(
+            String::from_utf8(d.edits.unwrap().apply(body).unwrap()).unwrap(),
+            expected
+        );
         let json = vec![("content-type".to_string(), b"application/json".to_vec())];
         let e = decide(
             &config,

@@ -89,10 +89,11 @@ pub fn inspect(body: &[u8]) -> Result<Inspected<'_>, ErrorReply> {
     let TopLevel(raw_fields) = serde_json::from_slice(body).map_err(|e| describe(&e))?;
     let span_of = |raw: &RawValue| {
         let text = raw.get();
-        let start = (text.as_ptr() as usize).wrapping_sub(body.as_ptr() as usize);
-        let span = start..start.wrapping_add(text.len());
         // A raw value always borrows from `body`; checked so a surprise cannot mis-splice.
-        (body.get(span.clone()) == Some(text.as_bytes())).then_some(span)
+        // Addresses, not bytes: comparing the bytes would read the whole body again.
+        let start = (text.as_ptr() as usize).checked_sub(body.as_ptr() as usize)?;
+        let end = start.checked_add(text.len())?;
+        (end <= body.len()).then_some(start..end)
     };
     let mut fields = Vec::with_capacity(raw_fields.len());
     let (mut model, mut stream) = (None, false);
@@ -215,57 +216,103 @@ impl Inspected<'_> {
     }
 }
 
-/// The body rewritten for a target: `model_json` as the model, and each `(key, raw JSON)` of
-/// `overrides` in place of that top-level field, or added before the closing brace when the
-/// client did not send it. `Some(None)` when nothing changes; `None` if a span does not fit.
+/// The edits that rewrite the body for a target: `model_json` as the model, and each
+/// `(key, raw JSON)` of `overrides` in place of that top-level field, or added before the
+/// closing brace when the client did not send it. `Some(None)` when nothing changes; `None` if
+/// a span does not fit the body.
 pub fn rewrite(
     body: &[u8],
     layout: &Layout,
     model_json: &[u8],
     overrides: &[(String, String)],
-) -> Option<Option<Vec<u8>>> {
+) -> Option<Option<Edits>> {
     let same_model = body.get(layout.model_span.clone())? == model_json;
     if same_model && overrides.is_empty() {
         return Some(None);
     }
-    let mut edits: Vec<(Range<usize>, Vec<u8>)> =
-        vec![(layout.model_span.clone(), model_json.to_vec())];
+    let mut edits = vec![Edit {
+        span: layout.model_span.clone(),
+        with: model_json.to_vec(),
+    }];
     for (key, value) in overrides {
         let mut found = false;
         for (_, span) in layout.fields.iter().filter(|(k, _)| k == key) {
-            edits.push((span.clone(), value.as_bytes().to_vec()));
+            edits.push(Edit {
+                span: span.clone(),
+                with: value.as_bytes().to_vec(),
+            });
             found = true;
         }
         if !found {
             let key_json = serde_json::to_string(key).ok()?;
-            let added = format!(",{key_json}:{value}");
-            edits.push((layout.end..layout.end, added.into_bytes()));
+            edits.push(Edit {
+                span: layout.end..layout.end,
+                with: format!(",{key_json}:{value}").into_bytes(),
+            });
         }
     }
-    edits.sort_by_key(|(span, _)| span.start);
-    let extra: usize = edits.iter().map(|(_, v)| v.len()).sum();
-    let mut out = Vec::with_capacity(body.len() + extra);
-    let mut at = 0;
-    for (span, value) in edits {
-        out.extend_from_slice(body.get(at..span.start)?);
-        out.extend_from_slice(&value);
-        at = span.end.max(at);
-    }
-    out.extend_from_slice(body.get(at..)?);
-    Some(Some(out))
+    Edits::new(edits, body.len()).map(Some)
 }
 
-/// Returns `body` with the bytes in `span` replaced by `replacement`.
-///
-/// Returns `None` if the span lies outside the body.
-pub fn splice(body: &[u8], span: Range<usize>, replacement: &[u8]) -> Option<Vec<u8>> {
-    let head = body.get(..span.start)?;
-    let tail = body.get(span.end..)?;
-    let mut out = Vec::with_capacity(head.len() + replacement.len() + tail.len());
-    out.extend_from_slice(head);
-    out.extend_from_slice(replacement);
-    out.extend_from_slice(tail);
-    Some(out)
+/// One change to a body: the bytes in `span` replaced by `with` (inserted when it is empty).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Edit {
+    /// The bytes of the client's body replaced.
+    pub span: Range<usize>,
+    /// What takes their place.
+    pub with: Vec<u8>,
+}
+
+/// A body rewrite as edits in body order, none overlapping. Kept as edits rather than a new
+/// body: the router's attempt applies them to Envoy's own buffer, so a large body is never
+/// copied inside the filter; a dispatched attempt builds the whole body with [`Edits::apply`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Edits(Vec<Edit>);
+
+impl Edits {
+    /// The edits sorted, if they fit a body of `len` bytes without overlapping.
+    pub fn new(mut edits: Vec<Edit>, len: usize) -> Option<Edits> {
+        edits.sort_by_key(|e| e.span.start);
+        let mut at = 0;
+        for e in &edits {
+            if e.span.start < at || e.span.end < e.span.start || e.span.end > len {
+                return None;
+            }
+            at = e.span.end;
+        }
+        Some(Edits(edits))
+    }
+
+    /// The length of `body` once edited.
+    pub fn new_len(&self, body: &[u8]) -> usize {
+        self.0.iter().fold(body.len(), |n, e| {
+            (n + e.with.len()).saturating_sub(e.span.len())
+        })
+    }
+
+    /// The edited bytes from the start of `body` to the end of the last edit, as pieces in
+    /// order, and where that end is: the bytes after it stay as they are.
+    pub fn head<'a>(&'a self, body: &'a [u8]) -> Option<(Vec<&'a [u8]>, usize)> {
+        let mut pieces = Vec::with_capacity(2 * self.0.len());
+        let mut at = 0;
+        for e in &self.0 {
+            pieces.push(body.get(at..e.span.start)?);
+            pieces.push(e.with.as_slice());
+            at = e.span.end;
+        }
+        Some((pieces, at))
+    }
+
+    /// The whole edited body.
+    pub fn apply(&self, body: &[u8]) -> Option<Vec<u8>> {
+        let (pieces, end) = self.head(body)?;
+        let mut out = Vec::with_capacity(self.new_len(body));
+        for piece in pieces {
+            out.extend_from_slice(piece);
+        }
+        out.extend_from_slice(body.get(end..)?);
+        Some(out)
+    }
 }
 
 #[cfg(test)]
@@ -371,15 +418,21 @@ mod tests {
             ("temperature".to_string(), "0.2".to_string()),
             ("max_tokens".to_string(), "64".to_string()),
         ];
-        let out = rewrite(body, &layout, br#""gpt-4o""#, &overrides)
+        let edits = rewrite(body, &layout, br#""gpt-4o""#, &overrides)
             .unwrap()
             .unwrap();
+        let out = edits.apply(body).unwrap();
+        assert_eq!(edits.new_len(body), out.len());
         assert_eq!(
             std::str::from_utf8(&out).unwrap(),
             r#"{"model":"gpt-4o", "temperature": 0.2, "messages": [{"temperature": 9}] ,"max_tokens":64}"#
         );
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["max_tokens"], 64);
+        // The head is everything up to the added field; the closing brace stays in Envoy.
+        let (pieces, end) = edits.head(body).unwrap();
+        assert_eq!(&body[end..], b"}");
+        assert_eq!(pieces.concat(), &out[..out.len() - 1]);
         // Nothing to change: no copy.
         assert_eq!(rewrite(body, &layout, br#""vm""#, &[]), Some(None));
         // Without field spans, an override is added rather than replaced (callers keep them).
@@ -387,12 +440,22 @@ mod tests {
     }
 
     #[test]
-    fn splice_replaces_only_the_span() {
-        let body = br#"{"model":"vm","x":1}"#;
-        let i = inspect(body).unwrap();
-        let out = splice(body, i.model_span, br#""gpt-4o""#).unwrap();
-        assert_eq!(out, br#"{"model":"gpt-4o","x":1}"#);
-        assert_eq!(splice(b"abc", 2..5, b"x"), None);
-        assert_eq!(splice(b"abc", 0..3, b"").unwrap(), b"");
+    fn edits_must_fit_the_body_and_not_overlap() {
+        let edit = |span: Range<usize>| Edit {
+            span,
+            with: b"x".to_vec(),
+        };
+        assert!(
+            Edits::new(vec![edit(4..6), edit(0..2)], 6).is_some(),
+            "sorted"
+        );
+        assert!(
+            Edits::new(vec![edit(0..3), edit(2..4)], 6).is_none(),
+            "overlap"
+        );
+        assert!(Edits::new(vec![edit(5..7)], 6).is_none(), "past the end");
+        let edits = Edits::new(vec![edit(4..6), edit(0..2), edit(3..3)], 6).unwrap();
+        assert_eq!(edits.apply(b"abcdef").unwrap(), b"xcxdx");
+        assert_eq!(edits.new_len(b"abcdef"), 5);
     }
 }

@@ -254,7 +254,7 @@ fn explain(args: &[String]) -> Result<String, String> {
         let model = config.model(*m).map_or("?", |m| m.name.as_str());
         out.push(format!("  {}. {model}", i + 1));
     }
-    if let Some(new_body) = decision.new_body {
+    if let Some(new_body) = decision.edits.and_then(|e| e.apply(&body)) {
         out.push(format!(
             "body sent to the first: {}",
             String::from_utf8_lossy(&new_body)
