@@ -268,6 +268,8 @@ impl Flight {
         self.state = State::Delivering;
         self.seq += 1;
         self.holding = false;
+        // No attempt follows: free the client's body now rather than when a long stream ends.
+        self.replay = None;
         if (200..300).contains(&status) && self.needs_latency() {
             self.measure = Some(Measure::default());
         }
