@@ -3,7 +3,8 @@
 //! Reads use the SDK's byte variants: its `get_map_value` unwraps UTF-8, so a header with a
 //! non-UTF-8 byte would abort the VM. The SDK still panics when the host returns a status it
 //! does not expect; every call here is made only in a phase where Envoy answers `Ok` (headers
-//! are written while they are paused or before they are sent, the body is replaced whole).
+//! are written while they are paused or before they are sent, the body is edited only while
+//! Envoy holds all of it).
 
 use super::profile;
 use crate::core::request::Edits;
