@@ -66,12 +66,24 @@ fn config(strategy: &str, targets: usize) -> Config {
         ),
         "priority-based-routing" => format!(r#""priority": {}"#, i / 4),
         "conditional-routing" => format!(r#""when": "request.headers[\"x-tier\"] == \"t{i}\"""#),
+        "complexity-based-routing" => {
+            let tier = match i % 3 {
+                0 => "simple",
+                1 => "medium",
+                _ => "complex",
+            };
+            format!(r#""tier": "{tier}""#)
+        }
         _ => r#""fallback_candidate": true"#.to_string(),
     };
     let (kind, extra) = match strategy {
         "sticky" => (
             "weight-based-routing",
             r#""sticky_routing": {"ttl_seconds": 3600, "session_identifiers": [{"key": "x-user-id", "source": "headers"}]},"#,
+        ),
+        "hash-based-routing" => (
+            "hash-based-routing",
+            r#""hash_key": {"source": "headers", "key": "x-user-id"},"#,
         ),
         other => (other, ""),
     };
@@ -138,13 +150,23 @@ fn main() {
     let headers = vec![
         ("x-user-id".to_string(), b"user-1234".to_vec()),
         ("x-tier".to_string(), b"t31".to_vec()),
+        ("authorization".to_string(), b"Bearer sk-caller-1".to_vec()),
     ];
     let state = LocalState::default();
+    // The complexity classifier reads the request's text: a 1.5 KB chat.
+    let chat = body(1536);
+    let fields = match inspect(&chat) {
+        Ok(i) => i.fields,
+        Err(_) => panic!("inspect failed"),
+    };
     for strategy in [
         "weight-based-routing",
         "sticky",
         "priority-based-routing",
+        "latency-based-routing",
+        "complexity-based-routing",
         "round-robin-routing",
+        "hash-based-routing",
         "conditional-routing",
     ] {
         let c = config(strategy, 32);
@@ -161,12 +183,18 @@ fn main() {
             metadata: &metadata,
             headers: &headers,
             state: &state,
-            body: b"",
-            fields: &[],
+            body: &chat,
+            fields: &fields,
             tier_hint: None,
         };
+        // The complexity classifier reads the chat's text: that part is request inspection.
+        let note = if strategy == "complexity-based-routing" {
+            " (scores 1.5 KB of text)"
+        } else {
+            ""
+        };
         bench(
-            &format!("decide: {strategy}, 32 targets, with health"),
+            &format!("decide: {strategy}, 32 targets, with health{note}"),
             || {
                 black_box(plan(&c, &request, &health, &mut rng).is_ok());
             },

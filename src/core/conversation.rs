@@ -42,6 +42,21 @@ fn text_of(content: &Option<Content>) -> String {
     }
 }
 
+/// Chat `messages` or Responses `input`: a string is itself one user message. Read by the
+/// first byte rather than as the untagged `Content`, which would buffer the whole array and
+/// then be parsed again.
+fn messages(raw: &RawValue) -> Option<Vec<Message>> {
+    let json = raw.get();
+    if json.starts_with('"') {
+        let text: String = serde_json::from_str(json).ok()?;
+        return Some(vec![Message {
+            role: "user".to_string(),
+            content: Some(Content::Text(text)),
+        }]);
+    }
+    serde_json::from_str(json).ok()
+}
+
 /// The key text of a request body's conversation, or `None` when it has no user message with
 /// text. `field` looks up a top-level field's raw JSON (`messages`, `system`, `input`,
 /// `instructions`).
@@ -56,16 +71,7 @@ pub fn key<'a>(field: impl Fn(&str) -> Option<&'a RawValue>) -> Option<String> {
         }
     }
     // Chat `messages` or Responses `input` (a string is itself the first user message).
-    let messages: Vec<Message> = match field("messages").or_else(|| field("input")) {
-        Some(raw) => match serde_json::from_str::<Content>(raw.get()).ok()? {
-            Content::Text(t) => vec![Message {
-                role: "user".to_string(),
-                content: Some(Content::Text(t)),
-            }],
-            _ => serde_json::from_str(raw.get()).ok()?,
-        },
-        None => return None,
-    };
+    let messages = messages(field("messages").or_else(|| field("input"))?)?;
     for m in &messages {
         let text = text_of(&m.content);
         match m.role.as_str() {
@@ -91,20 +97,14 @@ pub fn all_text<'a>(field: impl Fn(&str) -> Option<&'a RawValue>) -> (String, us
             text.push('\n');
         }
     }
-    if let Some(raw) = field("messages").or_else(|| field("input")) {
-        match serde_json::from_str::<Content>(raw.get()) {
-            Ok(Content::Text(t)) => {
-                text.push_str(&t);
-                turns = 1;
-            }
-            _ => {
-                let messages: Vec<Message> = serde_json::from_str(raw.get()).unwrap_or_default();
-                turns = messages.len();
-                for m in &messages {
-                    text.push_str(&text_of(&m.content));
-                    text.push('\n');
-                }
-            }
+    if let Some(messages) = field("messages")
+        .or_else(|| field("input"))
+        .and_then(messages)
+    {
+        turns = messages.len();
+        for m in &messages {
+            text.push_str(&text_of(&m.content));
+            text.push('\n');
         }
     }
     (text, turns)

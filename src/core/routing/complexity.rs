@@ -36,7 +36,10 @@ pub fn score(text: &str, turns: usize, has_tools: bool) -> u32 {
     if text.contains("```") {
         points += 2;
     }
-    let lower = text.to_lowercase();
+    // The markers are ASCII: an ASCII lowercase finds them, at a fraction of Unicode's cost.
+    // A long prompt's instructions sit at its start or end; its middle (documents, context)
+    // is not searched, so the cost stops growing with the prompt.
+    let lower = marker_window(text).to_ascii_lowercase();
     let markers = REASONING_MARKERS
         .iter()
         .filter(|m| lower.contains(*m))
@@ -51,6 +54,27 @@ pub fn score(text: &str, turns: usize, has_tools: bool) -> u32 {
         _ => 2,
     };
     points
+}
+
+/// Bytes searched for reasoning markers at each end of a long text.
+pub const MARKER_WINDOW_BYTES: usize = 8 * 1024;
+
+/// The text to search for markers: all of it, or its first and last [`MARKER_WINDOW_BYTES`].
+fn marker_window(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.len() <= 2 * MARKER_WINDOW_BYTES {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut head = MARKER_WINDOW_BYTES;
+    while !text.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = text.len() - MARKER_WINDOW_BYTES;
+    while !text.is_char_boundary(tail) {
+        tail += 1;
+    }
+    let (start, end) = (text.get(..head), text.get(tail..));
+    // A newline keeps a marker from being made of the head's end and the tail's start.
+    std::borrow::Cow::Owned(format!("{}\n{}", start.unwrap_or(""), end.unwrap_or("")))
 }
 
 /// The tier a score falls in.
@@ -113,6 +137,23 @@ mod tests {
         );
         assert_eq!(classify(score(&hard, 14, true), &T), Tier::Complex);
         assert_eq!(score("", 0, false), 0);
+    }
+
+    #[test]
+    fn markers_count_at_the_ends_of_a_long_prompt_not_in_its_middle() {
+        let filler = "lorem ipsum é ".repeat(2_000);
+        let at_start = format!("Compare these. {filler}");
+        let at_end = format!("{filler} Now prove it.");
+        let in_middle = format!("{filler} Derive it. {filler}");
+        let plain = score(&format!("{filler}{filler}"), 1, false);
+        assert_eq!(score(&at_start, 1, false), score(&filler, 1, false) + 1);
+        assert_eq!(score(&at_end, 1, false), score(&filler, 1, false) + 1);
+        assert_eq!(
+            score(&in_middle, 1, false),
+            plain,
+            "the middle is not searched"
+        );
+        assert_eq!(score("Explain why, step by step.", 1, false), 2);
     }
 
     #[test]
