@@ -44,7 +44,11 @@ fn usable(value: &[u8]) -> Option<Cow<'_, str>> {
     }
     let text = match String::from_utf8_lossy(value) {
         Cow::Borrowed(text) => nfc(text),
-        Cow::Owned(text) => Cow::Owned(nfc(&text).into_owned()),
+        // Already owned: keep it when NFC changes nothing, rather than copying it again.
+        Cow::Owned(text) => match nfc(&text) {
+            Cow::Borrowed(_) => Cow::Owned(text),
+            Cow::Owned(normalised) => Cow::Owned(normalised),
+        },
     };
     let ok = text.len() <= MAX_KEY_BYTES
         && !text
