@@ -11,6 +11,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 use switchboard::core::config::Config;
 use switchboard::core::endpoint::Endpoint;
+use switchboard::core::headers::Headers;
 use switchboard::core::health::policy::{FailureWindow, HealthPolicy};
 use switchboard::core::health::record::{HealthRecord, Outcome};
 use switchboard::core::health::store::{self, MemoryStore};
@@ -147,11 +148,11 @@ fn main() {
             ..HealthRecord::default()
         })
         .collect();
-    let headers = vec![
-        ("x-user-id".to_string(), b"user-1234".to_vec()),
-        ("x-tier".to_string(), b"t31".to_vec()),
-        ("authorization".to_string(), b"Bearer sk-caller-1".to_vec()),
-    ];
+    let headers = Headers::from_pairs([
+        ("x-user-id", "user-1234"),
+        ("x-tier", "t31"),
+        ("authorization", "Bearer sk-caller-1"),
+    ]);
     let state = LocalState::default();
     // The complexity classifier reads the request's text: a 1.5 KB chat.
     let chat = body(1536);

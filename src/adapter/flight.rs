@@ -7,7 +7,7 @@
 //! last attempt then replaces it (DESIGN.md, "Fallback by replacing a failed response"). The
 //! decisions come from [`Attempts`] in the core; this file moves bytes.
 
-use super::host::{self, header, Headers};
+use super::host::{self, Headers};
 use super::runtime::Runtime;
 use crate::core::config::{Config, ModelId, TargetPolicy, DIRECT_POLICY};
 use crate::core::decision::body_for;
@@ -378,7 +378,9 @@ impl Flight {
             return; // abandoned after a timeout
         }
         let now = host::now_ms();
-        let status = header(&headers, ":status").and_then(|s| s.parse::<u16>().ok());
+        let status = headers
+            .get_str(":status")
+            .and_then(|s| s.parse::<u16>().ok());
         let outcome = match (num_headers, status) {
             (0, _) | (_, None) => AttemptOutcome::ConnectFailure,
             (_, Some(s)) => AttemptOutcome::Status(s),
@@ -524,9 +526,8 @@ impl Flight {
         };
         let mut headers: Vec<(&str, &str)> = replay
             .headers
-            .iter()
+            .text_pairs()
             .filter(|(k, _)| !replaced(k))
-            .filter_map(|(k, v)| Some((k.as_str(), std::str::from_utf8(v).ok()?)))
             .collect();
         headers.extend(
             model
@@ -554,9 +555,8 @@ impl Flight {
         self.state = State::Done;
         let added = self.answer_headers(self.attempts.current(), gave_up);
         let mut out: Vec<(&str, &str)> = headers
-            .iter()
-            .filter(|(k, _)| !NOT_REPLAYED.contains(&k.as_str()))
-            .filter_map(|(k, v)| Some((k.as_str(), std::str::from_utf8(v).ok()?)))
+            .text_pairs()
+            .filter(|(k, _)| !NOT_REPLAYED.contains(k))
             .collect();
         out.extend(added.iter().map(|(k, v)| (*k, v.as_str())));
         host::send_reply(status, out, body);
@@ -594,6 +594,6 @@ fn router_outcome(status: u16) -> AttemptOutcome {
 
 /// The provider's "come back in" hint from a failed answer's headers.
 fn hint_ms(headers: &Headers, now_ms: u64) -> Option<u64> {
-    let names: Vec<&str> = headers.iter().map(|(k, _)| k.as_str()).collect();
-    retry_after::hint_ms(|n| header(headers, n), &names, now_ms)
+    let names: Vec<&str> = headers.text_pairs().map(|(k, _)| k).collect();
+    retry_after::hint_ms(|n| headers.get_str(n), &names, now_ms)
 }

@@ -12,15 +12,42 @@ use proxy_wasm::hostcalls;
 use proxy_wasm::types::{BufferType, MapType, Status};
 use std::time::Duration;
 
-/// Header pairs as the host gives them: names as strings, values as bytes.
-pub type Headers = Vec<(String, Vec<u8>)>;
+pub use crate::core::headers::Headers;
 
-pub use crate::core::request::header_str as header;
+#[link(wasm_import_module = "env")]
+extern "C" {
+    /// The ABI call behind the SDK's `get_map_bytes`, which splits the result into a `String`
+    /// and a `Vec` per header; [`Headers`] reads the host's buffer as it is.
+    fn proxy_get_header_map_pairs(
+        map_type: MapType,
+        return_map_data: *mut *mut u8,
+        return_map_size: *mut usize,
+    ) -> Status;
+}
+
+/// Every header of `map`, in the host's encoding (empty if the host has none to give).
+fn header_map(map: MapType) -> Headers {
+    let mut data: *mut u8 = std::ptr::null_mut();
+    let mut size: usize = 0;
+    // SAFETY: as in the SDK's `get_map_bytes`: on `Ok` the host has written a buffer it
+    // allocated through this module's `proxy_on_memory_allocate` (the global allocator, as a
+    // `Vec<u8>` of exactly `size` bytes), whose ownership passes to us.
+    let bytes = unsafe {
+        match proxy_get_header_map_pairs(map, &mut data, &mut size) {
+            Status::Ok if !data.is_null() => Vec::from_raw_parts(data, size, size),
+            _ => Vec::new(),
+        }
+    };
+    Headers::decode(bytes).unwrap_or_else(|| {
+        log::warn!("the host's {map:?} headers were malformed; read as none");
+        Headers::default()
+    })
+}
 
 /// Every request header, pseudo-headers included.
 pub fn request_headers() -> Headers {
     let _span = profile::span("request_headers");
-    hostcalls::get_map_bytes(MapType::HttpRequestHeaders).unwrap_or_default()
+    header_map(MapType::HttpRequestHeaders)
 }
 
 /// Sets (replacing every existing value) a request header.
@@ -50,7 +77,7 @@ pub fn response_header(name: &str) -> Option<Vec<u8>> {
 /// Every response header.
 pub fn response_headers() -> Headers {
     let _span = profile::span("response_headers");
-    hostcalls::get_map_bytes(MapType::HttpResponseHeaders).unwrap_or_default()
+    header_map(MapType::HttpResponseHeaders)
 }
 
 /// The current chunk of the response body.
@@ -79,14 +106,29 @@ pub fn request_body(max: usize) -> Vec<u8> {
         .unwrap_or_default()
 }
 
+/// Below this many bytes, the edited head of a body is joined and handed to Envoy in one host
+/// call: copying a few KB inside the filter costs less than another crossing into Envoy.
+const JOIN_HEAD_BELOW: usize = 16 * 1024;
+
 /// Applies `edits` to Envoy's buffered request body, which holds `body`. Envoy can only drain
-/// and prepend at the start of a body, so the edited bytes up to the last edit go in piece by
-/// piece, last first, and the rest of the body never leaves Envoy or gets copied here.
+/// and prepend at the start of a body, so the edited bytes up to the last edit replace that
+/// part (joined when small, else piece by piece, last first), and the rest of the body never
+/// leaves Envoy or gets copied here.
 pub fn edit_request_body(body: &[u8], edits: &Edits) -> bool {
     let _span = profile::span("edit_request_body");
     let Some((pieces, end)) = edits.head(body) else {
         return false;
     };
+    if end < JOIN_HEAD_BELOW {
+        let head = pieces.concat();
+        return match hostcalls::set_buffer(BufferType::HttpRequestBody, 0, end, &head) {
+            Ok(()) => true,
+            Err(status) => {
+                log::warn!("could not edit the request body: {status:?}");
+                false
+            }
+        };
+    }
     let mut drain = end;
     for piece in pieces.iter().rev() {
         if piece.is_empty() && drain == 0 {
@@ -147,7 +189,7 @@ pub fn dispatch(
 /// The headers and body of the HTTP call whose response callback is running.
 pub fn call_response(body_size: usize) -> (Headers, Vec<u8>) {
     let _span = profile::span("call_response");
-    let headers = hostcalls::get_map_bytes(MapType::HttpCallResponseHeaders).unwrap_or_default();
+    let headers = header_map(MapType::HttpCallResponseHeaders);
     let body = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size)
         .ok()
         .flatten()

@@ -5,7 +5,7 @@
 //! `allow_on_headers_stop_iteration: true`).
 
 use super::flight::{Flight, Replay, Start};
-use super::host::{self, header, Headers};
+use super::host::{self, Headers};
 use super::runtime::Runtime;
 use crate::core::batch;
 use crate::core::config::Config;
@@ -129,7 +129,7 @@ impl Http {
 
     /// Asks the classifier model for the tier.
     fn call_classifier(call: &ClassifierCall, headers: &Headers) -> Option<u32> {
-        let authority = header(headers, ":authority").unwrap_or("switchboard");
+        let authority = headers.get_str(":authority").unwrap_or("switchboard");
         let length = call.body.len().to_string();
         let mut h: Vec<(&str, &str)> = vec![
             (":method", "POST"),
@@ -190,8 +190,8 @@ impl Http {
             .and_then(|i| config.virtual_models.get(i))
             .and_then(|vm| vm.target(decision.target));
         let attempts = Attempts::new(decision.plan.candidates, false);
-        let chunked = header(&headers, "transfer-encoding").is_some();
-        let has_metadata = header(&headers, &config.header_names.metadata).is_some();
+        let chunked = headers.get_str("transfer-encoding").is_some();
+        let has_metadata = headers.get_str(&config.header_names.metadata).is_some();
         if let Some(edits) = &decision.edits {
             if !host::edit_request_body(&body, edits) {
                 return self.reply(&ErrorReply::invalid_json("the body could not be rewritten"));
@@ -293,8 +293,8 @@ impl HttpContext for Http {
         // One host call for every header: cheaper than several lookups, and these are the
         // client's headers as sent, which a retry or fallback replays.
         let headers = host::request_headers();
-        let path = header(&headers, ":path").unwrap_or_default();
-        let method = header(&headers, ":method").unwrap_or_default();
+        let path = headers.get_str(":path").unwrap_or_default();
+        let method = headers.get_str(":method").unwrap_or_default();
         if method == "GET" && matches!(path.split('?').next(), Some("/v1/models" | "/models")) {
             // The filter answers the model list itself: the names clients may call.
             host::send_reply(
@@ -308,7 +308,7 @@ impl HttpContext for Http {
         let endpoint = Endpoint::from_path(path).filter(|_| method == "POST");
         let Some(endpoint) = endpoint else {
             // Never let a client pick the cluster through the route's cluster_header.
-            if header(&headers, &config.header_names.cluster).is_some() {
+            if headers.get_str(&config.header_names.cluster).is_some() {
                 host::remove_request_header(&config.header_names.cluster);
             }
             if method == "POST"
@@ -316,7 +316,7 @@ impl HttpContext for Http {
                 && !config.virtual_models.is_empty()
                 && batch::is_batch_path(path)
             {
-                let content_type = header(&headers, "content-type").unwrap_or_default();
+                let content_type = headers.get_str("content-type").unwrap_or_default();
                 self.phase = Phase::CheckingBatch(path.to_string(), content_type.to_string());
                 return Action::Pause;
             }
@@ -325,8 +325,9 @@ impl HttpContext for Http {
         if end_of_stream {
             return self.reply(&ErrorReply::body_required());
         }
-        let declared =
-            header(&headers, "content-length").and_then(|v| v.trim().parse::<usize>().ok());
+        let declared = headers
+            .get_str("content-length")
+            .and_then(|v| v.trim().parse::<usize>().ok());
         if declared.is_some_and(|n| n > config.max_request_body_bytes) {
             return self.reply(&ErrorReply::body_too_large(config.max_request_body_bytes));
         }

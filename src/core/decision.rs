@@ -6,8 +6,9 @@
 use crate::core::config::{Config, ModelId, VirtualModel};
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
+use crate::core::headers::Headers;
 use crate::core::metadata::Metadata;
-use crate::core::request::{header, header_str, inspect, inspect_multipart};
+use crate::core::request::{inspect, inspect_multipart};
 use crate::core::request::{rewrite, Edits, Layout};
 use crate::core::routing::state::RoutingState;
 use crate::core::routing::{plan, HealthInput, Plan, Request};
@@ -31,10 +32,10 @@ pub struct Decision {
 fn inspect_request<'b>(
     endpoint: Endpoint,
     body: &'b [u8],
-    headers: &[(String, Vec<u8>)],
+    headers: &Headers,
 ) -> Result<crate::core::request::Inspected<'b>, ErrorReply> {
     if endpoint.is_multipart() {
-        let content_type = header_str(headers, "content-type").unwrap_or_default();
+        let content_type = headers.get_str("content-type").unwrap_or_default();
         let boundary = crate::core::multipart::boundary(content_type).ok_or_else(|| {
             ErrorReply::invalid_multipart("no multipart/form-data content type with a boundary")
         })?;
@@ -63,7 +64,7 @@ pub fn classifier_call(
     config: &Config,
     endpoint: Endpoint,
     body: &[u8],
-    headers: &[(String, Vec<u8>)],
+    headers: &Headers,
 ) -> Option<ClassifierCall> {
     // Every routed request asks; only configs with a classifier pay a second look at the body.
     if !config.has_classifier {
@@ -99,7 +100,7 @@ pub fn decide(
     config: &Config,
     endpoint: Endpoint,
     body: &[u8],
-    headers: &[(String, Vec<u8>)],
+    headers: &Headers,
     health: &HealthInput<'_>,
     state: &dyn RoutingState,
     rng: &mut fastrand::Rng,
@@ -114,14 +115,14 @@ pub fn decide_with_tier(
     config: &Config,
     endpoint: Endpoint,
     body: &[u8],
-    headers: &[(String, Vec<u8>)],
+    headers: &Headers,
     health: &HealthInput<'_>,
     state: &dyn RoutingState,
     tier_hint: Option<crate::core::config::Tier>,
     rng: &mut fastrand::Rng,
 ) -> Result<Decision, ErrorReply> {
     let inspected = inspect_request(endpoint, body, headers)?;
-    let metadata_header = header(headers, &config.header_names.metadata);
+    let metadata_header = headers.get(&config.header_names.metadata);
     let metadata = Metadata::resolve(metadata_header, &config.default_metadata)?;
     let request = Request {
         endpoint,
@@ -180,6 +181,7 @@ pub fn body_for(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::headers::NO_HEADERS;
     use crate::core::routing::state::LocalState;
 
     const CONFIG: &str = r#"{
@@ -205,7 +207,7 @@ mod tests {
             &config(),
             Endpoint::ChatCompletions,
             body,
-            &[],
+            &NO_HEADERS,
             &HealthInput::NONE,
             &LocalState::default(),
             &mut fastrand::Rng::with_seed(1),
@@ -225,7 +227,7 @@ mod tests {
             &config(),
             Endpoint::ChatCompletions,
             body,
-            &[],
+            &NO_HEADERS,
             &HealthInput::NONE,
             &LocalState::default(),
             &mut fastrand::Rng::with_seed(1),
@@ -247,10 +249,10 @@ mod tests {
         )
         .unwrap();
         let body = br#"{"model":"vm","temperature":1}"#;
-        let headers = vec![(
+        let headers = Headers::from_pairs(vec![(
             "x-switchboard-metadata".to_string(),
             br#"{"env":"dev"}"#.to_vec(),
-        )];
+        )]);
         let d = decide(
             &config,
             Endpoint::ChatCompletions,
@@ -266,7 +268,10 @@ mod tests {
             d.edits.unwrap().apply(body).unwrap(),
             br#"{"model":"gpt-4o","temperature":0.1,"max_tokens":50}"#
         );
-        let bad = vec![("x-switchboard-metadata".to_string(), b"not json".to_vec())];
+        let bad = Headers::from_pairs(vec![(
+            "x-switchboard-metadata".to_string(),
+            b"not json".to_vec(),
+        )]);
         let e = decide(
             &config,
             Endpoint::ChatCompletions,
@@ -290,10 +295,10 @@ mod tests {
         )
         .unwrap();
         let body = b"--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n\r\nRIFF\r\n--b\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nteam/stt\r\n--b--\r\n";
-        let headers = vec![(
+        let headers = Headers::from_pairs(vec![(
             "content-type".to_string(),
             b"multipart/form-data; boundary=b".to_vec(),
-        )];
+        )]);
         let state = LocalState::default();
         let d = decide(
             &config,
@@ -310,7 +315,10 @@ mod tests {
             String::from_utf8(d.edits.unwrap().apply(body).unwrap()).unwrap(),
             expected
         );
-        let json = vec![("content-type".to_string(), b"application/json".to_vec())];
+        let json = Headers::from_pairs(vec![(
+            "content-type".to_string(),
+            b"application/json".to_vec(),
+        )]);
         let e = decide(
             &config,
             Endpoint::Transcriptions,
@@ -332,7 +340,7 @@ mod tests {
                 &config(),
                 Endpoint::ChatCompletions,
                 br#"{"model":"chat"}"#,
-                &[]
+                &NO_HEADERS
             ),
             None
         );
@@ -348,12 +356,17 @@ mod tests {
             &with,
             Endpoint::ChatCompletions,
             br#"{"model":"auto","messages":[{"role":"user","content":"hi"}]}"#,
-            &[],
+            &NO_HEADERS,
         )
         .unwrap();
         assert_eq!(call.cluster, "j");
         assert_eq!(
-            classifier_call(&with, Endpoint::ChatCompletions, br#"{"model":"t"}"#, &[]),
+            classifier_call(
+                &with,
+                Endpoint::ChatCompletions,
+                br#"{"model":"t"}"#,
+                &NO_HEADERS
+            ),
             None
         );
     }
@@ -366,7 +379,7 @@ mod tests {
                 &config(),
                 Endpoint::ChatCompletions,
                 b"{",
-                &[],
+                &NO_HEADERS,
                 &HealthInput::NONE,
                 &LocalState::default(),
                 &mut rng
@@ -380,7 +393,7 @@ mod tests {
                 &config(),
                 Endpoint::ChatCompletions,
                 br#"{"model":"x"}"#,
-                &[],
+                &NO_HEADERS,
                 &HealthInput::NONE,
                 &LocalState::default(),
                 &mut rng
@@ -394,7 +407,7 @@ mod tests {
                 &config(),
                 Endpoint::Embeddings,
                 br#"{"model":"chat"}"#,
-                &[],
+                &NO_HEADERS,
                 &HealthInput::NONE,
                 &LocalState::default(),
                 &mut rng

@@ -12,19 +12,6 @@ use serde_json::value::RawValue;
 use std::borrow::Cow;
 use std::ops::Range;
 
-/// The value of a header (names lower-case) in a list as the host gives it.
-pub fn header<'h>(headers: &'h [(String, Vec<u8>)], name: &str) -> Option<&'h [u8]> {
-    headers
-        .iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.as_slice())
-}
-
-/// [`header`] as text, if it is UTF-8.
-pub fn header_str<'h>(headers: &'h [(String, Vec<u8>)], name: &str) -> Option<&'h str> {
-    header(headers, name).and_then(|v| std::str::from_utf8(v).ok())
-}
-
 /// A top-level key, borrowed from the body unless it holds escapes.
 #[derive(Deserialize)]
 struct Key<'a>(#[serde(borrow)] Cow<'a, str>);

@@ -8,7 +8,7 @@ use crate::core::config::{ConditionalTarget, ModelId};
 
 impl Facts for Request<'_> {
     fn header(&self, lower_case_name: &str) -> Option<&str> {
-        crate::core::request::header_str(self.headers, lower_case_name)
+        self.headers.get_str(lower_case_name)
     }
 
     fn metadata(&self, key: &str) -> Option<&str> {
@@ -42,6 +42,8 @@ pub fn order(targets: &[ConditionalTarget], request: &Request<'_>) -> Vec<ModelI
 mod tests {
     use super::*;
     use crate::core::endpoint::Endpoint;
+    use crate::core::headers::Headers;
+    use crate::core::headers::NO_HEADERS;
     use crate::core::metadata::Metadata;
     use crate::core::routing::condition::Condition;
 
@@ -64,11 +66,11 @@ mod tests {
             r#"metadata.region in ["eu", "uk"] && request.path == "/v1/chat/completions""#,
             "true",
         ]);
-        let headers = vec![
+        let headers = Headers::from_pairs(vec![
             (":path".to_string(), b"/v1/chat/completions?x=1".to_vec()),
             (":method".to_string(), b"POST".to_vec()),
             ("x-tier".to_string(), b"pro".to_vec()),
-        ];
+        ]);
         let metadata = Metadata::resolve(Some(br#"{"region":"uk"}"#), &[]).unwrap();
         let state = crate::core::routing::state::LocalState::default();
         let request = Request {
@@ -87,7 +89,7 @@ mod tests {
             endpoint: Endpoint::ChatCompletions,
             model: "vm",
             metadata: &none,
-            headers: &[],
+            headers: &NO_HEADERS,
             state: &state,
             body: b"",
             fields: &[],

@@ -18,7 +18,7 @@ pub const MAX_KEY_BYTES: usize = 256;
 
 /// The hash of the request's key, or `None` when it has no usable one.
 pub fn key_hash(by: &HashKey, request: &Request<'_>) -> Option<u64> {
-    let header = |name: &str| crate::core::request::header(request.headers, name);
+    let header = |name: &str| request.headers.get(name);
     let hash = match by {
         HashKey::User => hash64(&[header("authorization").filter(|v| !v.is_empty())?]),
         HashKey::Conversation => {

@@ -25,6 +25,7 @@ use crate::core::config::{
 };
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
+use crate::core::headers::Headers;
 use crate::core::metadata::Metadata;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
@@ -40,7 +41,7 @@ pub struct Request<'a> {
     /// Resolved metadata.
     pub metadata: &'a Metadata,
     /// The client's headers (names lower-case).
-    pub headers: &'a [(String, Vec<u8>)],
+    pub headers: &'a Headers,
     /// Sticky pins and round-robin cursors.
     pub state: &'a dyn state::RoutingState,
     /// The body, and its top-level fields with their spans (for keys read from the body).
@@ -55,7 +56,7 @@ impl<'a> Request<'a> {
     /// The value a session or caller identifier names: a header or a metadata value.
     pub fn identifier(&self, id: &SessionIdentifier) -> Option<&'a [u8]> {
         match id.source {
-            StickySource::Headers => crate::core::request::header(self.headers, &id.key),
+            StickySource::Headers => self.headers.get(&id.key),
             StickySource::Metadata => self.metadata.get(&id.key).map(str::as_bytes),
         }
     }
@@ -157,7 +158,7 @@ pub fn plan(
 fn caller_identity(caller: Option<&SessionIdentifier>, request: &Request<'_>) -> [u8; 8] {
     let value = match caller {
         Some(id) => request.identifier(id),
-        None => crate::core::request::header(request.headers, "authorization"),
+        None => request.headers.get("authorization"),
     };
     hashing::hash64(&[value.unwrap_or_default()]).to_le_bytes()
 }
@@ -303,6 +304,7 @@ fn order(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::headers::NO_HEADERS;
 
     static NO_STATE: NoState = NoState;
 
@@ -336,7 +338,7 @@ mod tests {
             endpoint,
             model,
             metadata,
-            headers: &[],
+            headers: &NO_HEADERS,
             state: &NO_STATE,
             body: b"",
             fields: &[],

@@ -75,6 +75,8 @@ pub fn order(
 mod tests {
     use super::*;
     use crate::core::endpoint::Endpoint;
+    use crate::core::headers::Headers;
+    use crate::core::headers::NO_HEADERS;
     use crate::core::metadata::Metadata;
     use crate::core::routing::state::{LocalState, RoutingState};
     use crate::core::routing::{plan, HealthInput, Request};
@@ -96,7 +98,8 @@ mod tests {
         user: &str,
         now_ms: u64,
     ) -> (Vec<ModelId>, Session) {
-        let headers = vec![("x-user-id".to_string(), user.as_bytes().to_vec())];
+        let headers =
+            Headers::from_pairs(vec![("x-user-id".to_string(), user.as_bytes().to_vec())]);
         let metadata = Metadata::default();
         let request = Request {
             endpoint: Endpoint::ChatCompletions,
@@ -188,13 +191,13 @@ mod tests {
             endpoint: Endpoint::ChatCompletions,
             model: "vm",
             metadata: &metadata,
-            headers: &[],
+            headers: &NO_HEADERS,
             state: &state,
             body: b"",
             fields: &[],
             tier_hint: None,
         };
-        let empty = vec![("x-user-id".to_string(), Vec::new())];
+        let empty = Headers::from_pairs([("x-user-id", "")]);
         let blank = Request {
             headers: &empty,
             ..bare

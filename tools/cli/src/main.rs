@@ -13,6 +13,7 @@ use std::process::ExitCode;
 use switchboard::core::config::{Config, Named, Routing, StickySource};
 use switchboard::core::decision::decide;
 use switchboard::core::endpoint::Endpoint;
+use switchboard::core::headers::Headers;
 use switchboard::core::metadata::Metadata;
 use switchboard::core::routing::state::LocalState;
 use switchboard::core::routing::{HealthInput, Request};
@@ -114,8 +115,8 @@ fn check(args: &[String]) -> Result<String, String> {
 }
 
 /// The multipart boundary of the request's content type, if it is an upload.
-fn multipart_boundary(headers: &[(String, Vec<u8>)]) -> Option<&str> {
-    let ct = switchboard::core::request::header_str(headers, "content-type")?;
+fn multipart_boundary(headers: &Headers) -> Option<&str> {
+    let ct = headers.get_str("content-type")?;
     switchboard::core::multipart::boundary(ct)
 }
 
@@ -125,6 +126,7 @@ fn endpoint(path: &str) -> Result<Endpoint, String> {
 
 fn explain(args: &[String]) -> Result<String, String> {
     let o = options(args)?;
+    let headers = Headers::from_pairs(o.headers.iter().map(|(k, v)| (k, v)));
     let [config_path, request_path] = o.positional.as_slice() else {
         return Err(USAGE.to_string());
     };
@@ -138,7 +140,7 @@ fn explain(args: &[String]) -> Result<String, String> {
         &config,
         endpoint,
         &body,
-        &o.headers,
+        &headers,
         &health.input(),
         &state,
         &mut rng,
@@ -146,18 +148,14 @@ fn explain(args: &[String]) -> Result<String, String> {
     .map_err(|e| format!("the filter would answer {}: {}", e.status, e.body))?;
     let mut out = Vec::new();
     // The filter already accepted the body: read the model the way it did (JSON or multipart).
-    let requested = match multipart_boundary(&o.headers) {
+    let requested = match multipart_boundary(&headers) {
         Some(b) => {
             switchboard::core::request::inspect_multipart(&body, b).map(|i| i.model.into_owned())
         }
         None => switchboard::core::request::inspect(&body).map(|i| i.model.into_owned()),
     }
     .unwrap_or_default();
-    let metadata_header = o
-        .headers
-        .iter()
-        .find(|(k, _)| *k == config.header_names.metadata)
-        .map(|(_, v)| v.as_slice());
+    let metadata_header = headers.get(&config.header_names.metadata);
     let metadata =
         Metadata::resolve(metadata_header, &config.default_metadata).map_err(|e| e.body)?;
     match config.lookup(&requested) {
@@ -184,7 +182,7 @@ fn explain(args: &[String]) -> Result<String, String> {
                 endpoint,
                 model: &requested,
                 metadata: &metadata,
-                headers: &o.headers,
+                headers: &headers,
                 state: &state,
                 body: b"",
                 fields: &[],
@@ -338,7 +336,7 @@ fn simulate(args: &[String]) -> Result<String, String> {
             &config,
             endpoint,
             body.as_bytes(),
-            &headers,
+            &Headers::from_pairs(headers),
             &clock.input(),
             &state,
             &mut rng,
