@@ -200,7 +200,8 @@ impl Flight {
         let status = host::response_header(":status")
             .and_then(|s| std::str::from_utf8(&s).ok()?.parse::<u16>().ok())
             .unwrap_or(502);
-        let now = host::now_ms();
+        // Read only if used: a success on a clean record, the usual answer, needs no time.
+        let clock = host::Clock::default();
         match f.state {
             State::Routed => {}
             // Abandoned after a timeout, yet it answered well first: deliver it, drop the rest.
@@ -210,7 +211,7 @@ impl Flight {
                     f.routed_target,
                     AttemptOutcome::Status(status),
                     || None,
-                    now,
+                    || clock.now_ms(),
                 );
                 let routed = f.routed_target;
                 f.deliver(routed, status, false);
@@ -225,8 +226,8 @@ impl Flight {
         }
         f.seq += 1; // the answer started: the fallback timeout no longer applies
         let outcome = router_outcome(status);
-        let hint = || hint_ms(&host::response_headers(), now);
-        f.record(rt, f.routed_target, outcome, hint, now);
+        let hint = || hint_ms(&host::response_headers(), clock.now_ms());
+        f.record(rt, f.routed_target, outcome, hint, || clock.now_ms());
         let step = f.step(outcome);
         match step {
             Step::Deliver | Step::GiveUp => {
@@ -240,7 +241,7 @@ impl Flight {
             Step::Retry { .. } | Step::Fallback { .. } => {
                 f.holding = true;
                 drop(f);
-                Flight::next_attempt(this, rt, step, now);
+                Flight::next_attempt(this, rt, step, clock.now_ms());
                 Action::Pause
             }
         }
@@ -354,7 +355,13 @@ impl Flight {
                 if step == Step::GiveUp {
                     return; // nowhere else to go: keep waiting for this one
                 }
-                f.record(rt, f.routed_target, AttemptOutcome::Timeout, || None, now);
+                f.record(
+                    rt,
+                    f.routed_target,
+                    AttemptOutcome::Timeout,
+                    || None,
+                    || now,
+                );
                 drop(f);
                 Flight::next_attempt(this, rt, step, now);
             }
@@ -390,7 +397,7 @@ impl Flight {
             f.attempts.current(),
             outcome,
             || hint_ms(&headers, now),
-            now,
+            || now,
         );
         let step = f.step(outcome);
         match (step, status) {
@@ -435,7 +442,7 @@ impl Flight {
         target: Option<ModelId>,
         outcome: AttemptOutcome,
         hint: impl FnOnce() -> Option<u64>,
-        now: u64,
+        now: impl FnOnce() -> u64,
     ) {
         let Some((target, model)) = target.and_then(|t| Some((t, self.config.model(t)?))) else {
             return;
@@ -488,7 +495,7 @@ impl Flight {
                 Some(target),
                 AttemptOutcome::ConnectFailure,
                 || None,
-                now,
+                || now,
             );
             match f.step(AttemptOutcome::ConnectFailure) {
                 Step::Retry { target: t, .. } | Step::Fallback { target: t } => target = t,

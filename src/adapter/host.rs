@@ -237,6 +237,19 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
+/// The host time, read on first use and then kept: for callbacks that need it only sometimes.
+#[derive(Default)]
+pub struct Clock(std::cell::Cell<Option<u64>>);
+
+impl Clock {
+    /// Host time in milliseconds since the Unix epoch, the same on every call.
+    pub fn now_ms(&self) -> u64 {
+        let now = self.0.get().unwrap_or_else(now_ms);
+        self.0.set(Some(now));
+        now
+    }
+}
+
 /// Shared data: one store for every worker of this Envoy, kept across config reloads.
 pub struct SharedData;
 

@@ -130,7 +130,13 @@ impl Runtime {
     }
 
     /// Records an attempt's outcome in shared data and in this worker's view.
-    pub fn record(&self, config: &Config, model: ModelId, outcome: Outcome, now_ms: u64) {
+    pub fn record(
+        &self,
+        config: &Config,
+        model: ModelId,
+        outcome: Outcome,
+        now_ms: impl FnOnce() -> u64,
+    ) {
         // A success changes nothing on a clean record: skip two shared-data calls per request.
         let clean = || {
             self.health
@@ -143,6 +149,7 @@ impl Runtime {
             return;
         }
         if let Some(m) = config.model(model) {
+            let now_ms = now_ms();
             self.update(config, model, |r| r.record(outcome, now_ms, &m.health));
         }
     }
