@@ -53,6 +53,7 @@ bench: build
 # The filter built with per-host-call timing, in its own target dir so the real .wasm stays.
 profile: build
 	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
+	cargo build --release --target wasm32-wasip1 -p noop-filter
 	cargo build --release --target wasm32-wasip1 --lib --features profile --target-dir target/profile
 	$(PY) scripts/profile.py
 

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -20,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
-from bench import SCENARIOS as BENCH_SCENARIOS, chat_body, plugin_config, wrk  # noqa: E402
-from harness import bootstrap, free_ports, start_envoy, start_provider, wasm_filter  # noqa: E402
+from bench import NOOP_WASM, SCENARIOS as BENCH_SCENARIOS, chat_body, plugin_config, wrk  # noqa: E402
+from harness import WASM, bootstrap, free_ports, start_envoy, start_provider, wasm_filter  # noqa: E402
 
 PROFILE_WASM = ROOT / "target" / "profile" / "wasm32-wasip1" / "release" / "switchboard.wasm"
 OUT = ROOT / "docs" / "profile.md"
@@ -77,6 +80,66 @@ def run(name: str, size: int, connections: int, targets: int, provider_port: int
     return merged(found)
 
 
+PERF_HZ = 2000
+PERF_SECONDS = 6
+
+
+def where_envoy_runs(filters: list[dict], provider_port: int) -> dict[str, float] | None:
+    """Envoy's CPU per request on the 1.5 KB chat at 16 connections, split by the code that ran
+    it (sampled with `perf`): the filter's Wasm (V8's JIT code), Envoy and V8 themselves, the
+    kernel, the C library. None if perf cannot sample here."""
+    body = Path(tempfile.mkstemp(suffix=".json")[1])
+    body.write_bytes(chat_body(1536))
+    data = Path(tempfile.mkstemp(suffix=".perf")[1])
+    config = bootstrap(*free_ports(2), {"provider": provider_port}, filters, passthrough="provider")
+    envoy = start_envoy(config, concurrency=2)
+    try:
+        wrk(envoy.url, str(body), 16, 2)  # warm up
+        result: dict = {}
+        load = threading.Thread(target=lambda: result.update(wrk(envoy.url, str(body), 16, PERF_SECONDS + 2)))
+        load.start()
+        time.sleep(1)
+        rec = subprocess.run(["perf", "record", "-F", str(PERF_HZ), "-o", str(data), "-p", str(envoy.proc.pid),
+                              "--", "sleep", str(PERF_SECONDS)], capture_output=True, text=True)
+        load.join()
+        if rec.returncode != 0:
+            return None
+        report = subprocess.run(["perf", "report", "-i", str(data), "--sort", "dso", "-n", "--stdio"],
+                                capture_output=True, text=True).stdout
+    finally:
+        envoy.stop()
+        body.unlink()
+        data.unlink(missing_ok=True)
+    samples: dict[str, int] = defaultdict(int)
+    for line in report.splitlines():
+        m = re.match(r"\s*[\d.]+%\s+(\d+)\s+(.+?)\s*$", line)
+        if not m:
+            continue
+        dso = m.group(2)
+        kind = ("Wasm (V8 JIT code)" if dso.startswith("[JIT]") else "Envoy and V8" if dso == "envoy"
+                else "kernel" if dso.startswith("[kernel") else "C library and other")
+        samples[kind] += int(m.group(1))
+    requests = result.get("rps", 0) * PERF_SECONDS
+    if not requests:
+        return None
+    return {k: n / PERF_HZ / requests * 1e6 for k, n in samples.items()}
+
+
+def render_perf(split: dict[str, dict[str, float]]) -> list[str]:
+    kinds = ["Wasm (V8 JIT code)", "Envoy and V8", "kernel", "C library and other"]
+    labels = list(split)
+    lines = ["## Envoy's CPU by the code that ran it (1.5 KB chat, 16 connections)", "",
+             f"Sampled with `perf record -F {PERF_HZ}` on the Envoy process for {PERF_SECONDS} s under load,"
+             " in µs of CPU per request; the filters are the release builds `make bench` runs. The Wasm"
+             " line is the filter's own code; the crossings into Envoy for its host calls count under"
+             " Envoy and V8.", "",
+             "| code | " + " | ".join(labels) + " | difference |", "|---|" + "---|" * (len(labels) + 1)]
+    for kind in kinds + ["total"]:
+        values = [sum(split[l].values()) if kind == "total" else split[l].get(kind, 0.0) for l in labels]
+        lines.append(f"| {kind} | " + " | ".join(f"{v:.1f}" for v in values) + f" | {values[-1] - values[0]:+.1f} |")
+    return lines + [""]
+
+
 def render(results: list[tuple[str, int, dict]]) -> str:
     lines = [
         "# Where the time goes",
@@ -114,9 +177,22 @@ def main() -> int:
                 print("no profile reports in Envoy's log", file=sys.stderr)
                 return 1
             results.append((name, requests, names))
+        split = {}
+        if shutil.which("perf") and not only:
+            print("sampling Envoy with perf", flush=True)
+            for label, filters in [("no-op, host calls", [{**wasm_filter("calls", NOOP_WASM), "name": "noop"}]),
+                                   ("switchboard", [wasm_filter(plugin_config(2), WASM)])]:
+                if (found := where_envoy_runs(filters, provider.port)) is None:
+                    split = {}
+                    break
+                split[label] = found
     finally:
         provider.stop()
     report = render(results)
+    if split:
+        report += "\n".join(render_perf(split))
+    else:
+        report += "(perf could not sample Envoy here: no CPU split by code.)\n"
     OUT.write_text(report)
     print(report)
     return 0
