@@ -12,7 +12,6 @@ pub mod errors;
 pub mod fallback;
 pub mod headers;
 pub mod health;
-pub mod json_fields;
 pub mod metadata;
 pub mod multipart;
 pub mod nfc;

@@ -1,14 +1,12 @@
 //! Reading what routing needs from a request body, and rewriting it for a target by splicing
 //! bytes.
 //!
-//! The body is read as a list of top-level keys with the span of each value: one pass that
-//! validates the whole document without building a tree ([`crate::core::json_fields`], with
-//! serde_json's [`RawValue`]s for what that scanner leaves, and for the client's error). Each
-//! value's position is known, so a rewrite (the `model`, a target's `override_params`) is a
-//! splice: every other byte the client sent reaches the provider as is.
+//! The body is read with serde_json as a list of top-level keys with borrowed [`RawValue`]s: one
+//! pass that validates the whole document without building a tree. Each raw value is a slice of
+//! the original body, so its position is known and a rewrite (the `model`, a target's
+//! `override_params`) is a splice: every other byte the client sent reaches the provider as is.
 
 use crate::core::errors::ErrorReply;
-use crate::core::json_fields::Fields;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
@@ -54,7 +52,7 @@ pub struct Inspected<'a> {
     /// `"stream": true`: the answer comes as server-sent events.
     pub stream: bool,
     /// Every top-level field with the span of its value.
-    pub fields: Fields<'a>,
+    pub fields: Vec<(Cow<'a, str>, Range<usize>)>,
     /// Where the object's closing `}` sits.
     pub end: usize,
     /// The body is `multipart/form-data`: `model` is a form field holding the bare name.
@@ -66,15 +64,28 @@ pub struct Inspected<'a> {
 /// Errors are the client's: malformed JSON, a non-object body, a duplicate, missing or
 /// non-string `model` each give a 400 reply.
 pub fn inspect(body: &[u8]) -> Result<Inspected<'_>, ErrorReply> {
-    // The scanner reads nearly every request; what it refuses, serde_json reads or explains.
-    let fields = match crate::core::json_fields::top_level(body) {
-        Some(fields) => fields,
-        None => serde_fields(body)?,
+    // serde would also read a struct from a JSON array; only an object is a request.
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(
+            match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
+                Ok(_) => ErrorReply::invalid_json("the body must be a JSON object"),
+                Err(e) => describe(&e),
+            },
+        );
+    }
+    let TopLevel(raw_fields) = serde_json::from_slice(body).map_err(|e| describe(&e))?;
+    let span_of = |raw: &RawValue| {
+        let text = raw.get();
+        // A raw value always borrows from `body`; checked so a surprise cannot mis-splice.
+        // Addresses, not bytes: comparing the bytes would read the whole body again.
+        let start = (text.as_ptr() as usize).checked_sub(body.as_ptr() as usize)?;
+        let end = start.checked_add(text.len())?;
+        (end <= body.len()).then_some(start..end)
     };
+    let mut fields = Vec::with_capacity(raw_fields.len());
     let (mut model, mut stream) = (None, false);
-    for (key, span) in &fields {
-        let raw = body
-            .get(span.clone())
+    for (key, raw) in raw_fields {
+        let span = span_of(raw)
             .ok_or_else(|| ErrorReply::invalid_json("could not locate a top-level field"))?;
         match key.as_ref() {
             // Two `model` fields would let the provider read a different one than we routed on.
@@ -83,16 +94,14 @@ pub fn inspect(body: &[u8]) -> Result<Inspected<'_>, ErrorReply> {
                     "the `model` field appears more than once",
                 ))
             }
-            "model" if raw != b"null" => model = Some(span.clone()),
-            "stream" => stream = raw == b"true",
+            "model" if raw.get() != "null" => model = Some(raw),
+            "stream" => stream = raw.get() == "true",
             _ => {}
         }
+        fields.push((key, span));
     }
-    let model_span = model.ok_or_else(ErrorReply::missing_model)?;
-    let text = body
-        .get(model_span.clone())
-        .and_then(|raw| std::str::from_utf8(raw).ok())
-        .ok_or_else(|| ErrorReply::invalid_json("could not locate the model field"))?;
+    let raw = model.ok_or_else(ErrorReply::missing_model)?;
+    let text = raw.get();
     if !text.starts_with('"') {
         return Err(ErrorReply::model_not_string());
     }
@@ -103,6 +112,8 @@ pub fn inspect(body: &[u8]) -> Result<Inspected<'_>, ErrorReply> {
             serde_json::from_str::<String>(text).map_err(|_| ErrorReply::model_not_string())?,
         ),
     };
+    let model_span =
+        span_of(raw).ok_or_else(|| ErrorReply::invalid_json("could not locate the model field"))?;
     let end = body
         .iter()
         .rposition(|b| !b.is_ascii_whitespace())
@@ -145,35 +156,6 @@ pub fn inspect_multipart<'a>(body: &'a [u8], boundary: &str) -> Result<Inspected
         end: body.len(),
         multipart: true,
     })
-}
-
-/// The top-level fields of an object body as serde_json reads them, with the span of each
-/// value: the slow path of [`inspect`], which gives the client serde_json's exact error.
-pub(crate) fn serde_fields(body: &[u8]) -> Result<Fields<'_>, ErrorReply> {
-    // serde would also read a struct from a JSON array; only an object is a request.
-    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-        return Err(
-            match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
-                Ok(_) => ErrorReply::invalid_json("the body must be a JSON object"),
-                Err(e) => describe(&e),
-            },
-        );
-    }
-    let TopLevel(raw_fields) = serde_json::from_slice(body).map_err(|e| describe(&e))?;
-    raw_fields
-        .into_iter()
-        .map(|(key, raw)| {
-            let text = raw.get();
-            // A raw value always borrows from `body`; checked so a surprise cannot mis-splice.
-            // Addresses, not bytes: comparing the bytes would read the whole body again.
-            let start = (text.as_ptr() as usize).checked_sub(body.as_ptr() as usize);
-            let span = start
-                .and_then(|start| Some(start..start.checked_add(text.len())?))
-                .filter(|span| span.end <= body.len())
-                .ok_or_else(|| ErrorReply::invalid_json("could not locate a top-level field"))?;
-            Ok((key, span))
-        })
-        .collect()
 }
 
 /// Turns a serde_json error into a client-facing 400 without echoing body content.
