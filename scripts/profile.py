@@ -190,9 +190,9 @@ def main() -> int:
         provider.stop()
     report = render(results)
     if split:
-        report += "\n".join(render_perf(split))
+        report += "\n" + "\n".join(render_perf(split))
     else:
-        report += "(perf could not sample Envoy here: no CPU split by code.)\n"
+        report += "\n(perf could not sample Envoy here: no CPU split by code.)\n"
     OUT.write_text(report)
     print(report)
     return 0
