@@ -249,10 +249,7 @@ mod tests {
         )
         .unwrap();
         let body = br#"{"model":"vm","temperature":1}"#;
-        let headers = Headers::from_pairs(vec![(
-            "x-switchboard-metadata".to_string(),
-            br#"{"env":"dev"}"#.to_vec(),
-        )]);
+        let headers = Headers::from_pairs([("x-switchboard-metadata", r#"{"env":"dev"}"#)]);
         let d = decide(
             &config,
             Endpoint::ChatCompletions,
@@ -268,10 +265,7 @@ mod tests {
             d.edits.unwrap().apply(body).unwrap(),
             br#"{"model":"gpt-4o","temperature":0.1,"max_tokens":50}"#
         );
-        let bad = Headers::from_pairs(vec![(
-            "x-switchboard-metadata".to_string(),
-            b"not json".to_vec(),
-        )]);
+        let bad = Headers::from_pairs([("x-switchboard-metadata", "not json")]);
         let e = decide(
             &config,
             Endpoint::ChatCompletions,
@@ -295,10 +289,7 @@ mod tests {
         )
         .unwrap();
         let body = b"--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n\r\nRIFF\r\n--b\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nteam/stt\r\n--b--\r\n";
-        let headers = Headers::from_pairs(vec![(
-            "content-type".to_string(),
-            b"multipart/form-data; boundary=b".to_vec(),
-        )]);
+        let headers = Headers::from_pairs([("content-type", "multipart/form-data; boundary=b")]);
         let state = LocalState::default();
         let d = decide(
             &config,
@@ -315,10 +306,7 @@ mod tests {
             String::from_utf8(d.edits.unwrap().apply(body).unwrap()).unwrap(),
             expected
         );
-        let json = Headers::from_pairs(vec![(
-            "content-type".to_string(),
-            b"application/json".to_vec(),
-        )]);
+        let json = Headers::from_pairs([("content-type", "application/json")]);
         let e = decide(
             &config,
             Endpoint::Transcriptions,

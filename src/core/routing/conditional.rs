@@ -66,10 +66,10 @@ mod tests {
             r#"metadata.region in ["eu", "uk"] && request.path == "/v1/chat/completions""#,
             "true",
         ]);
-        let headers = Headers::from_pairs(vec![
-            (":path".to_string(), b"/v1/chat/completions?x=1".to_vec()),
-            (":method".to_string(), b"POST".to_vec()),
-            ("x-tier".to_string(), b"pro".to_vec()),
+        let headers = Headers::from_pairs([
+            (":path", "/v1/chat/completions?x=1"),
+            (":method", "POST"),
+            ("x-tier", "pro"),
         ]);
         let metadata = Metadata::resolve(Some(br#"{"region":"uk"}"#), &[]).unwrap();
         let state = crate::core::routing::state::LocalState::default();

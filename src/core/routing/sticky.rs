@@ -98,8 +98,7 @@ mod tests {
         user: &str,
         now_ms: u64,
     ) -> (Vec<ModelId>, Session) {
-        let headers =
-            Headers::from_pairs(vec![("x-user-id".to_string(), user.as_bytes().to_vec())]);
+        let headers = Headers::from_pairs([("x-user-id", user)]);
         let metadata = Metadata::default();
         let request = Request {
             endpoint: Endpoint::ChatCompletions,
