@@ -116,18 +116,13 @@ const JOIN_HEAD_BELOW: usize = 16 * 1024;
 /// leaves Envoy or gets copied here.
 pub fn edit_request_body(body: &[u8], edits: &Edits) -> bool {
     let _span = profile::span("edit_request_body");
-    let Some((pieces, end)) = edits.head(body) else {
+    let Some((mut pieces, end)) = edits.head(body) else {
         return false;
     };
+    let joined;
     if end < JOIN_HEAD_BELOW {
-        let head = pieces.concat();
-        return match hostcalls::set_buffer(BufferType::HttpRequestBody, 0, end, &head) {
-            Ok(()) => true,
-            Err(status) => {
-                log::warn!("could not edit the request body: {status:?}");
-                false
-            }
-        };
+        joined = pieces.concat();
+        pieces = vec![joined.as_slice()];
     }
     let mut drain = end;
     for piece in pieces.iter().rev() {
