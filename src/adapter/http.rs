@@ -190,8 +190,8 @@ impl Http {
             .and_then(|i| config.virtual_models.get(i))
             .and_then(|vm| vm.target(decision.target));
         let attempts = Attempts::new(decision.plan.candidates, false);
-        let chunked = headers.get_str("transfer-encoding").is_some();
-        let has_metadata = headers.get_str(&config.header_names.metadata).is_some();
+        let chunked = headers.get("transfer-encoding").is_some();
+        let has_metadata = headers.get(&config.header_names.metadata).is_some();
         if let Some(edits) = &decision.edits {
             if !host::edit_request_body(&body, edits) {
                 return self.reply(&ErrorReply::invalid_json("the body could not be rewritten"));
@@ -308,7 +308,7 @@ impl HttpContext for Http {
         let endpoint = Endpoint::from_path(path).filter(|_| method == "POST");
         let Some(endpoint) = endpoint else {
             // Never let a client pick the cluster through the route's cluster_header.
-            if headers.get_str(&config.header_names.cluster).is_some() {
+            if headers.get(&config.header_names.cluster).is_some() {
                 host::remove_request_header(&config.header_names.cluster);
             }
             if method == "POST"
