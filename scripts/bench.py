@@ -212,11 +212,12 @@ def render(results: list[tuple[str, int, int, int, dict]], command: str, seconds
         f"- Switchboard `.wasm`: {WASM.stat().st_size:,} bytes; no-op filter: {NOOP_WASM.stat().st_size:,} bytes",
         "- `no-op, body held` is the no-op filter told to hold the request until its body is in,"
         " the floor of any filter that routes on the body; `no-op, host calls` also makes the host"
-        " calls such a filter cannot avoid (read the headers and body, edit the body, set the"
-        " content length, a credential and the cluster, read the status, add a response header)"
-        " with no logic between them",
+        " calls such a filter cannot avoid (read the headers and body, edit the body without"
+        " changing its length, set a credential and the cluster, read the status, add a response"
+        " header) with no logic between them",
         "- The virtual model has 2 weighted targets (32 with sticky routing on `x-user-id` in the last"
-        " scenario), each with an `authorization` header; the body's `model` is rewritten for the target",
+        " scenario), each with an `authorization` header; the body's `model` is rewritten for the target"
+        " (`bench/chat` to `gpt-4o-N`: shorter, so padded and the length kept)",
         "",
     ]
     for name, size, conns, targets, r in results:

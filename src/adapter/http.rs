@@ -196,11 +196,16 @@ impl Http {
             if !host::edit_request_body(&body, edits) {
                 return self.reply(&ErrorReply::invalid_json("the body could not be rewritten"));
             }
-            // The body is now whole and of known length: send it that way upstream.
+            // The body is now whole and of known length: send it that way upstream. A rewrite
+            // keeps the length when it can (core::request::rewrite), and then the client's
+            // content-length still holds.
+            let new_len = edits.new_len(&body);
             if chunked {
                 host::remove_request_header("transfer-encoding");
             }
-            host::set_request_header("content-length", &edits.new_len(&body).to_string());
+            if chunked || new_len != body.len() || headers.get("content-length").is_none() {
+                host::set_request_header("content-length", &new_len.to_string());
+            }
         }
         // Keep what another attempt would need, only when one is possible.
         let replay = Flight::may_try_again(&config, virtual_model, &attempts).then_some(Replay {

@@ -207,6 +207,10 @@ impl Inspected<'_> {
 /// `(key, raw JSON)` of `overrides` in place of that top-level field, or added before the
 /// closing brace when the client did not send it. `Some(None)` when nothing changes; `None` if
 /// a span does not fit the body.
+///
+/// A JSON body that would shrink keeps its length: spaces after the new model value make up
+/// the difference. Virtual model names are usually longer than the provider's, so the request
+/// keeps its `content-length` and the filter need not set it (one host call fewer).
 pub fn rewrite(
     body: &[u8],
     layout: &Layout,
@@ -238,7 +242,12 @@ pub fn rewrite(
             });
         }
     }
-    Edits::new(edits, body.len()).map(Some)
+    let edits = Edits::new(edits, body.len())?;
+    if layout.multipart {
+        // A form field's value is its bytes: spaces would change the model name.
+        return Some(Some(edits));
+    }
+    Some(Some(edits.padded(&layout.model_span)))
 }
 
 /// One change to a body: the bytes in `span` replaced by `with` (inserted when it is empty).
@@ -275,6 +284,19 @@ impl Edits {
         self.0.iter().fold(body.len(), |n, e| {
             (n + e.with.len()).saturating_sub(e.span.len())
         })
+    }
+
+    /// The same edits, with JSON whitespace after the value replacing `span` so that the body
+    /// does not get shorter.
+    fn padded(mut self, span: &Range<usize>) -> Edits {
+        let added = self.0.iter().map(|e| e.with.len()).sum::<usize>();
+        let removed = self.0.iter().map(|e| e.span.len()).sum::<usize>();
+        if let Some(short) = removed.checked_sub(added).filter(|n| *n > 0) {
+            if let Some(e) = self.0.iter_mut().find(|e| e.span == *span) {
+                e.with.resize(e.with.len() + short, b' ');
+            }
+        }
+        self
     }
 
     /// The edited bytes from the start of `body` to the end of the last edit, as pieces in
@@ -424,6 +446,55 @@ mod tests {
         assert_eq!(rewrite(body, &layout, br#""vm""#, &[]), Some(None));
         // Without field spans, an override is added rather than replaced (callers keep them).
         assert_eq!(i.layout(false).fields.len(), 0);
+    }
+
+    #[test]
+    fn a_json_body_that_would_shrink_keeps_its_length() {
+        let body = br#"{"messages":[], "model": "my-group/production-chat", "n": 1}"#;
+        let layout = inspect(body).unwrap().layout(true);
+        let edits = rewrite(body, &layout, br#""gpt-4o""#, &[])
+            .unwrap()
+            .unwrap();
+        let out = edits.apply(body).unwrap();
+        assert_eq!(out.len(), body.len());
+        assert_eq!(edits.new_len(body), body.len());
+        let padded = format!(
+            r#"{{"messages":[], "model": "gpt-4o"{}, "n": 1}}"#,
+            " ".repeat(18)
+        );
+        assert_eq!(std::str::from_utf8(&out).unwrap(), padded);
+        assert_eq!(inspect(&out).unwrap().model, "gpt-4o");
+        // An override that shortens a field is made up for after the model, too.
+        let shorter = vec![("n".to_string(), "2".to_string())];
+        let body = br#"{"model":"a/b","n":100}"#;
+        let layout = inspect(body).unwrap().layout(true);
+        let out = rewrite(body, &layout, br#""c""#, &shorter)
+            .unwrap()
+            .unwrap()
+            .apply(body)
+            .unwrap();
+        assert_eq!(
+            std::str::from_utf8(&out).unwrap(),
+            r#"{"model":"c"    ,"n":2}"#
+        );
+        // A longer body stays longer: it needs its new content-length.
+        let edits = rewrite(body, &layout, br#""a-much-longer-name""#, &[])
+            .unwrap()
+            .unwrap();
+        assert_eq!(edits.new_len(body), body.len() + 15);
+    }
+
+    #[test]
+    fn a_multipart_model_field_is_never_padded() {
+        let body = b"--b\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nmy-group/whisper\r\n--b--\r\n";
+        let layout = inspect_multipart(body, "b").unwrap().layout(false);
+        let out = rewrite(body, &layout, b"whisper-1", &[])
+            .unwrap()
+            .unwrap()
+            .apply(body)
+            .unwrap();
+        assert!(out.windows(13).any(|w| w == b"whisper-1\r\n--"));
+        assert_eq!(out.len(), body.len() - 7);
     }
 
     #[test]

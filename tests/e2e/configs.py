@@ -26,3 +26,10 @@ def weighted_80_20(**extra) -> dict:
         ],
         **extra,
     }
+
+
+def model_swapped(body: bytes, old: str, new: str) -> bytes:
+    """`body` with the JSON string `old` replaced by `new` as Switchboard rewrites it: a shorter
+    name is followed by spaces, so the body keeps its length and its content-length."""
+    old_json, new_json = f'"{old}"'.encode(), f'"{new}"'.encode()
+    return body.replace(old_json, new_json + b" " * max(0, len(old_json) - len(new_json)))

@@ -7,7 +7,7 @@ import openai
 import pytest
 import requests
 
-from configs import PRIMARY, VIRTUAL, weighted_80_20
+from configs import PRIMARY, VIRTUAL, model_swapped, weighted_80_20
 
 LIMIT = 4096
 
@@ -168,7 +168,7 @@ def test_chunked_body_under_the_limit_is_rewritten_exactly(stack, gateway):
     seen = [x for p in stack.providers.values() for x in p.requests()]
     assert len(seen) == 1
     target_model = {"openai_main": "gpt-4o", "azure_east": "gpt-4o-2024-08-06"}[r.headers["x-mock-provider"]]
-    expected = b"".join(pieces).replace(VIRTUAL.encode(), target_model.encode())
+    expected = model_swapped(b"".join(pieces), VIRTUAL, target_model)
     assert seen[0]["body"].encode() == expected
     assert int(seen[0]["headers"]["content-length"]) == len(expected)
     assert "transfer-encoding" not in seen[0]["headers"]

@@ -5,7 +5,7 @@ import json
 import pytest
 import requests
 
-from configs import AZURE_KEY, INTERNAL_KEY, PRIMARY, PUBLIC, SECONDARY, VIRTUAL, weighted_80_20
+from configs import AZURE_KEY, INTERNAL_KEY, PRIMARY, PUBLIC, SECONDARY, VIRTUAL, model_swapped, weighted_80_20
 
 
 def only_target(name: str) -> dict:
@@ -21,7 +21,8 @@ def test_provider_receives_rewritten_model_and_target_headers(stack, concurrency
     stack.provider("openai_main")
     azure = stack.provider("azure_east")
     envoy = stack.envoy(only_target(SECONDARY), concurrency=concurrency)
-    # Odd spacing, unicode, escapes and a nested "model" must all survive byte for byte.
+    # Odd spacing, unicode, escapes and a nested "model" must all survive byte for byte; the
+    # shorter name is padded with spaces, so the length stays.
     body = ('{ "messages" : [{"role":"user","content":"h\\u00e9llo \\"model\\": \u00fc"}],\n'
             f'  "model"  :  "{VIRTUAL}", "metadata": {{"model": "keep-me"}}, "temperature": 0.25 }}')
 
@@ -33,7 +34,7 @@ def test_provider_receives_rewritten_model_and_target_headers(stack, concurrency
     assert r.headers["x-switchboard-resolved-model"] == SECONDARY
     assert r.json()["model"] == "gpt-4o-2024-08-06"
     [seen] = azure.requests()
-    expected = body.replace(f'"{VIRTUAL}"', '"gpt-4o-2024-08-06"').encode()
+    expected = model_swapped(body.encode(), VIRTUAL, "gpt-4o-2024-08-06")
     assert seen["body"].encode() == expected
     assert int(seen["headers"]["content-length"]) == len(expected)
     assert seen["headers"]["api-key"] == AZURE_KEY
@@ -74,3 +75,21 @@ def test_public_catalog_model_routes_straight_to_it(stack):
     assert azure.requests() == []
     # A public model without headers leaves the client's credentials alone.
     assert "authorization" not in main.requests()[0]["headers"]
+
+
+def test_a_longer_target_name_gets_a_new_content_length(stack):
+    azure = stack.provider("azure_east")
+    stack.provider("openai_main")
+    config = only_target(SECONDARY)
+    config["virtual_models"][0]["name"] = "vm"
+    envoy = stack.envoy(config)
+    body = b'{"model": "vm", "messages": [{"role": "user", "content": "hi"}]}'
+
+    r = requests.post(f"{envoy.url}/v1/chat/completions", data=body, timeout=10,
+                      headers={"content-type": "application/json"})
+
+    assert r.status_code == 200, r.text
+    [seen] = azure.requests()
+    expected = body.replace(b'"vm"', b'"gpt-4o-2024-08-06"')
+    assert seen["body"].encode() == expected
+    assert int(seen["headers"]["content-length"]) == len(expected) == len(body) + 15

@@ -6,8 +6,9 @@
 //! - `buffer`: hold the request headers until the whole body has arrived, then let the request
 //!   go unchanged: the floor of any filter that must read the body before routing.
 //! - `calls`: also make the host calls a body-routing filter cannot avoid, with no logic
-//!   between them: read the headers and the body, edit the body, set the content length, a
-//!   credential and the cluster, read the answer's status and add one header to it.
+//!   between them: read the headers and the body, edit the body without changing its length
+//!   (as Switchboard's rewrite of a longer virtual name does), set a credential and the
+//!   cluster, read the answer's status and add one header to it.
 
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, ContextType};
@@ -77,7 +78,6 @@ impl HttpContext for Noop {
             let body = self.get_http_request_body(0, body_size).unwrap_or_default();
             // An edit of the first byte: Envoy drains and prepends, as a model rewrite does.
             self.set_http_request_body(0, 1, body.get(..1).unwrap_or_default());
-            self.set_http_request_header("content-length", Some(&body.len().to_string()));
             self.set_http_request_header("authorization", Some("Bearer floor"));
             self.set_http_request_header("x-switchboard-cluster", Some("provider"));
         }
