@@ -191,7 +191,6 @@ impl Http {
             .and_then(|vm| vm.target(decision.target));
         let attempts = Attempts::new(decision.plan.candidates, false);
         let chunked = headers.get("transfer-encoding").is_some();
-        let has_metadata = headers.get(&config.header_names.metadata).is_some();
         if let Some(edits) = &decision.edits {
             if !host::edit_request_body(&body, edits) {
                 return self.reply(&ErrorReply::invalid_json("the body could not be rewritten"));
@@ -217,7 +216,7 @@ impl Http {
             host::set_request_header(name, value);
         }
         // Switchboard's own metadata header is for routing, not for the provider.
-        if has_metadata {
+        if decision.metadata_sent {
             host::remove_request_header(&config.header_names.metadata);
         }
         // headers_override comes last (TrueFoundry seed, "Header overrides").

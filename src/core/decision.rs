@@ -26,6 +26,8 @@ pub struct Decision {
     pub layout: Layout,
     /// The client asked for a streamed (SSE) answer.
     pub stream: bool,
+    /// The client sent the metadata header, which is not for the provider.
+    pub metadata_sent: bool,
 }
 
 /// Reads a request body the way its endpoint sends it: JSON, or a multipart upload.
@@ -150,6 +152,7 @@ pub fn decide_with_tier(
         edits,
         layout,
         stream: inspected.stream,
+        metadata_sent: metadata_header.is_some(),
     })
 }
 
@@ -235,6 +238,7 @@ mod tests {
         .unwrap();
         assert_eq!(d.target, ModelId(1));
         assert_eq!(d.edits, None);
+        assert!(!d.metadata_sent);
     }
 
     #[test]
@@ -260,6 +264,8 @@ mod tests {
             &mut fastrand::Rng::with_seed(1),
         )
         .unwrap();
+        // The header is seen, so the adapter removes it before forwarding.
+        assert!(d.metadata_sent);
         // The default metadata wins over the header's value, so the target matches.
         assert_eq!(
             d.edits.unwrap().apply(body).unwrap(),
