@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
-from bench import NOOP_WASM, SCENARIOS as BENCH_SCENARIOS, chat_body, plugin_config, wrk  # noqa: E402
+from bench import NOOP_WASM, SCENARIOS as BENCH_SCENARIOS, balance_connections, chat_body, plugin_config, wrk  # noqa: E402
 from harness import WASM, bootstrap, free_ports, start_envoy, start_provider, wasm_filter  # noqa: E402
 
 PROFILE_WASM = ROOT / "target" / "profile" / "wasm32-wasip1" / "release" / "switchboard.wasm"
@@ -67,6 +67,7 @@ def run(name: str, size: int, connections: int, targets: int, provider_port: int
     config = bootstrap(*free_ports(2), {"provider": provider_port},
                        [wasm_filter(plugin_config(targets, sticky="sticky" in name), PROFILE_WASM)],
                        passthrough="provider")
+    balance_connections(config)
     envoy = start_envoy(config, concurrency=2)
     try:
         wrk(envoy.url, str(body), connections, SECONDS)
@@ -92,6 +93,7 @@ def where_envoy_runs(filters: list[dict], provider_port: int) -> dict[str, float
     body.write_bytes(chat_body(1536))
     data = Path(tempfile.mkstemp(suffix=".perf")[1])
     config = bootstrap(*free_ports(2), {"provider": provider_port}, filters, passthrough="provider")
+    balance_connections(config)
     envoy = start_envoy(config, concurrency=2)
     try:
         wrk(envoy.url, str(body), 16, 2)  # warm up
