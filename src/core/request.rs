@@ -247,7 +247,7 @@ pub fn rewrite(
         // A form field's value is its bytes: spaces would change the model name.
         return Some(Some(edits));
     }
-    Some(Some(edits.padded(&layout.model_span)))
+    Some(Some(edits.padded(body, &layout.model_span)))
 }
 
 /// One change to a body: the bytes in `span` replaced by `with` (inserted when it is empty).
@@ -286,12 +286,14 @@ impl Edits {
         })
     }
 
-    /// The same edits, with JSON whitespace after the value replacing `span` so that the body
+    /// The same edits, with JSON whitespace after the value replacing `span` so that `body`
     /// does not get shorter.
-    fn padded(mut self, span: &Range<usize>) -> Edits {
-        let added = self.0.iter().map(|e| e.with.len()).sum::<usize>();
-        let removed = self.0.iter().map(|e| e.span.len()).sum::<usize>();
-        if let Some(short) = removed.checked_sub(added).filter(|n| *n > 0) {
+    fn padded(mut self, body: &[u8], span: &Range<usize>) -> Edits {
+        if let Some(short) = body
+            .len()
+            .checked_sub(self.new_len(body))
+            .filter(|n| *n > 0)
+        {
             if let Some(e) = self.0.iter_mut().find(|e| e.span == *span) {
                 e.with.resize(e.with.len() + short, b' ');
             }
