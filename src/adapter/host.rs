@@ -25,6 +25,20 @@ extern "C" {
     ) -> Status;
 }
 
+#[link(wasm_import_module = "wasi_snapshot_preview1")]
+extern "C" {
+    /// WASI's random source; Envoy fills it from BoringSSL's `RAND_bytes`.
+    fn random_get(buf: *mut u8, buf_len: usize) -> u16;
+}
+
+/// Eight bytes from the host's random source, or `None` if it has none.
+pub fn entropy() -> Option<u64> {
+    let mut bytes = [0u8; 8];
+    // SAFETY: the host writes at most `buf_len` bytes into the buffer we own.
+    let errno = unsafe { random_get(bytes.as_mut_ptr(), bytes.len()) };
+    (errno == 0).then(|| u64::from_le_bytes(bytes))
+}
+
 /// Every header of `map`, in the host's encoding (empty if the host has none to give).
 fn header_map(map: MapType) -> Headers {
     let mut data: *mut u8 = std::ptr::null_mut();

@@ -25,7 +25,13 @@ impl Root {
         Root {
             config: None,
             runtime: Rc::new(Runtime::default()),
-            seed: Cell::new(host::now_ms().wrapping_mul(1_000_003) ^ (u64::from(context_id) << 32)),
+            // Every worker's root context starts in the same millisecond with the same id, so
+            // without the host's entropy all workers would draw the same sequence of picks.
+            seed: Cell::new(
+                host::entropy().unwrap_or(0)
+                    ^ host::now_ms().wrapping_mul(1_000_003)
+                    ^ (u64::from(context_id) << 32),
+            ),
         }
     }
 

@@ -46,3 +46,49 @@ def test_80_20_split_lands_within_5_points(stack, concurrency):
     assert 75 <= share <= 85, f"primary share {share:.1f}% ({resolved})"
     per_worker = envoy.connections_per_worker()
     assert len(per_worker) == concurrency and all(n > 0 for n in per_worker), per_worker
+
+
+def test_each_worker_draws_its_own_picks(stack):
+    """Envoy starts every worker's root context in the same millisecond with the same context
+    id: the picks must still differ between workers, or the split's error doubles."""
+    stack.provider("openai_main")
+    stack.provider("azure_east")
+    config = weighted_80_20()
+    for target in config["virtual_models"][0]["routing_config"]["load_balance_targets"]:
+        target["weight"] = 50
+    envoy = stack.envoy(config, concurrency=2)
+    picks: dict[int, list[str]] = {0: [], 1: []}
+    sessions: dict[int, requests.Session] = {}
+
+    def send(session: requests.Session) -> str:
+        r = session.post(f"{envoy.url}/v1/chat/completions", timeout=10,
+                         json={"model": VIRTUAL, "messages": [{"role": "user", "content": "hi"}]})
+        assert r.status_code == 200, r.text
+        return r.headers["x-switchboard-resolved-model"]
+
+    # Open connections until each worker holds one; every request's pick is kept in the order
+    # its worker served it.
+    for _ in range(40):
+        if len(sessions) == 2:
+            break
+        before = envoy.connections_per_worker()
+        session = requests.Session()
+        model = send(session)
+        worker = next(i for i, (a, b) in enumerate(zip(before, envoy.connections_per_worker())) if b > a)
+        picks[worker].append(model)
+        if worker in sessions:
+            session.close()
+        else:
+            sessions[worker] = session
+    assert len(sessions) == 2, picks
+    for _ in range(64):
+        for worker, session in sessions.items():
+            picks[worker].append(send(session))
+    for session in sessions.values():
+        session.close()
+
+    n = min(len(picks[0]), len(picks[1]))
+    assert n >= 64
+    # With independent draws at 50/50, 64 equal picks in a row has odds of 2^-64.
+    assert picks[0][:n] != picks[1][:n], picks
+    assert set(picks[0]) == set(picks[1]) == {PRIMARY, SECONDARY}
