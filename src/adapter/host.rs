@@ -120,36 +120,39 @@ pub fn request_body(max: usize) -> Vec<u8> {
         .unwrap_or_default()
 }
 
-/// Below this many bytes, the edited head of a body is joined and handed to Envoy in one host
-/// call: copying a few KB inside the filter costs less than another crossing into Envoy.
-const JOIN_HEAD_BELOW: usize = 16 * 1024;
+/// The size of the slices Envoy reads a body into (its default slice size).
+const ENVOY_SLICE: usize = 16 * 1024;
 
 /// Applies `edits` to Envoy's buffered request body, which holds `body`. Envoy can only drain
 /// and prepend at the start of a body, so the edited bytes up to the last edit replace that
-/// part (joined when small, else piece by piece, last first), and the rest of the body never
-/// leaves Envoy or gets copied here.
+/// part, last first, and the rest of the body never leaves Envoy or gets copied here.
 pub fn edit_request_body(body: &[u8], edits: &Edits) -> bool {
     let _span = profile::span("edit_request_body");
     let Some((mut pieces, end)) = edits.head(body) else {
         return false;
     };
+    // A head shorter than a slice is joined and handed over in one host call: copying a few
+    // KB here costs less than another crossing into Envoy.
     let joined;
-    if end < JOIN_HEAD_BELOW {
+    if end < ENVOY_SLICE {
         joined = pieces.concat();
         pieces = vec![joined.as_slice()];
     }
-    let mut drain = end;
-    for piece in pieces.iter().rev() {
-        if piece.is_empty() && drain == 0 {
-            continue;
-        }
-        if let Err(status) = hostcalls::set_buffer(BufferType::HttpRequestBody, 0, drain, piece) {
+    // A longer head goes over in parts of at most a slice: Envoy puts each part in memory the
+    // drained slices freed, where one large part took new memory while that sat idle (1 MB
+    // bodies, 8 connections: Envoy's RSS growth per request in flight 2.1-2.4 MB in one part,
+    // 1.85-1.9 MB in slice-sized parts).
+    let set = |drain: usize, part: &[u8]| {
+        let result = hostcalls::set_buffer(BufferType::HttpRequestBody, 0, drain, part);
+        if let Err(status) = result {
             log::warn!("could not edit the request body: {status:?}");
-            return false;
         }
-        drain = 0;
-    }
-    true
+        result.is_ok()
+    };
+    let mut parts = pieces.iter().flat_map(|p| p.chunks(ENVOY_SLICE)).rev();
+    // The first call drains the old head too, even when the edits leave no bytes to prepend.
+    let first = parts.next().unwrap_or_default();
+    (end == 0 && first.is_empty() || set(end, first)) && parts.all(|part| set(0, part))
 }
 
 /// A property such as `response.code_details`, as a string.

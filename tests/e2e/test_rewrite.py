@@ -93,3 +93,27 @@ def test_a_longer_target_name_gets_a_new_content_length(stack):
     expected = body.replace(b'"vm"', b'"gpt-4o-2024-08-06"')
     assert seen["body"].encode() == expected
     assert int(seen["headers"]["content-length"]) == len(expected) == len(body) + 15
+
+
+@pytest.mark.parametrize("virtual", [VIRTUAL, "vm"], ids=["shorter-target-name", "longer-target-name"])
+def test_a_long_prompt_before_the_model_is_forwarded_byte_for_byte(stack, virtual):
+    # The OpenAI SDK puts `messages` before `model`, so the whole prompt is in the edited head,
+    # which goes back to Envoy in 16 KiB parts: multi-byte characters straddle the cuts.
+    azure = stack.provider("azure_east")
+    stack.provider("openai_main")
+    config = only_target(SECONDARY)
+    config["virtual_models"][0]["name"] = virtual
+    envoy = stack.envoy(config)
+    prompt = "".join(f"{i} h\u00e9llo w\u00f6rld \u2603 " for i in range(20_000))
+    body = json.dumps({"messages": [{"role": "user", "content": prompt}], "model": virtual, "n": 1},
+                      ensure_ascii=False).encode()
+    assert len(body) > 300_000
+
+    r = requests.post(f"{envoy.url}/v1/chat/completions", data=body, timeout=10,
+                      headers={"content-type": "application/json"})
+
+    assert r.status_code == 200, r.text
+    [seen] = azure.requests()
+    expected = model_swapped(body, virtual, "gpt-4o-2024-08-06")
+    assert seen["body"].encode() == expected
+    assert int(seen["headers"]["content-length"]) == len(expected)
