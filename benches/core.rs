@@ -9,7 +9,7 @@
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
-use switchboard::core::config::Config;
+use switchboard::core::config::{Config, Tier};
 use switchboard::core::endpoint::Endpoint;
 use switchboard::core::headers::Headers;
 use switchboard::core::health::policy::{FailureWindow, HealthPolicy};
@@ -200,6 +200,19 @@ fn main() {
                 black_box(plan(&c, &request, &health, &mut rng).is_ok());
             },
         );
+        if strategy == "complexity-based-routing" {
+            // The decision alone: the classifier model named the tier, so no text is read.
+            let told = Request {
+                tier_hint: Some(Tier::Medium),
+                ..request
+            };
+            bench(
+                &format!("decide: {strategy}, 32 targets, with health (tier given)"),
+                || {
+                    black_box(plan(&c, &told, &health, &mut rng).is_ok());
+                },
+            );
+        }
     }
 
     let policy = HealthPolicy::default();

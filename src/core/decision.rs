@@ -184,6 +184,7 @@ pub fn body_for(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::config::Tier;
     use crate::core::headers::NO_HEADERS;
     use crate::core::routing::state::LocalState;
 
@@ -363,6 +364,35 @@ mod tests {
             ),
             None
         );
+    }
+
+    #[test]
+    fn the_classifier_tier_decides_over_the_text() {
+        let config = Config::parse(
+            br#"{"models": [{"name": "small", "cluster": "s", "model": "s"}, {"name": "big", "cluster": "b", "model": "b"}],
+              "virtual_models": [{"name": "auto", "model_types": ["chat"], "routing_config": {
+                "type": "complexity-based-routing", "load_balance_targets": [
+                  {"target": "small", "tier": "simple"}, {"target": "big", "tier": "complex"}]}}]}"#,
+        )
+        .unwrap();
+        // A greeting: the heuristic calls it simple.
+        let body = br#"{"model":"auto","messages":[{"role":"user","content":"hi"}]}"#;
+        let target = |tier| {
+            decide_with_tier(
+                &config,
+                Endpoint::ChatCompletions,
+                body,
+                &NO_HEADERS,
+                &HealthInput::NONE,
+                &LocalState::default(),
+                tier,
+                &mut fastrand::Rng::with_seed(1),
+            )
+            .unwrap()
+            .target
+        };
+        assert_eq!(target(None), ModelId(0));
+        assert_eq!(target(Some(Tier::Complex)), ModelId(1));
     }
 
     #[test]

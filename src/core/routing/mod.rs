@@ -242,14 +242,15 @@ fn order(
             ..
         } => {
             let kept = keep(targets, |t| t.model, allowed, any);
+            // The classifier model's tier, when it gave one, spares reading the text.
             let classify = || {
-                let (text, turns) =
-                    crate::core::conversation::all_text(|n| conversation_field(request, n));
-                let tools = request
-                    .fields
-                    .iter()
-                    .any(|(k, _)| k == "tools" || k == "functions");
                 request.tier_hint.unwrap_or_else(|| {
+                    let (text, turns) =
+                        crate::core::conversation::all_text(|n| conversation_field(request, n));
+                    let tools = request
+                        .fields
+                        .iter()
+                        .any(|(k, _)| k == "tools" || k == "functions");
                     complexity::classify(complexity::score(&text, turns, tools), thresholds)
                 })
             };
