@@ -338,9 +338,10 @@ def targets_section(results) -> list[str]:
     _, _, r = by_name["1.5 KB chat, 1 connection"]
     added = added_p50(r["switchboard"], r["no-op filter"])
     floor = added_p50(r["no-op, host calls"], r["no-op filter"])
+    floor_missed = " (themselves over the target)" if floor > 30 else ""
     row("1 connection: added p50 ≤ 30 µs over no-op", fmt_us(added), added <= 30,
         f"by {fmt_us(added - 30)}; the host calls alone (no-op, host calls) add {fmt_us(floor)} of latency"
-        f" over the no-op filter{' (themselves over the target)' if floor > 30 else ''}, and Switchboard's own code"
+        f" over the no-op filter{floor_missed}, and Switchboard's own code"
         f" {fmt_us(added_p50(r['switchboard'], r['no-op, host calls']))} above them; the per-round"
         f" added p50 ranged {added_range(r['switchboard'], r['no-op filter'])} in this run; {why_cpu(r)}")
     _, _, r = by_name["1 MB prompt, 1 connection"]
