@@ -23,7 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
-from harness import ENVOY_BIN, WASM, bootstrap, free_ports, start_envoy, start_provider, wasm_filter  # noqa: E402
+from harness import (ENVOY_BIN, WASM, bootstrap, free_ports, start_envoy, start_provider,  # noqa: E402
+                     wasm_filter, wasm_memory_kb)
 
 NOOP_WASM = ROOT / "target" / "wasm32-wasip1" / "release" / "noop_filter.wasm"
 OUT = ROOT / "docs" / "benchmarks.md"
@@ -86,20 +87,6 @@ def rss_kb(pid: int, key: str) -> int:
         if line.startswith(key + ":"):
             return int(line.split()[1])
     return 0
-
-
-def wasm_memory_kb(pid: int) -> int | None:
-    """Resident KB of the process's Wasm memories, read from smaps: V8 places each memory just
-    below its multi-GB guard reservation. None if no such layout is found."""
-    maps = []
-    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
-        if m := re.match(r"([0-9a-f]+)-([0-9a-f]+) ", line):
-            maps.append([int(m.group(1), 16), int(m.group(2), 16), 0])
-        elif line.startswith("Rss:") and maps:
-            maps[-1][2] = int(line.split()[1])
-    guards = {start for start, end, _ in maps if end - start >= 4 << 30}
-    found = [rss for _, end, rss in maps if end in guards]
-    return sum(found) if found else None
 
 
 def to_us(text: str) -> float:

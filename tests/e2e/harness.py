@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import tempfile
@@ -216,6 +217,20 @@ class Envoy:
     def stop(self) -> None:
         stop_process(self.proc)
         self.workdir.cleanup()
+
+
+def wasm_memory_kb(pid: int) -> int | None:
+    """Resident KB of the process's Wasm memories, read from smaps: V8 places each memory just
+    below its multi-GB guard reservation. None if no such layout is found."""
+    maps = []
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        if m := re.match(r"([0-9a-f]+)-([0-9a-f]+) ", line):
+            maps.append([int(m.group(1), 16), int(m.group(2), 16), 0])
+        elif line.startswith("Rss:") and maps:
+            maps[-1][2] = int(line.split()[1])
+    guards = {start for start, end, _ in maps if end - start >= 4 << 30}
+    found = [rss for _, end, rss in maps if end in guards]
+    return sum(found) if found else None
 
 
 def start_envoy(config: dict | str, concurrency: int = 2, expect_failure: bool = False,
