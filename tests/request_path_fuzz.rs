@@ -14,6 +14,7 @@ use switchboard::core::decision::{body_for, decide};
 use switchboard::core::endpoint::Endpoint;
 use switchboard::core::errors::ErrorReply;
 use switchboard::core::headers::Headers;
+use switchboard::core::request::inspect_multipart;
 use switchboard::core::routing::state::LocalState;
 use switchboard::core::routing::HealthInput;
 
@@ -132,7 +133,7 @@ const TOKENS: &[&[u8]] = &[
     b" \n\t",
 ];
 
-/// Endpoints with the content type their bodies come with.
+/// The endpoints whose bodies are JSON.
 const ENDPOINTS: &[Endpoint] = &[
     Endpoint::ChatCompletions,
     Endpoint::Completions,
@@ -363,6 +364,7 @@ fn no_request_body_or_header_makes_the_request_path_panic_or_lose_a_field() {
 fn no_mangled_multipart_upload_makes_the_request_path_panic() {
     let configs = configs();
     let mut rng = fastrand::Rng::with_seed(0x3417);
+    let mut forwarded = 0;
     for i in 0..5_000 {
         let names = NAMES[i % 2];
         let name = names[rng.usize(0..names.len())];
@@ -389,19 +391,28 @@ fn no_mangled_multipart_upload_makes_the_request_path_panic() {
         );
         match result {
             Ok(decision) => {
+                forwarded += 1;
                 let vm = decision.plan.virtual_model(config);
                 for &target in &decision.plan.candidates {
                     let edits = body_for(config, vm, &body, &decision.layout, target)
                         .unwrap_or_else(|| panic!("{case}: no body for {target:?}"));
-                    if let Some(edits) = edits {
-                        let sent = edits.apply(&body).unwrap_or_else(|| panic!("{case}"));
-                        assert_eq!(sent.len(), edits.new_len(&body), "{case}");
-                    }
+                    let sent = match edits {
+                        Some(edits) => {
+                            let sent = edits.apply(&body).unwrap_or_else(|| panic!("{case}"));
+                            assert_eq!(sent.len(), edits.new_len(&body), "{case}");
+                            sent
+                        }
+                        None => body.clone(),
+                    };
+                    let upstream = config.model(target).map(|m| m.upstream_model.as_str());
+                    let model = inspect_multipart(&sent, "XyZ").map(|i| i.model.into_owned());
+                    assert_eq!(model.ok().as_deref(), upstream, "{case}: forwarded model");
                 }
             }
             Err(reply) => check_error(&reply, &case),
         }
     }
+    assert!(forwarded > 500, "only {forwarded} uploads forwarded");
 }
 
 /// Two headers in the host's encoding: a count, each name and value length, then each name
