@@ -415,22 +415,11 @@ fn no_mangled_multipart_upload_makes_the_request_path_panic() {
     assert!(forwarded > 500, "only {forwarded} uploads forwarded");
 }
 
-/// Two headers in the host's encoding: a count, each name and value length, then each name
-/// and value with a NUL after it.
+/// Two headers in the host's encoding.
 fn header_block() -> Vec<u8> {
-    let pairs: [(&[u8], &[u8]); 2] = [(b":path", b"/v1/chat/completions"), (b"x-user-id", b"u")];
-    let mut bytes = 2u32.to_le_bytes().to_vec();
-    for (name, value) in pairs {
-        bytes.extend_from_slice(&(name.len() as u32).to_le_bytes());
-        bytes.extend_from_slice(&(value.len() as u32).to_le_bytes());
-    }
-    for (name, value) in pairs {
-        bytes.extend_from_slice(name);
-        bytes.push(0);
-        bytes.extend_from_slice(value);
-        bytes.push(0);
-    }
-    bytes
+    Headers::from_pairs([(":path", "/v1/chat/completions"), ("x-user-id", "u")])
+        .as_bytes()
+        .to_vec()
 }
 
 #[test]

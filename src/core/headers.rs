@@ -71,6 +71,11 @@ impl Headers {
         }
     }
 
+    /// The headers in the host's encoding, as [`Headers::decode`] reads them.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
     /// Every (name, value) pair, in the host's order.
     pub fn iter(&self) -> Iter<'_> {
         Iter {
