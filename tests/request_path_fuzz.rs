@@ -9,8 +9,8 @@
 
 use serde_json::{Map, Value};
 use std::collections::BTreeSet;
-use switchboard::core::config::Config;
-use switchboard::core::decision::{body_for, decide};
+use switchboard::core::config::{Config, ModelId};
+use switchboard::core::decision::{body_for, decide, Decision};
 use switchboard::core::endpoint::Endpoint;
 use switchboard::core::errors::ErrorReply;
 use switchboard::core::headers::Headers;
@@ -229,38 +229,43 @@ fn object(bytes: &[u8]) -> Option<Map<String, Value>> {
     }
 }
 
-/// The body the filter would send to `target`: the client's, with only the model and that
-/// target's `override_params` changed.
-fn check_forwarded(
+/// The body the filter sends to `target` for `decision`, checked three ways: the edits apply,
+/// their announced length is right, and the router attempt's edited head followed by Envoy's
+/// untouched rest is the same body.
+fn sent_to(
     config: &Config,
-    decision: &switchboard::core::decision::Decision,
-    target: switchboard::core::config::ModelId,
+    decision: &Decision,
+    target: ModelId,
     body: &[u8],
     case: &str,
-) {
+) -> Vec<u8> {
     let vm = decision.plan.virtual_model(config);
     let edits = body_for(config, vm, body, &decision.layout, target)
         .unwrap_or_else(|| panic!("{case}: no body for target {target:?}"));
-    let sent = match &edits {
-        Some(edits) => {
-            let sent = edits
-                .apply(body)
-                .unwrap_or_else(|| panic!("{case}: edits do not apply"));
-            assert_eq!(sent.len(), edits.new_len(body), "{case}: new_len");
-            // The router's attempt sends the edited head and then Envoy's untouched rest.
-            let (head, end) = edits
-                .head(body)
-                .unwrap_or_else(|| panic!("{case}: no head"));
-            let mut joined = head.concat();
-            joined.extend_from_slice(&body[end..]);
-            assert_eq!(
-                joined, sent,
-                "{case}: head and rest differ from the whole edit"
-            );
-            sent
-        }
-        None => body.to_vec(),
+    let Some(edits) = edits else {
+        return body.to_vec();
     };
+    let sent = edits
+        .apply(body)
+        .unwrap_or_else(|| panic!("{case}: edits do not apply"));
+    assert_eq!(sent.len(), edits.new_len(body), "{case}: new_len");
+    let (head, end) = edits
+        .head(body)
+        .unwrap_or_else(|| panic!("{case}: no head"));
+    let mut joined = head.concat();
+    joined.extend_from_slice(&body[end..]);
+    assert_eq!(
+        joined, sent,
+        "{case}: head and rest differ from the whole edit"
+    );
+    sent
+}
+
+/// The body the filter would send to `target`: the client's, with only the model and that
+/// target's `override_params` changed.
+fn check_forwarded(config: &Config, decision: &Decision, target: ModelId, body: &[u8], case: &str) {
+    let vm = decision.plan.virtual_model(config);
+    let sent = sent_to(config, decision, target, body, case);
     let Some(before) = object(body) else {
         return; // accepted though serde_json's tree would not read it (1e999, a lone surrogate)
     };
@@ -392,18 +397,8 @@ fn no_mangled_multipart_upload_makes_the_request_path_panic() {
         match result {
             Ok(decision) => {
                 forwarded += 1;
-                let vm = decision.plan.virtual_model(config);
                 for &target in &decision.plan.candidates {
-                    let edits = body_for(config, vm, &body, &decision.layout, target)
-                        .unwrap_or_else(|| panic!("{case}: no body for {target:?}"));
-                    let sent = match edits {
-                        Some(edits) => {
-                            let sent = edits.apply(&body).unwrap_or_else(|| panic!("{case}"));
-                            assert_eq!(sent.len(), edits.new_len(&body), "{case}");
-                            sent
-                        }
-                        None => body.clone(),
-                    };
+                    let sent = sent_to(config, &decision, target, &body, &case);
                     let upstream = config.model(target).map(|m| m.upstream_model.as_str());
                     let model = inspect_multipart(&sent, "XyZ").map(|i| i.model.into_owned());
                     assert_eq!(model.ok().as_deref(), upstream, "{case}: forwarded model");
