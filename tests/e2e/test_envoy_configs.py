@@ -1,0 +1,164 @@
+"""Every Envoy config the project ships passes `envoy --mode validate`, and so does the
+loopback version of envoy/providers.yaml that end-to-end tests run.
+
+What validate mode checks (Envoy 1.40, verified): it builds the whole server config without
+opening a socket or resolving a DNS name, and it *does* start the Wasm VM: the .wasm must exist
+(relative paths are read from the working directory, hence cwd = the repository root) and the
+filter's on_configure runs, so an invalid plugin config fails validation with the filter's own
+error. A `trusted_ca.filename` must exist and hold PEM certificates ("Invalid path: ..." or
+"Failed to load trusted CA certificates from ..."). DNS names are not resolved, so the
+providers' hosts need not be reachable. Envoy itself does not need the `host_env_keys`
+variables (an unset one is just not passed to the VM), but they do reach the VM in validate
+mode and the filter resolves `${env:NAME}` when it loads the config, refusing an unset one
+("environment variable `OPENAI_API_KEY` is not set"): so the variables a config names are set
+here to dummy values.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harness import ENVOY_BIN, ROOT, WASM, free_ports, require
+from providers_config import (SHIPPED, env_keys, for_test, for_test_dict, load, shipped_plugin_config,
+                              wasm_config)
+
+CONFIGS = sorted((ROOT / "envoy").glob("*.yaml"))
+SYSTEM_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+
+
+def host_env_keys(node) -> set[str]:
+    """Every variable named in a `host_env_keys` anywhere in a config."""
+    found = set()
+    if isinstance(node, dict):
+        found.update(node.get("host_env_keys") or [])
+        node = list(node.values())
+    if isinstance(node, list):
+        for value in node:
+            found |= host_env_keys(value)
+    return found
+
+
+def validate(config: Path, cwd: Path = ROOT, keys: set[str] = frozenset()) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.update({k: f"dummy-{k.lower()}" for k in keys})
+    return subprocess.run(
+        [str(require(ENVOY_BIN, "Envoy")), "--mode", "validate", "-c", str(config), "--log-level", "warning"],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def assert_valid(result: subprocess.CompletedProcess, config: Path) -> None:
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, f"envoy --mode validate -c {config} failed:\n{output[-4000:]}"
+    assert f"configuration '{config}' OK" in output, output[-4000:]
+
+
+def test_every_shipped_config_is_covered():
+    assert SHIPPED in CONFIGS and ROOT / "envoy" / "demo.yaml" in CONFIGS
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=[c.name for c in CONFIGS])
+def test_shipped_config_validates(config: Path):
+    require(WASM, "switchboard.wasm")
+    rel = config.relative_to(ROOT)
+    assert_valid(validate(rel, keys=host_env_keys(load(config))), rel)
+
+
+def test_providers_config_names_its_keys_only_through_the_environment():
+    """Keys come from host_env_keys as ${env:NAME}; none is written into the config."""
+    assert "key_values" not in json.dumps(load())
+    names = set(env_keys())
+    assert names == {"OPENAI_API_KEY", "AZURE_OPENAI_API_KEY", "ANTHROPIC_API_KEY", "VLLM_API_KEY"}
+    for model in shipped_plugin_config()["models"]:
+        for value in model.get("headers", {}).values():
+            assert "${env:" in value, (model["name"], "a key written into the config")
+            referenced = value.split("${env:", 1)[1].split("}", 1)[0]
+            assert referenced in names, (model["name"], value)
+
+
+def test_providers_config_has_the_catalog_tests_rely_on():
+    pc = shipped_plugin_config()
+    models = {m["name"]: m for m in pc["models"]}
+    assert {n: (m["cluster"], m["model"]) for n, m in models.items()} == {
+        "openai/gpt-4o": ("openai", "gpt-4o"),
+        "openai/gpt-4o-mini": ("openai", "gpt-4o-mini"),
+        "azure/gpt-4o": ("azure_openai", "gpt-4o"),
+        "anthropic/claude-sonnet": ("anthropic", "claude-sonnet-4-5"),
+        "vllm/llama-3.1-8b": ("vllm", "meta-llama/Llama-3.1-8B-Instruct"),
+    }
+    assert [v["name"] for v in pc["virtual_models"]] == ["prod/chat", "prod/claude", "prod/auto"]
+    clusters = {c["name"] for c in load()["static_resources"]["clusters"]}
+    assert {m["cluster"] for m in models.values()} == clusters
+
+
+def loopback(tmp_path: Path, plugin_config: dict | None = None) -> tuple[dict, dict]:
+    """(shipped bootstrap, for_test_dict of it) with every cluster on loopback."""
+    ca = tmp_path / "ca.pem"
+    shutil.copy(SYSTEM_CA, ca)
+    listen, admin, *ports = free_ports(6)
+    names = [c["name"] for c in load()["static_resources"]["clusters"]]
+    upstreams = {name: ("127.0.0.1", port) for name, port in zip(names, ports)}
+    return load(), for_test_dict(listen, admin, upstreams, str(ca), str(WASM), plugin_config)
+
+
+def test_for_test_changes_only_addresses_ca_wasm_and_plugin_config(tmp_path: Path):
+    shipped, test = loopback(tmp_path, plugin_config={"models": []})
+    # Put the shipped values back where for_test may change them: the rest must be identical.
+    assert test["admin"]["address"]["socket_address"]["address"] == "127.0.0.1"
+    test["admin"] = shipped["admin"]
+    tl, sl = test["static_resources"]["listeners"][0], shipped["static_resources"]["listeners"][0]
+    assert tl["address"]["socket_address"]["address"] == "127.0.0.1"
+    tl["address"] = sl["address"]
+    tw, sw = wasm_config(test), wasm_config(shipped)
+    assert tw["vm_config"]["code"]["local"]["filename"] == str(WASM)
+    assert json.loads(tw["configuration"]["value"]) == {"models": []}
+    tw["vm_config"]["code"] = sw["vm_config"]["code"]
+    tw["configuration"] = sw["configuration"]
+    for tc, sc in zip(test["static_resources"]["clusters"], shipped["static_resources"]["clusters"]):
+        assert tc["type"] == "STATIC"
+        assert tc["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"][
+            "socket_address"]["address"] == "127.0.0.1"
+        if "transport_socket" in sc:
+            ca = tc["transport_socket"]["typed_config"]["common_tls_context"]["validation_context"]["trusted_ca"]
+            assert ca["filename"] == str(tmp_path / "ca.pem")
+            tc["transport_socket"] = sc["transport_socket"]
+        for key in ("type", "load_assignment", "dns_lookup_family"):
+            tc.pop(key, None)
+            sc.pop(key, None)
+    assert test == shipped
+
+
+def test_for_test_output_validates(tmp_path: Path):
+    """The loopback config validates from any working directory (the .wasm path is absolute)."""
+    require(WASM, "switchboard.wasm")
+    _, test = loopback(tmp_path)
+    path = tmp_path / "envoy.yaml"
+    path.write_text(json.dumps(test, indent=1))
+    assert_valid(validate(path, cwd=tmp_path, keys=set(env_keys())), path)
+
+
+def test_for_test_refuses_an_unknown_cluster(tmp_path: Path):
+    with pytest.raises(KeyError, match=r"no cluster named \[.openai_east.\]"):
+        for_test(1, 2, {"openai_east": ("127.0.0.1", 3)}, str(SYSTEM_CA), str(WASM))
+
+
+def test_validate_runs_the_filters_config_check(tmp_path: Path):
+    """Validate mode starts the Wasm VM: a plugin config the filter refuses fails validation."""
+    require(WASM, "switchboard.wasm")
+    refused = {
+        "models": [{"name": "a", "cluster": "openai", "model": "gpt-4o"}],
+        "virtual_models": [{"name": "vm", "model_types": ["chat"], "routing_config": {
+            "type": "weight-based-routing", "load_balance_targets": [{"target": "a", "weight": 120}]}}],
+    }
+    _, test = loopback(tmp_path, plugin_config=refused)
+    path = tmp_path / "envoy.yaml"
+    path.write_text(json.dumps(test, indent=1))
+    result = validate(path, cwd=tmp_path, keys=set(env_keys()))
+    assert result.returncode != 0
+    assert ("virtual_models[0].routing_config.load_balance_targets[0].weight: "
+            "expected an integer from 0 to 100, got 120") in result.stdout + result.stderr
