@@ -1,6 +1,8 @@
 //! Command-line parsing by hand: `--flag value` or `--flag=value`.
 
 use crate::behaviour::{validate_status, Behaviour, DropMode};
+use crate::strict::{Expect, Kind};
+use std::path::PathBuf;
 use std::str::FromStr;
 
 pub const USAGE: &str = "\
@@ -9,6 +11,23 @@ usage: mock-provider [--host 127.0.0.1] [--port 0] [--name NAME]
                      [--fail-status CODE] [--fail-rate F] [--retry-after VALUE]
                      [--drop before-response|mid-stream] [--stall-ms N]
                      [--error-body-on-200] [--max-records N (10000; 0 counts only)] [--reply TEXT]
+                     [--tls-cert PEM --tls-key PEM]
+                     [--strict openai|azure|anthropic|openai-compatible
+                      --host-name NAME[:PORT] --api-key KEY
+                      [--deployment NAME --api-version VERSION] [--base-path PATH (/v1)]]
+
+--tls-cert/--tls-key  serve TLS (PEM chain, PEM key), ALPN h2 and http/1.1.
+--strict KIND         refuse API requests as that hosted service would, in its
+                      error shape: TLS SNI other than NAME's host or a Host /
+                      :authority other than NAME -> 421; a path it does not
+                      serve -> 404; a missing or wrong key -> 401 (azure:
+                      api-key, anthropic: x-api-key, both 401 on any
+                      Authorization; others: Authorization: Bearer KEY);
+                      anthropic without anthropic-version -> 400.
+                      azure needs --deployment and --api-version (the one
+                      accepted api-version of /openai/deployments/NAME/...);
+                      openai-compatible serves under --base-path.
+                      /__ control endpoints are never checked.
 ";
 
 /// Everything the command line decides.
@@ -19,6 +38,28 @@ pub struct Args {
     pub behaviour: Behaviour,
     /// Requests kept for `GET /__requests` (0: count only, for benchmarks).
     pub max_records: usize,
+    pub tls: Option<TlsFiles>,
+    pub strict: Option<Expect>,
+}
+
+/// `--tls-cert` and `--tls-key`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// The TLS and strict-mode flags as given, checked together once all are read.
+#[derive(Debug, Default)]
+struct Raw {
+    tls_cert: Option<String>,
+    tls_key: Option<String>,
+    strict: Option<String>,
+    host_name: Option<String>,
+    api_key: Option<String>,
+    deployment: Option<String>,
+    api_version: Option<String>,
+    base_path: Option<String>,
 }
 
 /// Parses the arguments after the program name; `Ok(None)` means `--help`.
@@ -28,7 +69,10 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Option<Args>, St
         port: 0,
         behaviour: Behaviour::default(),
         max_records: crate::record::MAX_RECORDS,
+        tls: None,
+        strict: None,
     };
+    let mut raw = Raw::default();
     let b = &mut out.behaviour;
     let mut it = args.into_iter();
     while let Some(arg) = it.next() {
@@ -67,6 +111,14 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Option<Args>, St
             "--retry-after" => b.retry_after = Some(value()?),
             "--reply" => b.reply = Some(value()?),
             "--drop" => b.drop = Some(DropMode::parse(&value()?)?),
+            "--tls-cert" => raw.tls_cert = Some(value()?),
+            "--tls-key" => raw.tls_key = Some(value()?),
+            "--strict" => raw.strict = Some(value()?),
+            "--host-name" => raw.host_name = Some(value()?),
+            "--api-key" => raw.api_key = Some(value()?),
+            "--deployment" => raw.deployment = Some(value()?),
+            "--api-version" => raw.api_version = Some(value()?),
+            "--base-path" => raw.base_path = Some(value()?),
             "--fail-status" => {
                 let status = num(&flag, &value()?)?;
                 validate_status(status)?;
@@ -76,7 +128,85 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Option<Args>, St
         }
     }
     out.behaviour.validate()?;
+    out.tls = tls(raw.tls_cert.take(), raw.tls_key.take())?;
+    out.strict = strict(raw)?;
     Ok(Some(out))
+}
+
+fn tls(cert: Option<String>, key: Option<String>) -> Result<Option<TlsFiles>, String> {
+    match (cert, key) {
+        (None, None) => Ok(None),
+        (Some(cert), Some(key)) => Ok(Some(TlsFiles {
+            cert: cert.into(),
+            key: key.into(),
+        })),
+        _ => Err("--tls-cert and --tls-key go together".into()),
+    }
+}
+
+/// Builds the strict expectation; a flag that only strict mode (or only
+/// another kind) reads is an error rather than silently ignored.
+fn strict(raw: Raw) -> Result<Option<Expect>, String> {
+    let Some(kind) = raw.strict else {
+        let stray = [
+            ("--host-name", &raw.host_name),
+            ("--api-key", &raw.api_key),
+            ("--deployment", &raw.deployment),
+            ("--api-version", &raw.api_version),
+            ("--base-path", &raw.base_path),
+        ];
+        return match stray.iter().find(|(_, v)| v.is_some()) {
+            Some((flag, _)) => Err(format!("{flag} needs --strict")),
+            None => Ok(None),
+        };
+    };
+    let only = |flag: &str, value: &Option<String>, for_kind: &str| match value {
+        Some(_) if kind != for_kind => Err(format!("{flag} is only for --strict {for_kind}")),
+        _ => Ok(()),
+    };
+    only("--deployment", &raw.deployment, "azure")?;
+    only("--api-version", &raw.api_version, "azure")?;
+    only("--base-path", &raw.base_path, "openai-compatible")?;
+    let required = |flag: &str, value: Option<String>| match value {
+        Some(v) if !v.is_empty() => Ok(v),
+        _ => Err(format!("--strict {kind} needs {flag}")),
+    };
+    let kind = match kind.as_str() {
+        "openai" => Kind::OpenAi,
+        "anthropic" => Kind::Anthropic,
+        "azure" => Kind::Azure {
+            deployment: required("--deployment", raw.deployment)?,
+            api_version: required("--api-version", raw.api_version)?,
+        },
+        "openai-compatible" => Kind::OpenAiCompatible {
+            base_path: base_path(raw.base_path.as_deref().unwrap_or("/v1"))?,
+        },
+        other => {
+            return Err(format!(
+                "--strict: unknown provider {other:?} (expected {})",
+                Kind::NAMES
+            ))
+        }
+    };
+    let host_name = required("--host-name", raw.host_name)?;
+    if host_name.contains(|c: char| c == '/' || c.is_whitespace()) {
+        return Err(format!(
+            "--host-name {host_name:?} must be NAME or NAME:PORT"
+        ));
+    }
+    Ok(Some(Expect {
+        kind,
+        host_name,
+        api_key: required("--api-key", raw.api_key)?,
+    }))
+}
+
+/// `/v1`, `/api/v1/` or `/`; kept without the trailing slash (`/` becomes empty).
+fn base_path(path: &str) -> Result<String, String> {
+    if !path.starts_with('/') {
+        return Err(format!("--base-path {path:?} must start with /"));
+    }
+    Ok(path.trim_end_matches('/').to_owned())
 }
 
 fn num<T: FromStr>(flag: &str, value: &str) -> Result<T, String> {
@@ -99,6 +229,7 @@ mod tests {
         assert_eq!(a.host, "127.0.0.1");
         assert_eq!(a.port, 0);
         assert_eq!(a.behaviour, Behaviour::default());
+        assert_eq!((a.tls, a.strict), (None, None));
     }
 
     #[test]
@@ -151,5 +282,96 @@ mod tests {
         assert!(p(&["--fail-rate", "1.5"]).is_err());
         assert!(p(&["--fail-status", "99"]).is_err());
         assert!(p(&["--drop", "sometimes"]).is_err());
+    }
+
+    #[test]
+    fn tls_flags() {
+        let a = p(&["--tls-cert", "c.pem", "--tls-key=k.pem"])
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            a.tls,
+            Some(TlsFiles {
+                cert: "c.pem".into(),
+                key: "k.pem".into()
+            })
+        );
+        assert!(p(&["--tls-cert", "c.pem"]).is_err());
+        assert!(p(&["--tls-key", "k.pem"]).is_err());
+    }
+
+    #[test]
+    fn strict_kinds() {
+        let base = ["--host-name", "api.openai.com", "--api-key", "sk-1"];
+        let with = |extra: &[&str]| {
+            let mut all: Vec<&str> = extra.to_vec();
+            all.extend(base);
+            p(&all).map(|a| a.unwrap().strict.unwrap())
+        };
+        let openai = with(&["--strict", "openai"]).unwrap();
+        assert_eq!(
+            openai,
+            Expect {
+                kind: Kind::OpenAi,
+                host_name: "api.openai.com".into(),
+                api_key: "sk-1".into()
+            }
+        );
+        assert_eq!(with(&["--strict=anthropic"]).unwrap().kind, Kind::Anthropic);
+        let azure = with(&[
+            "--strict",
+            "azure",
+            "--deployment",
+            "gpt4o",
+            "--api-version",
+            "2024-10-21",
+        ])
+        .unwrap();
+        assert_eq!(
+            azure.kind,
+            Kind::Azure {
+                deployment: "gpt4o".into(),
+                api_version: "2024-10-21".into()
+            }
+        );
+        let compat = |extra: &[&str]| {
+            let mut all = vec!["--strict", "openai-compatible"];
+            all.extend(extra);
+            with(&all).map(|e| e.kind)
+        };
+        let path = |p: &str| Kind::OpenAiCompatible {
+            base_path: p.into(),
+        };
+        assert_eq!(compat(&[]), Ok(path("/v1")));
+        assert_eq!(compat(&["--base-path", "/api/v1/"]), Ok(path("/api/v1")));
+        assert_eq!(compat(&["--base-path", "/"]), Ok(path("")));
+        assert!(compat(&["--base-path", "v1"]).is_err());
+    }
+
+    #[test]
+    fn strict_errors() {
+        // Each strict kind needs its host name and key.
+        assert!(p(&["--strict", "openai", "--api-key", "k"]).is_err());
+        assert!(p(&["--strict", "openai", "--host-name", "h"]).is_err());
+        assert!(p(&["--strict", "openai", "--host-name", "h", "--api-key", ""]).is_err());
+        assert!(p(&["--strict", "openai", "--host-name", "h/x", "--api-key", "k"]).is_err());
+        assert!(p(&["--strict", "bedrock", "--host-name", "h", "--api-key", "k"]).is_err());
+        let azure = ["--strict", "azure", "--host-name", "h", "--api-key", "k"];
+        assert!(
+            p(&azure).is_err(),
+            "azure needs a deployment and api-version"
+        );
+        let mut no_version = azure.to_vec();
+        no_version.extend(["--deployment", "d"]);
+        assert!(p(&no_version).is_err());
+        // Flags for another kind, or without --strict, are mistakes.
+        let openai = ["--strict", "openai", "--host-name", "h", "--api-key", "k"];
+        for extra in [["--deployment", "d"], ["--base-path", "/v1"]] {
+            let mut args = openai.to_vec();
+            args.extend(extra);
+            assert!(p(&args).is_err(), "{extra:?}");
+        }
+        assert!(p(&["--api-key", "k"]).is_err());
+        assert!(p(&["--host-name", "h"]).is_err());
     }
 }

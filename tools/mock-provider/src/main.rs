@@ -1,9 +1,10 @@
 //! `mock-provider`: a mock OpenAI/Anthropic-compatible LLM provider for
 //! Switchboard's end-to-end tests and demo.
 //!
-//! Binds, prints `listening on HOST:PORT`, then serves HTTP/1.1 until
-//! SIGTERM/SIGINT. See `--help` for the flags and `/__config` for runtime
-//! changes.
+//! Binds, prints `listening on HOST:PORT`, then serves HTTP/1.1 and HTTP/2
+//! (over TLS with `--tls-cert`/`--tls-key`) until SIGTERM/SIGINT. See
+//! `--help` for the flags (`--strict` mimics a hosted provider's refusals)
+//! and `/__config` for runtime changes.
 
 mod anthropic;
 mod args;
@@ -13,11 +14,10 @@ mod openai;
 mod record;
 mod respond;
 mod router;
+mod serve;
 mod sse;
+mod strict;
 
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -36,6 +36,15 @@ async fn main() -> ExitCode {
         Err(msg) => {
             let _ = writeln!(std::io::stderr(), "mock-provider: {msg}\n{}", args::USAGE);
             return ExitCode::from(2);
+        }
+    };
+
+    // Read the certificate before binding, so a bad file fails the start.
+    let tls = match args.tls.as_ref().map(serve::tls_acceptor).transpose() {
+        Ok(tls) => tls,
+        Err(msg) => {
+            let _ = writeln!(std::io::stderr(), "mock-provider: {msg}");
+            return ExitCode::FAILURE;
         }
     };
 
@@ -74,22 +83,17 @@ async fn main() -> ExitCode {
         let _ = out.flush();
     }
 
-    let state = Arc::new(router::State::new(args.behaviour, args.max_records));
+    let state = Arc::new(router::State::new(
+        args.behaviour,
+        args.max_records,
+        args.strict,
+    ));
     loop {
         tokio::select! {
             () = shutdown.wait() => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _peer)) => {
-                    // Small SSE chunks must leave immediately.
-                    let _ = stream.set_nodelay(true);
-                    let state = Arc::clone(&state);
-                    tokio::spawn(async move {
-                        let service = service_fn(move |req| router::handle(Arc::clone(&state), req));
-                        // Errors here are client hang-ups or injected drops.
-                        let _ = http1::Builder::new()
-                            .serve_connection(TokioIo::new(stream), service)
-                            .await;
-                    });
+                    tokio::spawn(serve::connection(stream, tls.clone(), Arc::clone(&state)));
                 }
                 Err(e) => {
                     // E.g. out of file descriptors: back off instead of spinning.

@@ -1,6 +1,9 @@
 //! Recording of received API requests for `/__requests` and `/__stats`.
 
+use crate::router::Conn;
+use hyper::header::HOST;
 use hyper::http::request::Parts;
+use hyper::Version;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::collections::VecDeque;
@@ -20,10 +23,39 @@ pub struct Record {
     /// The body as lossy UTF-8.
     pub body: String,
     pub body_len: usize,
+    /// The HTTP/2 `:authority` or the HTTP/1.1 `Host` header.
+    pub authority: Option<String>,
+    /// The TLS server name the client sent (null without TLS or SNI).
+    pub sni: Option<String>,
+    pub tls: bool,
+    /// `HTTP/1.1` or `HTTP/2`.
+    pub http_version: &'static str,
+    /// The status a `--strict` check refused the request with.
+    pub strict_status: Option<u16>,
+}
+
+/// The request's authority: HTTP/2's `:authority` (hyper puts it in the
+/// URI), else the `Host` header.
+pub fn authority(parts: &Parts) -> Option<&str> {
+    match parts.uri.authority() {
+        Some(a) => Some(a.as_str()),
+        None => parts.headers.get(HOST).and_then(|v| v.to_str().ok()),
+    }
+}
+
+fn version_name(version: Version) -> &'static str {
+    match version {
+        Version::HTTP_09 => "HTTP/0.9",
+        Version::HTTP_10 => "HTTP/1.0",
+        Version::HTTP_11 => "HTTP/1.1",
+        Version::HTTP_2 => "HTTP/2",
+        Version::HTTP_3 => "HTTP/3",
+        _ => "unknown",
+    }
 }
 
 impl Record {
-    pub fn new(parts: &Parts, body: &[u8]) -> Self {
+    pub fn new(parts: &Parts, body: &[u8], conn: &Conn) -> Self {
         let mut headers = Map::new();
         for (name, value) in &parts.headers {
             let value = String::from_utf8_lossy(value.as_bytes());
@@ -44,6 +76,11 @@ impl Record {
             headers,
             body: String::from_utf8_lossy(body).into_owned(),
             body_len: body.len(),
+            authority: authority(parts).map(str::to_owned),
+            sni: conn.sni.clone(),
+            tls: conn.tls,
+            http_version: version_name(parts.version),
+            strict_status: None,
         }
     }
 }
@@ -124,12 +161,19 @@ mod tests {
             .body(())
             .unwrap();
         let (parts, ()) = req.into_parts();
-        let r = Record::new(&parts, b"hi\xff");
+        let r = Record::new(&parts, b"hi\xff", &Conn::default());
         assert_eq!(r.headers["x-tag"], "a, b");
         assert_eq!(r.path, "/v1/x");
         assert_eq!(r.query.as_deref(), Some("a=1"));
         assert_eq!(r.body_len, 3);
         assert_eq!(r.body, "hi\u{fffd}");
+        assert_eq!((r.authority.as_deref(), r.tls), (None, false));
+        assert_eq!(r.http_version, "HTTP/1.1");
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(
+            (&v["sni"], &v["strict_status"]),
+            (&Value::Null, &Value::Null)
+        );
 
         let mut rec = Recorder::default();
         for _ in 0..MAX_RECORDS + 5 {
@@ -142,5 +186,34 @@ mod tests {
         counting.count_only();
         assert_eq!((counting.records().len(), counting.count()), (0, 1));
         assert_eq!(rec.count(), 0);
+    }
+
+    #[test]
+    fn authority_and_connection() {
+        let h1 = hyper::Request::builder()
+            .uri("/v1/chat/completions")
+            .header("host", "api.openai.com")
+            .body(())
+            .unwrap();
+        let (parts, ()) = h1.into_parts();
+        assert_eq!(authority(&parts), Some("api.openai.com"));
+
+        // HTTP/2 carries :authority in the URI, and it wins over a Host header.
+        let h2 = hyper::Request::builder()
+            .uri("https://api.anthropic.com/v1/messages")
+            .version(Version::HTTP_2)
+            .header("host", "other")
+            .body(())
+            .unwrap();
+        let (parts, ()) = h2.into_parts();
+        let conn = Conn {
+            tls: true,
+            sni: Some("api.anthropic.com".into()),
+        };
+        let r = Record::new(&parts, b"", &conn);
+        assert_eq!(r.authority.as_deref(), Some("api.anthropic.com"));
+        assert_eq!(r.path, "/v1/messages");
+        assert_eq!((r.tls, r.sni.as_deref()), (true, Some("api.anthropic.com")));
+        assert_eq!(r.http_version, "HTTP/2");
     }
 }

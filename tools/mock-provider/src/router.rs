@@ -3,8 +3,9 @@
 
 use crate::behaviour::{Behaviour, DropMode};
 use crate::generate::Gen;
-use crate::record::{Record, Recorder};
+use crate::record::{self, Record, Recorder};
 use crate::respond::{self, Body, Reply};
+use crate::strict::{self, Expect, Seen};
 use crate::{anthropic, openai};
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -23,13 +24,16 @@ const PROVIDER_HEADER: HeaderName = HeaderName::from_static("x-mock-provider");
 pub struct State {
     behaviour: Mutex<Behaviour>,
     recorder: Mutex<Recorder>,
+    /// Fixed at start: tests change behaviour at run time, never the provider's identity.
+    strict: Option<Expect>,
 }
 
 impl State {
-    pub fn new(behaviour: Behaviour, max_records: usize) -> Self {
+    pub fn new(behaviour: Behaviour, max_records: usize, strict: Option<Expect>) -> Self {
         Self {
             behaviour: Mutex::new(behaviour),
             recorder: Mutex::new(Recorder::with_limit(max_records)),
+            strict,
         }
     }
 
@@ -40,6 +44,14 @@ impl State {
     fn recorder(&self) -> MutexGuard<'_, Recorder> {
         self.recorder.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// What the connection tells about each request on it.
+#[derive(Clone, Debug, Default)]
+pub struct Conn {
+    pub tls: bool,
+    /// The server name of the TLS handshake.
+    pub sni: Option<String>,
 }
 
 /// Returned to hyper to close the connection without an answer.
@@ -54,7 +66,8 @@ impl std::fmt::Display for Dropped {
 
 impl std::error::Error for Dropped {}
 
-/// The API endpoints, matched with or without the `/v1` prefix.
+/// The API endpoints, matched with or without the `/v1` prefix (strict mode
+/// has already checked the provider's own prefix and passes the bare operation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Endpoint {
     ChatCompletions,
@@ -79,13 +92,17 @@ impl Endpoint {
 }
 
 /// The hyper service function.
-pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body>, Dropped> {
+pub async fn handle(
+    state: Arc<State>,
+    conn: Arc<Conn>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, Dropped> {
     let (parts, body) = req.into_parts();
     let body = body.collect().await.map_err(|_| Dropped)?.to_bytes();
     let mut resp = if parts.uri.path().starts_with("/__") {
         control(&state, &parts, &body)
     } else {
-        api(&state, &parts, &body).await?
+        api(&state, &conn, &parts, &body).await?
     };
     let name = state.behaviour().name.clone();
     if let Ok(value) = HeaderValue::from_str(&name) {
@@ -142,21 +159,49 @@ fn control(state: &State, parts: &Parts, body: &Bytes) -> Response<Body> {
     }
 }
 
-/// Records the request, then answers it as an API call.
-async fn api(state: &State, parts: &Parts, body: &Bytes) -> Result<Response<Body>, Dropped> {
+/// Applies the strict checks, records the request (refused or not), then
+/// answers it as an API call.
+async fn api(
+    state: &State,
+    conn: &Conn,
+    parts: &Parts,
+    body: &Bytes,
+) -> Result<Response<Body>, Dropped> {
+    let path = parts.uri.path();
+    let checked = state.strict.as_ref().map(|expect| {
+        let seen = Seen {
+            tls: conn.tls,
+            sni: conn.sni.as_deref(),
+            authority: record::authority(parts),
+            method: parts.method.as_str(),
+            path,
+            query: parts.uri.query(),
+            headers: &parts.headers,
+        };
+        strict::check(expect, &seen)
+    });
+    let (operation, refusal) = match checked {
+        None => (path, None),
+        Some(Ok(operation)) => (operation, None),
+        Some(Err(refusal)) => (path, Some(refusal)),
+    };
     {
         let mut recorder = state.recorder();
         if recorder.keeps_records() {
-            recorder.push(Record::new(parts, body));
+            let mut record = Record::new(parts, body, conn);
+            record.strict_status = refusal.as_ref().map(|r| r.status.as_u16());
+            recorder.push(record);
         } else {
             recorder.count_only();
         }
     }
+    if let Some(refusal) = refusal {
+        return Ok(respond::json(refusal.status, &refusal.body));
+    }
     let cfg = state.behaviour().clone();
     let name = cfg.name.as_str();
-    let path = parts.uri.path();
 
-    let Some(endpoint) = Endpoint::from_path(path) else {
+    let Some(endpoint) = Endpoint::from_path(operation) else {
         if path == "/healthz" && matches!(parts.method, Method::GET | Method::HEAD) {
             return Ok(respond::text(StatusCode::OK, "ok"));
         }
