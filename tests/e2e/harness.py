@@ -13,10 +13,12 @@ import socket
 import subprocess
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import requests
+import urllib3
 
 ROOT = Path(__file__).resolve().parents[2]
 ENVOY_BIN = Path(os.environ.get("SWITCHBOARD_ENVOY", ROOT / ".venv" / "bin" / "envoy"))
@@ -55,6 +57,33 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
+class TestCA:
+    """A throwaway certificate authority made at test time (trustme): `ca.pem` is written into
+    `directory`, and `issue` writes a certificate chain and key there for given host names."""
+
+    __test__ = False  # not a pytest test class despite its name
+
+    def __init__(self, directory: str | Path) -> None:
+        import trustme  # only the TLS tests need it
+
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._ca = trustme.CA()
+        self.ca_path = self.directory / "ca.pem"
+        self._ca.cert_pem.write_to_path(str(self.ca_path))
+
+    def issue(self, hostname: str, *more: str) -> tuple[Path, Path]:
+        """(cert_path, key_path) of PEM files for `hostname` (and `more` names). The certificate
+        also names 127.0.0.1, so control calls to https://127.0.0.1:PORT verify against ca.pem."""
+        cert = self._ca.issue_cert(hostname, *more, "127.0.0.1")
+        stem = re.sub(r"[^A-Za-z0-9.-]", "_", hostname)
+        cert_path = self.directory / f"{stem}.pem"
+        key_path = self.directory / f"{stem}.key"
+        cert_path.write_bytes(b"".join(blob.bytes() for blob in cert.cert_chain_pems))
+        cert.private_key_pem.write_to_path(str(key_path))
+        return cert_path, key_path
+
+
 @dataclass
 class Provider:
     """A running mock provider process."""
@@ -62,19 +91,34 @@ class Provider:
     name: str
     proc: subprocess.Popen
     port: int
+    tls: bool = False
+    # TLS only: the CA file control calls verify with; False skips verification.
+    verify: str | bool = False
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls else "http"
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
+
+    def _control(self, method: str, path: str, **kwargs) -> requests.Response:
+        """A call to a `/__` endpoint (never subject to `--strict`)."""
+        with warnings.catch_warnings():
+            # verify=False is a choice here, not an accident worth a warning per call.
+            warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
+            return requests.request(method, f"{self.url}{path}", timeout=5,
+                                    verify=self.verify if self.tls else True, **kwargs)
 
     def requests(self) -> list[dict]:
-        return requests.get(f"{self.url}/__requests", timeout=5).json()
+        return self._control("GET", "/__requests").json()
 
     def clear(self) -> None:
-        requests.delete(f"{self.url}/__requests", timeout=5).raise_for_status()
+        self._control("DELETE", "/__requests").raise_for_status()
 
     def configure(self, **settings) -> dict:
-        r = requests.post(f"{self.url}/__config", json=settings, timeout=5)
+        r = self._control("POST", "/__config", json=settings)
         r.raise_for_status()
         return r.json()
 
@@ -83,7 +127,10 @@ class Provider:
 
 
 def start_provider(name: str, port: int = 0, **flags) -> Provider:
-    """Starts `mock-provider --name NAME` with `--flag value` for each keyword (snake_case)."""
+    """Starts `mock-provider --name NAME` with `--flag value` for each keyword (snake_case),
+    e.g. `tls_cert=..., tls_key=..., strict="azure", host_name=..., api_key=...`. With TLS,
+    control calls verify with the `ca.pem` beside the certificate (a `TestCA` layout) if
+    there is one, else without verification."""
     args = [str(require(MOCK_PROVIDER, "mock-provider")), "--name", name, "--port", str(port)]
     for key, value in flags.items():
         flag = "--" + key.replace("_", "-")
@@ -96,7 +143,12 @@ def start_provider(name: str, port: int = 0, **flags) -> Provider:
     if not line.startswith("listening on "):
         stop_process(proc)
         raise HarnessError(f"mock provider {name} did not start: {line!r} {proc.stderr.read()}")
-    return Provider(name=name, proc=proc, port=int(line.rsplit(":", 1)[1]))
+    provider = Provider(name=name, proc=proc, port=int(line.rsplit(":", 1)[1]))
+    if flags.get("tls_cert"):
+        ca = Path(flags["tls_cert"]).parent / "ca.pem"
+        provider.tls = True
+        provider.verify = str(ca) if ca.exists() else False
+    return provider
 
 
 def stop_process(proc: subprocess.Popen) -> None:
