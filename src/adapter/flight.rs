@@ -10,12 +10,13 @@
 use super::host::{self, Headers};
 use super::runtime::Runtime;
 use crate::core::config::{Config, ModelId, TargetPolicy, DIRECT_POLICY};
-use crate::core::decision::body_for;
+use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
 use crate::core::fallback::{AttemptOutcome, Attempts, Step};
 use crate::core::health::record::Outcome;
 use crate::core::health::retry_after;
 use crate::core::health::sla::LatencySample;
+use crate::core::outbound::{outbound, ClientRequest};
 use crate::core::request::Layout;
 use crate::core::routing::state::RoutingState;
 use crate::core::routing::sticky::Session;
@@ -23,18 +24,6 @@ use crate::core::usage::UsageScanner;
 use proxy_wasm::types::Action;
 use std::cell::RefCell;
 use std::rc::Rc;
-
-/// Request headers never copied onto a fallback call: hop-by-hop, recomputed, or internal.
-const NOT_FORWARDED: &[&str] = &[
-    "content-length",
-    "transfer-encoding",
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "upgrade",
-];
 
 /// Response headers not copied into a replacement answer (Envoy sets its own framing).
 const NOT_REPLAYED: &[&str] = &[
@@ -61,6 +50,8 @@ enum State {
 
 /// What the request needs for another attempt.
 pub struct Replay {
+    /// The endpoint called.
+    pub endpoint: Endpoint,
     /// The client's body.
     pub body: Vec<u8>,
     /// Where its parts sit, to rewrite it for another target.
@@ -504,57 +495,23 @@ impl Flight {
         }
     }
 
-    /// Makes the HTTP call of an attempt at `target`: the client's request rewritten for it,
-    /// its catalog headers, then its `headers_override`.
+    /// Makes the HTTP call of an attempt at `target`: the outbound request the core builds
+    /// for it, as the router's attempt got its own.
     fn call(&self, target: ModelId) -> Option<u32> {
         let replay = self.replay.as_ref()?;
-        let model = self.config.model(target)?;
         let vm = self
             .virtual_model
             .and_then(|i| self.config.virtual_models.get(i));
-        let rewritten = match body_for(&self.config, vm, &replay.body, &replay.layout, target)? {
-            Some(edits) => Some(edits.apply(&replay.body)?),
-            None => None,
+        let client = ClientRequest {
+            endpoint: replay.endpoint,
+            headers: &replay.headers,
+            body: Some((&replay.body, &replay.layout)),
         };
-        let body = rewritten.as_deref().unwrap_or(&replay.body);
+        let out = outbound(&self.config, vm, target, &client)?;
+        let body = out.body(&replay.body)?;
         let length = body.len().to_string();
-        let names = &self.config.header_names;
-        let o = vm
-            .and_then(|vm| vm.target(target))
-            .map(|t| &t.headers_override);
-        let replaced = |k: &str| {
-            NOT_FORWARDED.contains(&k)
-                || k == names.cluster
-                || k == names.metadata
-                || model.headers.iter().any(|(name, _)| name == k)
-                || o.is_some_and(|o| {
-                    o.remove.iter().any(|n| n == k) || o.set.iter().any(|(n, _)| n == k)
-                })
-        };
-        let mut headers: Vec<(&str, &str)> = replay
-            .headers
-            .text_pairs()
-            .filter(|(k, _)| !replaced(k))
-            .collect();
-        headers.extend(
-            model
-                .headers
-                .iter()
-                .filter(|(k, _)| {
-                    !o.is_some_and(|o| o.remove.contains(k) || o.set.iter().any(|(n, _)| n == k))
-                })
-                .map(|(k, v)| (k.as_str(), v.as_str())),
-        );
-        if let Some(o) = o {
-            headers.extend(o.set.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-        }
-        headers.push(("content-length", &length));
-        host::dispatch(
-            &model.cluster,
-            headers,
-            body,
-            self.config.attempt_timeout_ms,
-        )
+        let headers = out.call_headers(&replay.headers, &self.config.header_names, &length);
+        host::dispatch(out.cluster, headers, &body, self.config.attempt_timeout_ms)
     }
 
     /// Answers the client with a dispatched attempt's response.

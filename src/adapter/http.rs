@@ -8,12 +8,13 @@ use super::flight::{Flight, Replay, Start};
 use super::host::{self, Headers};
 use super::runtime::Runtime;
 use crate::core::batch;
-use crate::core::config::Config;
-use crate::core::config::Tier;
+use crate::core::config::{Config, HeaderNames, Tier};
 use crate::core::decision::{classifier_call, decide_with_tier, ClassifierCall, Decision};
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
 use crate::core::fallback::Attempts;
+use crate::core::outbound::Outbound;
+use crate::core::request::check_content_encoding;
 use crate::core::routing::classifier::parse_answer;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
@@ -88,7 +89,7 @@ impl Http {
         // A complexity model with a classifier asks it first; its call has its own timeout,
         // after which the heuristic decides.
         if let Some(call) = classifier_call(&config, endpoint, &body, &headers) {
-            if let Some(token) = Self::call_classifier(&call, &headers) {
+            if let Some(token) = Self::call_classifier(&config, &call) {
                 self.phase = Phase::Classifying {
                     endpoint,
                     headers,
@@ -121,25 +122,18 @@ impl Http {
         match decided {
             Ok(decision) => {
                 let _span = super::profile::span("forward (own code)");
-                self.forward(config, decision, body, headers, now)
+                self.forward(&config, endpoint, decision, body, headers, now)
             }
             Err(reply) => self.reply(&reply),
         }
     }
 
-    /// Asks the classifier model for the tier.
-    fn call_classifier(call: &ClassifierCall, headers: &Headers) -> Option<u32> {
-        let authority = headers.get_str(":authority").unwrap_or("switchboard");
+    /// Asks the classifier model for the tier, in that model's own request shape.
+    fn call_classifier(config: &Config, call: &ClassifierCall) -> Option<u32> {
+        let out = call.outbound(config)?;
         let length = call.body.len().to_string();
-        let mut h: Vec<(&str, &str)> = vec![
-            (":method", "POST"),
-            (":path", "/v1/chat/completions"),
-            (":authority", authority),
-            ("content-type", "application/json"),
-            ("content-length", &length),
-        ];
-        h.extend(call.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-        host::dispatch(&call.cluster, h, &call.body, call.timeout_ms)
+        let headers = out.call_headers(&call.headers, &config.header_names, &length);
+        host::dispatch(out.cluster, headers, &call.body, call.timeout_ms)
     }
 
     /// Buffers batch input and refuses it if it names a virtual model; otherwise lets it pass
@@ -176,60 +170,25 @@ impl Http {
 
     fn forward(
         &mut self,
-        config: Rc<Config>,
-        decision: Decision,
+        config: &Rc<Config>,
+        endpoint: Endpoint,
+        decision: Decision<'_>,
         body: Vec<u8>,
         headers: Headers,
         now: u64,
     ) -> Action {
-        let Some(model) = config.model(decision.target) else {
-            return self.reply(&ErrorReply::no_target_available("the requested model"));
-        };
-        let virtual_model = decision.plan.virtual_model;
-        let target_config = virtual_model
-            .and_then(|i| config.virtual_models.get(i))
-            .and_then(|vm| vm.target(decision.target));
-        let attempts = Attempts::new(decision.plan.candidates, false);
-        let chunked = headers.get("transfer-encoding").is_some();
-        if let Some(edits) = &decision.edits {
-            if !host::edit_request_body(&body, edits) {
-                return self.reply(&ErrorReply::invalid_json("the body could not be rewritten"));
-            }
-            // The body is now whole and of known length: send it that way upstream. A rewrite
-            // keeps the length when it can (core::request::rewrite), and then the client's
-            // content-length still holds.
-            let new_len = edits.new_len(&body);
-            if chunked {
-                host::remove_request_header("transfer-encoding");
-            }
-            if chunked || new_len != body.len() || headers.get("content-length").is_none() {
-                host::set_request_header("content-length", &new_len.to_string());
-            }
+        if let Err(reply) = Self::apply(&decision.outbound, &body, &headers, &config.header_names) {
+            return self.reply(&reply);
         }
+        let virtual_model = decision.plan.virtual_model;
+        let attempts = Attempts::new(decision.plan.candidates, false);
         // Keep what another attempt would need, only when one is possible.
-        let replay = Flight::may_try_again(&config, virtual_model, &attempts).then_some(Replay {
+        let replay = Flight::may_try_again(config, virtual_model, &attempts).then_some(Replay {
+            endpoint,
             headers,
             body,
             layout: decision.layout,
         });
-        for (name, value) in &model.headers {
-            host::set_request_header(name, value);
-        }
-        // Switchboard's own metadata header is for routing, not for the provider.
-        if decision.metadata_sent {
-            host::remove_request_header(&config.header_names.metadata);
-        }
-        // headers_override comes last (TrueFoundry seed, "Header overrides").
-        if let Some(o) = target_config {
-            for name in &o.headers_override.remove {
-                host::remove_request_header(name);
-            }
-            for (name, value) in &o.headers_override.set {
-                host::set_request_header(name, value);
-            }
-        }
-        // Last, so the route is re-selected with the final headers.
-        host::set_request_header(&config.header_names.cluster, &model.cluster);
         let start = Start {
             virtual_model,
             attempts,
@@ -239,13 +198,54 @@ impl Http {
         };
         let flight = Rc::new(RefCell::new(Flight::new(
             self.context_id,
-            Rc::clone(&config),
+            Rc::clone(config),
             start,
             replay,
         )));
         Flight::arm_fallback_timeout(&flight, &self.runtime, now);
         self.phase = Phase::Forwarded(flight);
         Action::Continue
+    }
+
+    /// Writes the router's attempt into the request: body edits, then path, authority and
+    /// headers, and the cluster header last, so the route is re-selected with the final
+    /// headers.
+    fn apply(
+        out: &Outbound<'_>,
+        body: &[u8],
+        headers: &Headers,
+        names: &HeaderNames,
+    ) -> Result<(), ErrorReply> {
+        if let Some(edits) = &out.edits {
+            if !host::edit_request_body(body, edits) {
+                return Err(ErrorReply::invalid_json("the body could not be rewritten"));
+            }
+            // The body is now whole and of known length: send it that way upstream. A rewrite
+            // keeps the length when it can (core::request::rewrite), and then the client's
+            // content-length still holds.
+            let new_len = edits.new_len(body);
+            let chunked = headers.get("transfer-encoding").is_some();
+            if chunked {
+                host::remove_request_header("transfer-encoding");
+            }
+            if chunked || new_len != body.len() || headers.get("content-length").is_none() {
+                host::set_request_header("content-length", &new_len.to_string());
+            }
+        }
+        if let Some(path) = &out.path {
+            host::set_request_header(":path", path);
+        }
+        if let Some(authority) = out.authority {
+            host::set_request_header(":authority", authority);
+        }
+        for name in &out.remove {
+            host::remove_request_header(name);
+        }
+        for (name, value) in &out.set {
+            host::set_request_header(name, value);
+        }
+        host::set_request_header(&names.cluster, out.cluster);
+        Ok(())
     }
 }
 
@@ -328,6 +328,9 @@ impl HttpContext for Http {
         };
         if end_of_stream {
             return self.reply(&ErrorReply::body_required());
+        }
+        if let Err(reply) = check_content_encoding(&headers) {
+            return self.reply(&reply);
         }
         let declared = headers
             .get_str("content-length")

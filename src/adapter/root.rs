@@ -62,7 +62,10 @@ impl Context for Root {
 impl RootContext for Root {
     fn on_configure(&mut self, _plugin_configuration_size: usize) -> bool {
         let _span = super::profile::span("on_configure");
-        match Config::parse(&host::plugin_configuration()) {
+        // `${env:NAME}` in header values: the VM's environment, which Envoy fills from its own
+        // with `vm_config.environment_variables.host_env_keys` (read once, here).
+        let env = |name: &str| std::env::var(name).ok();
+        match Config::parse_with_env(&host::plugin_configuration(), &env) {
             Ok(config) => {
                 log::info!(
                     "loaded {} models and {} virtual models",

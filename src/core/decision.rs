@@ -1,13 +1,16 @@
-//! The request-phase decision in one call: inspect the body, plan the targets, rewrite.
+//! The request-phase decision in one call: inspect the body, plan the targets, and build the
+//! first attempt's outbound request.
 //!
-//! The adapter hands over the endpoint and the buffered body and gets back what to do to the
-//! request: which cluster, which body (only if it changed) and which headers to set.
+//! The adapter hands over the endpoint, the headers and the buffered body and gets back what
+//! to do to the request: its cluster, authority, path, headers and body edits
+//! ([`crate::core::outbound`]).
 
 use crate::core::config::{Config, ModelId, VirtualModel};
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
 use crate::core::headers::Headers;
 use crate::core::metadata::Metadata;
+use crate::core::outbound::{outbound, ClientRequest, Outbound};
 use crate::core::request::{inspect, inspect_multipart};
 use crate::core::request::{rewrite, Edits, Layout};
 use crate::core::routing::state::RoutingState;
@@ -15,19 +18,17 @@ use crate::core::routing::{plan, HealthInput, Plan, Request};
 
 /// What to do with a request that will be forwarded.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Decision {
+pub struct Decision<'c> {
     /// The ordered targets; the first is where this attempt goes.
     pub plan: Plan,
     /// The target of this attempt.
     pub target: ModelId,
-    /// How the body changes for the target, or `None` when it is already right.
-    pub edits: Option<Edits>,
+    /// This attempt's request, as changes to the client's.
+    pub outbound: Outbound<'c>,
     /// Where the parts of the client's body sit, to rewrite it for other targets.
     pub layout: Layout,
     /// The client asked for a streamed (SSE) answer.
     pub stream: bool,
-    /// The client sent the metadata header, which is not for the provider.
-    pub metadata_sent: bool,
 }
 
 /// Reads a request body the way its endpoint sends it: JSON, or a multipart upload.
@@ -50,14 +51,27 @@ fn inspect_request<'b>(
 /// A call to a complexity virtual model's classifier model, to make before deciding.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClassifierCall {
-    /// The classifier model's cluster.
-    pub cluster: String,
-    /// Its catalog headers.
-    pub headers: Vec<(String, String)>,
-    /// The chat completion asking for the tier.
+    /// The classifier model.
+    pub model: ModelId,
+    /// The request as a client would send it to `/v1/chat/completions` at this gateway: its
+    /// outbound request ([`ClassifierCall::outbound`]) gives the model's own host and path.
+    pub headers: Headers,
+    /// The chat completion asking for the tier, already naming the model's upstream id.
     pub body: Vec<u8>,
     /// How long to wait before the heuristic decides.
     pub timeout_ms: u64,
+}
+
+impl ClassifierCall {
+    /// The call's outbound request: the model's cluster, authority, path and headers.
+    pub fn outbound<'c>(&self, config: &'c Config) -> Option<Outbound<'c>> {
+        let client = ClientRequest {
+            endpoint: Endpoint::ChatCompletions,
+            headers: &self.headers,
+            body: None,
+        };
+        outbound(config, None, self.model, &client)
+    }
 }
 
 /// The classifier call a request needs first, if it goes to a complexity virtual model with a
@@ -89,32 +103,44 @@ pub fn classifier_call(
         serde_json::from_slice::<&serde_json::value::RawValue>(body.get(span.clone())?).ok()
     };
     let (text, _) = crate::core::conversation::all_text(field);
+    // Only the gateway's own authority is taken from the client: the rest of its headers
+    // (its credentials above all) are not for the classifier.
+    let authority = headers.get(":authority").unwrap_or(b"switchboard");
+    let request = Headers::from_pairs([
+        (&b":method"[..], &b"POST"[..]),
+        (
+            b":path",
+            Endpoint::ChatCompletions.display_path().as_bytes(),
+        ),
+        (b":authority", authority),
+        (b"content-type", b"application/json"),
+    ]);
     Some(ClassifierCall {
-        cluster: model.cluster.clone(),
-        headers: model.headers.clone(),
+        model: c.model,
+        headers: request,
         body: crate::core::routing::classifier::request_body(model, &text),
         timeout_ms: c.timeout_ms,
     })
 }
 
 /// Decides where a buffered request goes and how its body must change for that target.
-pub fn decide(
-    config: &Config,
+pub fn decide<'c>(
+    config: &'c Config,
     endpoint: Endpoint,
     body: &[u8],
     headers: &Headers,
     health: &HealthInput<'_>,
     state: &dyn RoutingState,
     rng: &mut fastrand::Rng,
-) -> Result<Decision, ErrorReply> {
+) -> Result<Decision<'c>, ErrorReply> {
     decide_with_tier(config, endpoint, body, headers, health, state, None, rng)
 }
 
 /// [`decide`], with the classifier model's tier for a complexity virtual model.
 // The inputs are independent values of one decision; a struct would only rename them.
 #[allow(clippy::too_many_arguments)]
-pub fn decide_with_tier(
-    config: &Config,
+pub fn decide_with_tier<'c>(
+    config: &'c Config,
     endpoint: Endpoint,
     body: &[u8],
     headers: &Headers,
@@ -122,7 +148,7 @@ pub fn decide_with_tier(
     state: &dyn RoutingState,
     tier_hint: Option<crate::core::config::Tier>,
     rng: &mut fastrand::Rng,
-) -> Result<Decision, ErrorReply> {
+) -> Result<Decision<'c>, ErrorReply> {
     let inspected = inspect_request(endpoint, body, headers)?;
     let metadata_header = headers.get(&config.header_names.metadata);
     let metadata = Metadata::resolve(metadata_header, &config.default_metadata)?;
@@ -144,15 +170,19 @@ pub fn decide_with_tier(
         .virtual_model(config)
         .is_some_and(|vm| vm.targets.iter().any(|t| !t.override_params.is_empty()));
     let layout = inspected.layout(overrides_anywhere);
-    let edits = body_for(config, plan.virtual_model(config), body, &layout, target)
+    let client = ClientRequest {
+        endpoint,
+        headers,
+        body: Some((body, &layout)),
+    };
+    let outbound = outbound(config, plan.virtual_model(config), target, &client)
         .ok_or_else(|| ErrorReply::invalid_json("could not rewrite the body"))?;
     Ok(Decision {
         plan,
         target,
-        edits,
+        outbound,
         layout,
         stream: inspected.stream,
-        metadata_sent: metadata_header.is_some(),
     })
 }
 
@@ -207,8 +237,9 @@ mod tests {
     #[test]
     fn rewrites_virtual_model_to_target_upstream_model() {
         let body = br#"{"model": "chat", "messages": [{"role":"user","content":"hi"}]}"#;
+        let config = config();
         let d = decide(
-            &config(),
+            &config,
             Endpoint::ChatCompletions,
             body,
             &NO_HEADERS,
@@ -219,7 +250,7 @@ mod tests {
         .unwrap();
         assert_eq!(d.target, ModelId(0));
         assert_eq!(
-            d.edits.unwrap().apply(body).unwrap(),
+            d.outbound.edits.unwrap().apply(body).unwrap(),
             br#"{"model": "gpt-4o", "messages": [{"role":"user","content":"hi"}]}"#
         );
     }
@@ -227,8 +258,9 @@ mod tests {
     #[test]
     fn leaves_body_alone_when_model_already_matches() {
         let body = br#"{"model":"gpt-4o"}"#;
+        let config = config();
         let d = decide(
-            &config(),
+            &config,
             Endpoint::ChatCompletions,
             body,
             &NO_HEADERS,
@@ -238,8 +270,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!(d.target, ModelId(1));
-        assert_eq!(d.edits, None);
-        assert!(!d.metadata_sent);
+        assert_eq!(d.outbound.edits, None);
+        assert!(d.outbound.remove.is_empty());
     }
 
     #[test]
@@ -265,11 +297,11 @@ mod tests {
             &mut fastrand::Rng::with_seed(1),
         )
         .unwrap();
-        // The header is seen, so the adapter removes it before forwarding.
-        assert!(d.metadata_sent);
+        // The metadata header is for routing, not for the provider.
+        assert_eq!(d.outbound.remove, ["x-switchboard-metadata"]);
         // The default metadata wins over the header's value, so the target matches.
         assert_eq!(
-            d.edits.unwrap().apply(body).unwrap(),
+            d.outbound.edits.unwrap().apply(body).unwrap(),
             br#"{"model":"gpt-4o","temperature":0.1,"max_tokens":50}"#
         );
         let bad = Headers::from_pairs([("x-switchboard-metadata", "not json")]);
@@ -310,7 +342,7 @@ mod tests {
         .unwrap();
         let expected = String::from_utf8_lossy(body).replace("team/stt", "whisper-1");
         assert_eq!(
-            String::from_utf8(d.edits.unwrap().apply(body).unwrap()).unwrap(),
+            String::from_utf8(d.outbound.edits.unwrap().apply(body).unwrap()).unwrap(),
             expected
         );
         let json = Headers::from_pairs([("content-type", "application/json")]);
@@ -354,7 +386,7 @@ mod tests {
             &NO_HEADERS,
         )
         .unwrap();
-        assert_eq!(call.cluster, "j");
+        assert_eq!(call.outbound(&with).unwrap().cluster, "j");
         assert_eq!(
             classifier_call(
                 &with,

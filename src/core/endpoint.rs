@@ -101,7 +101,17 @@ impl Endpoint {
         }
     }
 
-    /// The path as users know it, for error messages.
+    /// The path without its version prefix (`/chat/completions`, `/rerank`): what follows a
+    /// catalog model's `base_path`.
+    pub fn unversioned_path(self) -> &'static str {
+        ENDPOINTS
+            .iter()
+            .find(|(_, e, _)| *e == self)
+            .map_or("", |(path, _, _)| *path)
+    }
+
+    /// The canonical path (`/v1/chat/completions`, `/v2/rerank`): what a model without a
+    /// `base_path` is called on, and how users know the endpoint in error messages.
     pub fn display_path(self) -> &'static str {
         ENDPOINTS
             .iter()

@@ -125,6 +125,31 @@ impl ErrorReply {
         )
     }
 
+    /// 415: the body is compressed (`content-encoding`), so its `model` cannot be read.
+    pub fn unsupported_content_encoding(encoding: &str) -> Self {
+        // The client's value is echoed only when it is a plain token, never its raw bytes.
+        let shown = if encoding.len() <= 32
+            && encoding
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_, ".contains(&b))
+        {
+            encoding
+        } else {
+            "this encoding"
+        };
+        let message = format!(
+            "Request bodies with content-encoding `{shown}` are not supported: send the JSON \
+             body uncompressed."
+        );
+        Self::new(
+            415,
+            "invalid_request_error",
+            "unsupported_content_encoding",
+            None,
+            &message,
+        )
+    }
+
     /// 413: the body is larger than the configured limit.
     pub fn body_too_large(limit: usize) -> Self {
         let message = format!("The request body is larger than the limit of {limit} bytes.");

@@ -15,6 +15,7 @@ pub mod health;
 pub mod metadata;
 pub mod multipart;
 pub mod nfc;
+pub mod outbound;
 pub mod request;
 pub mod routing;
 pub mod status_set;

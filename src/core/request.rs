@@ -7,6 +7,7 @@
 //! `override_params`) is a splice: every other byte the client sent reaches the provider as is.
 
 use crate::core::errors::ErrorReply;
+use crate::core::headers::Headers;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
@@ -57,6 +58,18 @@ pub struct Inspected<'a> {
     pub end: usize,
     /// The body is `multipart/form-data`: `model` is a form field holding the bare name.
     pub multipart: bool,
+}
+
+/// Refuses a compressed body: the filter reads and rewrites the JSON as sent, so a gzip body
+/// would only ever be `invalid_json`. `identity` is no encoding.
+pub fn check_content_encoding(headers: &Headers) -> Result<(), ErrorReply> {
+    match headers.get("content-encoding") {
+        None => Ok(()),
+        Some(v) if v.trim_ascii().eq_ignore_ascii_case(b"identity") => Ok(()),
+        Some(v) => Err(ErrorReply::unsupported_content_encoding(
+            std::str::from_utf8(v).unwrap_or_default().trim(),
+        )),
+    }
 }
 
 /// Reads the top-level `model` of a JSON object body.
@@ -329,6 +342,21 @@ impl Edits {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_compressed_body_is_refused_with_415_and_identity_is_no_encoding() {
+        let with =
+            |v: &str| check_content_encoding(&Headers::from_pairs([("content-encoding", v)]));
+        assert!(check_content_encoding(&Headers::default()).is_ok());
+        assert!(with("identity").is_ok() && with(" Identity ").is_ok());
+        let e = with("gzip").unwrap_err();
+        assert_eq!(e.status, 415);
+        let v: serde_json::Value = serde_json::from_str(&e.body).unwrap();
+        assert_eq!(v["error"]["code"], "unsupported_content_encoding");
+        assert!(v["error"]["message"].as_str().unwrap().contains("`gzip`"));
+        let odd = with("\"}x{").unwrap_err();
+        assert!(!odd.body.contains("}x{"), "odd values are not echoed");
+    }
 
     fn code(body: &str) -> (u16, String) {
         let e = inspect(body.as_bytes()).unwrap_err();

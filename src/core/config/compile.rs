@@ -2,12 +2,14 @@
 
 use super::fields::{ConfigError, Fields};
 use super::routing_config::{compile_virtual_model, Catalog};
+use super::upstream::{compile_upstream, expand_env};
 use super::{
     Config, HeaderNames, Model, ModelId, NameEntry, Provider, Visibility,
     DEFAULT_MAX_REQUEST_BODY_BYTES,
 };
 use crate::core::health::policy::{Eviction, FailureWindow, HealthPolicy};
 use crate::core::health::record::MAX_FAILURES;
+use crate::core::outbound::is_credential;
 use hashbrown::HashMap;
 use serde_json::Value;
 
@@ -18,7 +20,10 @@ const ROOT_NOT_YET: &[&str] = &[];
 /// (once read, once rewritten), which must not run out.
 const MAX_BODY_LIMIT: u64 = 128 * 1024 * 1024;
 
-pub(super) fn compile(json: &[u8]) -> Result<Config, ConfigError> {
+pub(super) fn compile(
+    json: &[u8],
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
     let root: Value = serde_json::from_slice(json)
         .map_err(|e| ConfigError::new("", format!("the plugin config is not valid JSON: {e}")))?;
     let mut root = Fields::new(String::new(), &root)?;
@@ -37,7 +42,7 @@ pub(super) fn compile(json: &[u8]) -> Result<Config, ConfigError> {
         return Err(root.error("models", "must list at least one model"));
     }
     for (path, value) in items {
-        let model = compile_model(Fields::new(path.clone(), value)?, &header_names)?;
+        let model = compile_model(Fields::new(path.clone(), value)?, &header_names, env)?;
         let id = ModelId(models.len());
         if names
             .insert(model.name.clone(), NameEntry::Catalog(id))
@@ -65,6 +70,7 @@ pub(super) fn compile(json: &[u8]) -> Result<Config, ConfigError> {
             names: &names,
             virtual_names: &virtual_names,
             header_names: &header_names,
+            env,
         };
         let vm = compile_virtual_model(f, &catalog)?;
         if names
@@ -153,7 +159,11 @@ fn models_list(models: &[Model], virtual_models: &[super::VirtualModel]) -> Stri
     serde_json::json!({"object": "list", "data": data}).to_string()
 }
 
-fn compile_model(mut f: Fields<'_>, header_names: &HeaderNames) -> Result<Model, ConfigError> {
+fn compile_model(
+    mut f: Fields<'_>,
+    header_names: &HeaderNames,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Model, ConfigError> {
     let name = f.str("name")?.to_string();
     let cluster = f.str("cluster")?;
     if !is_header_value(cluster) {
@@ -192,14 +202,10 @@ fn compile_model(mut f: Fields<'_>, header_names: &HeaderNames) -> Result<Model,
     for entry in f.opt_string_map("headers")? {
         let name = checked_header_name(entry.key, header_names)
             .map_err(|m| ConfigError::new(entry.path.clone(), m))?;
-        if !is_header_value(entry.value) {
-            return Err(ConfigError::new(
-                entry.path,
-                "value must not contain control characters",
-            ));
-        }
-        headers.push((name, entry.value.to_string()));
+        headers.push((name, header_value(entry.value, &entry.path, env)?));
     }
+    let sets_credential = headers.iter().any(|(n, _)| is_credential(n));
+    let upstream = compile_upstream(&mut f)?;
     let health = match f.opt_object("health")? {
         Some(obj) => compile_health(obj)?,
         None => HealthPolicy::default(),
@@ -216,6 +222,8 @@ fn compile_model(mut f: Fields<'_>, header_names: &HeaderNames) -> Result<Model,
         provider,
         visibility,
         headers,
+        sets_credential,
+        upstream,
         health,
     })
 }
@@ -318,6 +326,23 @@ fn is_token(s: &str) -> bool {
     !s.is_empty()
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+/// A configured header value with its `${env:NAME}` references resolved. Neither error shows
+/// the value: it may be a key.
+pub(super) fn header_value(
+    value: &str,
+    path: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, ConfigError> {
+    let value = expand_env(value, path, env)?;
+    if !is_header_value(&value) {
+        return Err(ConfigError::new(
+            path,
+            "value must not contain control characters",
+        ));
+    }
+    Ok(value)
 }
 
 /// A header value must not smuggle a line break or other control character.

@@ -7,8 +7,10 @@
 mod compile;
 mod fields;
 mod routing_config;
+mod upstream;
 
 pub use fields::ConfigError;
+pub use upstream::Upstream;
 
 use crate::core::endpoint::ModelTypes;
 use crate::core::health::policy::{FailureWindow, HealthPolicy};
@@ -70,8 +72,12 @@ pub struct Model {
     pub provider: Provider,
     /// Whether clients may call it directly.
     pub visibility: Visibility,
-    /// Headers set on every request to it (names lower-cased).
+    /// Headers set on every request to it (names lower-cased, `${env:NAME}` resolved).
     pub headers: Vec<(String, String)>,
+    /// Whether `headers` sets a credential header, so the client's own must not go with it.
+    pub sets_credential: bool,
+    /// Its host, path prefix and query parameters.
+    pub upstream: Upstream,
     /// What counts as a failure and when it is evicted.
     pub health: HealthPolicy,
 }
@@ -406,9 +412,19 @@ pub struct Config {
 }
 
 impl Config {
-    /// Parses, validates and compiles the plugin config JSON.
+    /// Parses, validates and compiles the plugin config JSON, with no environment: a
+    /// `${env:NAME}` reference is an error.
     pub fn parse(json: &[u8]) -> Result<Config, ConfigError> {
-        compile::compile(json)
+        compile::compile(json, &|_| None)
+    }
+
+    /// [`Config::parse`], resolving `${env:NAME}` in header values with `env` (the Wasm VM's
+    /// environment in the filter, the process's in the command line).
+    pub fn parse_with_env(
+        json: &[u8],
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        compile::compile(json, env)
     }
 
     /// Looks a model name up in the catalog and the virtual models.

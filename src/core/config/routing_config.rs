@@ -5,7 +5,7 @@
 //! stickiness rule is read here with its field path; options this version does not implement
 //! (the complexity classifier model) are rejected as "not supported yet", never ignored.
 
-use super::compile::checked_header_name;
+use super::compile::{checked_header_name, header_value};
 use super::fields::{ConfigError, Fields};
 use super::{
     Classifier, ComplexityTarget, ConditionalTarget, HashKey, HeadersOverride, Model, ModelId,
@@ -174,6 +174,8 @@ pub(super) struct Catalog<'c> {
     pub names: &'c HashMap<String, NameEntry>,
     pub virtual_names: &'c [&'c str],
     pub header_names: &'c super::HeaderNames,
+    /// The environment `${env:NAME}` references are read from.
+    pub env: &'c dyn Fn(&str) -> Option<String>,
 }
 
 /// Reads `load_balance_targets`: each target's shared retry and fallback fields, its strategy
@@ -235,17 +237,8 @@ fn compile_headers_override(
     for entry in f.opt_string_map("set")? {
         let name = checked_header_name(entry.key, catalog.header_names)
             .map_err(|m| ConfigError::new(entry.path.clone(), m))?;
-        if entry
-            .value
-            .bytes()
-            .any(|b| b < 0x20 && b != b'\t' || b == 0x7f)
-        {
-            return Err(ConfigError::new(
-                entry.path,
-                "value must not contain control characters",
-            ));
-        }
-        out.set.push((name, entry.value.to_string()));
+        let value = header_value(entry.value, &entry.path, catalog.env)?;
+        out.set.push((name, value));
     }
     for (path, value) in f.opt_array("remove")?.unwrap_or_default() {
         let name = value

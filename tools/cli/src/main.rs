@@ -15,6 +15,7 @@ use switchboard::core::decision::decide;
 use switchboard::core::endpoint::Endpoint;
 use switchboard::core::headers::Headers;
 use switchboard::core::metadata::Metadata;
+use switchboard::core::outbound::Outbound;
 use switchboard::core::routing::state::LocalState;
 use switchboard::core::routing::{HealthInput, Request};
 
@@ -97,9 +98,30 @@ fn options(args: &[String]) -> Result<Options, String> {
     Ok(o)
 }
 
+/// Loads a plugin config. `${env:NAME}` is read from this process's environment; a variable
+/// not set here is reported on stderr and stands in as `<NAME>`, so a config can be checked
+/// without its keys (the filter itself refuses a config whose variable is missing).
 fn load(path: &str) -> Result<Config, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
-    Config::parse(&bytes).map_err(|e| format!("{path}: invalid plugin configuration:\n  {e}"))
+    let missing = std::cell::RefCell::new(Vec::new());
+    let env = |name: &str| {
+        std::env::var(name).ok().or_else(|| {
+            missing.borrow_mut().push(name.to_string());
+            Some(format!("<{name}>"))
+        })
+    };
+    let config = Config::parse_with_env(&bytes, &env)
+        .map_err(|e| format!("{path}: invalid plugin configuration:\n  {e}"))?;
+    let mut missing = missing.into_inner();
+    missing.sort();
+    missing.dedup();
+    for name in missing {
+        eprintln!(
+            "note: environment variable {name} is not set here; Envoy must hand it to the \
+             Wasm VM (vm_config.environment_variables.host_env_keys)"
+        );
+    }
+    Ok(config)
 }
 
 fn check(args: &[String]) -> Result<String, String> {
@@ -252,13 +274,31 @@ fn explain(args: &[String]) -> Result<String, String> {
         let model = config.model(*m).map_or("?", |m| m.name.as_str());
         out.push(format!("  {}. {model}", i + 1));
     }
-    if let Some(new_body) = decision.edits.and_then(|e| e.apply(&body)) {
-        out.push(format!(
-            "body sent to the first: {}",
-            String::from_utf8_lossy(&new_body)
-        ));
-    }
+    out.extend(first_attempt(&decision.outbound, &body));
     Ok(out.join("\n"))
+}
+
+/// The first attempt's request as the filter would send it. Header values are not shown:
+/// they may be keys.
+fn first_attempt(o: &Outbound<'_>, body: &[u8]) -> Vec<String> {
+    let mut out = vec![format!("first attempt: cluster {}", o.cluster)];
+    if let Some(a) = o.authority {
+        out.push(format!("  :authority {a}"));
+    }
+    if let Some(p) = &o.path {
+        out.push(format!("  :path {p}"));
+    }
+    let set: Vec<&str> = o.set.iter().map(|(n, _)| *n).collect();
+    if !set.is_empty() {
+        out.push(format!("  sets headers: {}", set.join(", ")));
+    }
+    if !o.remove.is_empty() {
+        out.push(format!("  removes headers: {}", o.remove.join(", ")));
+    }
+    if let Some(new_body) = o.edits.as_ref().and_then(|e| e.apply(body)) {
+        out.push(format!("  body: {}", String::from_utf8_lossy(&new_body)));
+    }
+    out
 }
 
 /// The current time, as the filter would see it, with no health records.

@@ -59,9 +59,12 @@ fn explain_lists_the_candidates_and_why_targets_are_out() {
     assert!(out.contains("  1. anthropic/claude-sonnet"), "{out}");
     assert!(!out.contains("  2."), "{out}");
     assert!(
-        out.contains(r#"body sent to the first: {"model": "claude-sonnet-4-0""#),
+        out.contains(r#"  body: {"model": "claude-sonnet-4-0""#),
         "{out}"
     );
+    // Anthropic needs a version header; the first attempt shows it is added.
+    assert!(out.contains("first attempt: cluster anthropic"), "{out}");
+    assert!(out.contains("anthropic-version"), "{out}");
 }
 
 #[test]

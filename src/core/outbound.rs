@@ -1,0 +1,250 @@
+//! The request one attempt sends to one target: cluster, `:authority`, `:path`, headers and
+//! body edits. [`outbound`] builds it for every attempt — the router's, each retry and
+//! fallback made with a call-out, and the classifier call — so they can never drift apart.
+//!
+//! Precedence of headers: the client's, then the catalog model's `headers`, then the target's
+//! `headers_override` (TrueFoundry virtual models, "Header overrides": applied last). A
+//! call-out does not pass through Envoy's route table, so no route rewrite can fix it later:
+//! what is built here is what the provider sees.
+
+use crate::core::config::VirtualModel;
+use crate::core::config::{Config, HeaderNames, HeadersOverride, Model, ModelId, Provider};
+use crate::core::decision::body_for;
+use crate::core::endpoint::Endpoint;
+use crate::core::headers::Headers;
+use crate::core::request::{Edits, Layout};
+use std::borrow::Cow;
+
+/// Headers that carry a provider credential. When a model's catalog entry sets one, the
+/// client's own never go to it: a key meant for the gateway (or another provider) must not
+/// reach this one, and Azure refuses a foreign `authorization` beside its `api-key`.
+pub const CREDENTIAL_HEADERS: [&str; 3] = ["authorization", "api-key", "x-api-key"];
+
+/// Whether a (lower-case) header name carries a credential.
+pub fn is_credential(name: &str) -> bool {
+    CREDENTIAL_HEADERS.contains(&name)
+}
+
+/// Anthropic refuses a request without `anthropic-version`; this is the version of the
+/// Messages API as Anthropic documents it. A client's own value is kept: Anthropic SDKs send
+/// the version they speak.
+const ANTHROPIC_VERSION: (&str, &str) = ("anthropic-version", "2023-06-01");
+
+/// Request headers never copied onto a call-out: hop-by-hop, or recomputed for its body.
+const NOT_FORWARDED: &[&str] = &[
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "upgrade",
+];
+
+/// The client's request, as the filter received it.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientRequest<'r> {
+    /// The endpoint called.
+    pub endpoint: Endpoint,
+    /// Its headers, pseudo-headers (`:path`, `:authority`) included.
+    pub headers: &'r Headers,
+    /// Its body and where its parts sit, when the target's body may differ from it.
+    pub body: Option<(&'r [u8], &'r Layout)>,
+}
+
+/// What one attempt sends, as changes to the client's request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outbound<'c> {
+    /// The Envoy cluster.
+    pub cluster: &'c str,
+    /// The `:authority` to set; `None` when the client's is already right.
+    pub authority: Option<&'c str>,
+    /// The `:path` to set; `None` when the client's is already right.
+    pub path: Option<String>,
+    /// Client headers to remove (only names the client sent and nothing sets again).
+    pub remove: Vec<&'c str>,
+    /// Headers to set, overwriting the client's, in order.
+    pub set: Vec<(&'c str, &'c str)>,
+    /// How the body changes, or `None` when it does not.
+    pub edits: Option<Edits>,
+}
+
+/// The outbound request of an attempt at `target`, a catalog model called directly or a
+/// target of `vm`. `None` if the target is unknown or the body cannot be rewritten for it.
+pub fn outbound<'c>(
+    config: &'c Config,
+    vm: Option<&'c VirtualModel>,
+    target: ModelId,
+    client: &ClientRequest<'_>,
+) -> Option<Outbound<'c>> {
+    let model = config.model(target)?;
+    let o = vm
+        .and_then(|vm| vm.target(target))
+        .map(|t| &t.headers_override);
+    let edits = match client.body {
+        Some((body, layout)) => body_for(config, vm, body, layout, target)?,
+        None => None,
+    };
+    let set = headers_to_set(model, o, client.headers);
+    let remove = headers_to_remove(config, model, o, client.headers, &set);
+    let authority = model
+        .upstream
+        .authority
+        .as_deref()
+        .filter(|a| client.headers.get(":authority") != Some(a.as_bytes()));
+    let client_path = client.headers.get_str(":path").unwrap_or_default();
+    Some(Outbound {
+        cluster: &model.cluster,
+        authority,
+        path: upstream_path(model, client.endpoint, client_path),
+        remove,
+        set,
+        edits,
+    })
+}
+
+/// Catalog headers not overridden, then the override's, then Anthropic's version if no one
+/// gives it.
+fn headers_to_set<'c>(
+    model: &'c Model,
+    o: Option<&'c HeadersOverride>,
+    client: &Headers,
+) -> Vec<(&'c str, &'c str)> {
+    let overridden = |n: &str| {
+        o.is_some_and(|o| o.remove.iter().any(|r| r == n) || o.set.iter().any(|(s, _)| s == n))
+    };
+    let mut set: Vec<(&str, &str)> = model
+        .headers
+        .iter()
+        .filter(|(n, _)| !overridden(n))
+        .map(|(n, v)| (n.as_str(), v.as_str()))
+        .collect();
+    if let Some(o) = o {
+        set.extend(o.set.iter().map(|(n, v)| (n.as_str(), v.as_str())));
+    }
+    let (version, _) = ANTHROPIC_VERSION;
+    if model.provider == Provider::Anthropic
+        && client.get(version).is_none()
+        && !overridden(version)
+        && !set.iter().any(|(n, _)| *n == version)
+    {
+        set.push(ANTHROPIC_VERSION);
+    }
+    set
+}
+
+/// Client headers that must not reach the target: its credentials when the target brings its
+/// own, Switchboard's metadata header, and the override's `remove`.
+fn headers_to_remove<'c>(
+    config: &'c Config,
+    model: &Model,
+    o: Option<&'c HeadersOverride>,
+    client: &Headers,
+    set: &[(&str, &str)],
+) -> Vec<&'c str> {
+    let brings_credential =
+        model.sets_credential || o.is_some_and(|o| o.set.iter().any(|(n, _)| is_credential(n)));
+    let credentials = CREDENTIAL_HEADERS
+        .iter()
+        .copied()
+        .filter(|_| brings_credential);
+    let metadata = std::iter::once(config.header_names.metadata.as_str());
+    let removed = o
+        .into_iter()
+        .flat_map(|o| o.remove.iter().map(String::as_str));
+    let mut out: Vec<&str> = Vec::new();
+    for name in credentials.chain(metadata).chain(removed) {
+        let sent = client.get(name).is_some();
+        if sent && !set.iter().any(|(n, _)| *n == name) && !out.contains(&name) {
+            out.push(name);
+        }
+    }
+    out
+}
+
+/// The upstream path: `base_path` + the endpoint's path without its version prefix, else the
+/// endpoint's canonical path; then the client's query parameters not named in the model's
+/// `query`, then those. `None` when that is the client's path as sent.
+fn upstream_path(model: &Model, endpoint: Endpoint, client_path: &str) -> Option<String> {
+    let (client_base, client_query) = match client_path.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (client_path, None),
+    };
+    let up = &model.upstream;
+    if up.base_path.is_none() && up.query.is_empty() && client_base == endpoint.display_path() {
+        return None;
+    }
+    let mut path = match &up.base_path {
+        Some(base) => format!("{base}{}", endpoint.unversioned_path()),
+        None => endpoint.display_path().to_string(),
+    };
+    let kept = client_query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .filter(|p| !p.is_empty())
+        .filter(|p| {
+            let name = p.split_once('=').map_or(*p, |(n, _)| n);
+            !up.query.iter().any(|(n, _)| n == name)
+        });
+    let added = up.query.iter().map(|(_, pair)| pair.as_str());
+    for (i, param) in kept.chain(added).enumerate() {
+        path.push(if i == 0 { '?' } else { '&' });
+        path.push_str(param);
+    }
+    (path != client_path).then_some(path)
+}
+
+impl Outbound<'_> {
+    /// The body this attempt sends: the client's, edited for the target if needed.
+    pub fn body<'b>(&self, client_body: &'b [u8]) -> Option<Cow<'b, [u8]>> {
+        match &self.edits {
+            Some(edits) => edits.apply(client_body).map(Cow::Owned),
+            None => Some(Cow::Borrowed(client_body)),
+        }
+    }
+
+    /// Every header of this attempt made as a call-out: the client's with the changes applied,
+    /// its `:authority` and `:path` replaced, and `content-length` for `body_len`.
+    pub fn call_headers<'a>(
+        &'a self,
+        client: &'a Headers,
+        names: &HeaderNames,
+        content_length: &'a str,
+    ) -> Vec<(&'a str, &'a str)> {
+        let dropped = |k: &str| {
+            NOT_FORWARDED.contains(&k)
+                || k == names.cluster
+                || self.remove.contains(&k)
+                || self.set.iter().any(|(n, _)| *n == k)
+        };
+        let mut out: Vec<(&str, &str)> = Vec::with_capacity(client.len() + self.set.len() + 3);
+        for (k, v) in client.text_pairs().filter(|(k, _)| !dropped(k)) {
+            let v = match k {
+                ":authority" => self.authority.unwrap_or(v),
+                ":path" => self.path.as_deref().unwrap_or(v),
+                _ => v,
+            };
+            out.push((k, v));
+        }
+        if let Some(a) = self
+            .authority
+            .filter(|_| client.get(":authority").is_none())
+        {
+            out.push((":authority", a));
+        }
+        if let Some(p) = self
+            .path
+            .as_deref()
+            .filter(|_| client.get(":path").is_none())
+        {
+            out.push((":path", p));
+        }
+        out.extend(self.set.iter().copied());
+        out.push(("content-length", content_length));
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests;

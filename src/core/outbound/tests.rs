@@ -1,0 +1,281 @@
+use super::*;
+use crate::core::config::Named;
+use crate::core::request::inspect;
+
+/// One target of each provider shape, behind one virtual model.
+const CONFIG: &str = r#"{
+  "models": [
+    {"name": "openai/gpt-4o", "cluster": "openai", "model": "gpt-4o", "provider": "openai",
+     "authority": "api.openai.com", "headers": {"authorization": "Bearer ${env:OPENAI_KEY}"}},
+    {"name": "azure/gpt-4o", "cluster": "azure", "model": "gpt-4o", "provider": "azure",
+     "authority": "my-res.openai.azure.com", "base_path": "/openai/deployments/gpt-4o-prod",
+     "query": {"api-version": "2024-10-21"}, "headers": {"api-key": "${env:AZURE_KEY}"}},
+    {"name": "anthropic/claude", "cluster": "anthropic", "model": "claude-sonnet-4-5",
+     "provider": "anthropic", "authority": "api.anthropic.com",
+     "headers": {"x-api-key": "ant-key"}},
+    {"name": "vllm/llama", "cluster": "vllm", "model": "llama", "provider": "openai-compatible",
+     "authority": "vllm.internal:8000", "base_path": "/v1/"},
+    {"name": "plain", "cluster": "plain", "model": "m", "visibility": "public"}
+  ],
+  "virtual_models": [
+    {"name": "vm", "model_types": ["chat", "embedding"], "routing_config": {
+      "type": "priority-based-routing", "load_balance_targets": [
+        {"target": "openai/gpt-4o", "priority": 0,
+         "headers_override": {"set": {"x-team": "a", "authorization": "Bearer override"},
+                              "remove": ["x-debug"]}},
+        {"target": "azure/gpt-4o", "priority": 1},
+        {"target": "anthropic/claude", "priority": 2},
+        {"target": "vllm/llama", "priority": 3}]}}
+  ]
+}"#;
+
+fn env(name: &str) -> Option<String> {
+    match name {
+        "OPENAI_KEY" => Some("sk-openai".to_string()),
+        "AZURE_KEY" => Some("az-key".to_string()),
+        _ => None,
+    }
+}
+
+fn config() -> Config {
+    Config::parse_with_env(CONFIG.as_bytes(), &env).unwrap()
+}
+
+fn id(config: &Config, name: &str) -> ModelId {
+    match config.lookup(name) {
+        Some(Named::Catalog(id, _)) => id,
+        _ => panic!("{name} is not a catalog model"),
+    }
+}
+
+const BODY: &[u8] = br#"{"model":"vm","messages":[]}"#;
+
+/// The outbound request of `target` for a chat request with these client headers.
+fn out<'c>(config: &'c Config, target: &str, headers: &[(&str, &str)]) -> Outbound<'c> {
+    let headers = Headers::from_pairs(headers.iter().copied());
+    let layout = inspect(BODY).unwrap().layout(false);
+    let vm = config.virtual_models.first();
+    let client = ClientRequest {
+        endpoint: Endpoint::from_path(headers.get_str(":path").unwrap_or("/v1/chat/completions"))
+            .unwrap(),
+        headers: &headers,
+        body: Some((BODY, &layout)),
+    };
+    outbound(config, vm, id(config, target), &client).unwrap()
+}
+
+const CLIENT: &[(&str, &str)] = &[
+    (":method", "POST"),
+    (":path", "/v1/chat/completions"),
+    (":authority", "gateway.example.com"),
+    ("authorization", "Bearer client-key"),
+    ("content-type", "application/json"),
+    ("x-debug", "1"),
+    ("x-switchboard-metadata", "{}"),
+];
+
+#[test]
+fn openai_gets_its_host_the_canonical_path_and_the_override_credential_only() {
+    let c = config();
+    let o = out(&c, "openai/gpt-4o", CLIENT);
+    assert_eq!(o.cluster, "openai");
+    assert_eq!(o.authority, Some("api.openai.com"));
+    assert_eq!(o.path, None, "the client's path already is OpenAI's");
+    // headers_override.set wins over the catalog's value of the same header.
+    assert_eq!(
+        o.set,
+        [("authorization", "Bearer override"), ("x-team", "a")]
+    );
+    assert_eq!(o.remove, ["x-switchboard-metadata", "x-debug"]);
+    assert_eq!(
+        String::from_utf8(o.body(BODY).unwrap().into_owned()).unwrap(),
+        r#"{"model":"gpt-4o","messages":[]}"#
+    );
+}
+
+#[test]
+fn a_client_path_without_v1_reaches_the_canonical_path() {
+    let c = config();
+    let mut h = CLIENT.to_vec();
+    h[1] = (":path", "/chat/completions?trace=1");
+    let o = out(&c, "openai/gpt-4o", &h);
+    assert_eq!(o.path.as_deref(), Some("/v1/chat/completions?trace=1"));
+}
+
+#[test]
+fn azure_gets_its_deployment_path_api_version_and_key_and_no_client_credential() {
+    let c = config();
+    let mut h = CLIENT.to_vec();
+    h[1] = (
+        ":path",
+        "/v1/chat/completions?api-version=1999-01-01&keep=yes",
+    );
+    h.push(("x-api-key", "another-client-key"));
+    let o = out(&c, "azure/gpt-4o", &h);
+    assert_eq!(o.cluster, "azure");
+    assert_eq!(o.authority, Some("my-res.openai.azure.com"));
+    // The catalog's api-version replaces the client's; the client's other parameters stay.
+    assert_eq!(
+        o.path.as_deref(),
+        Some("/openai/deployments/gpt-4o-prod/chat/completions?keep=yes&api-version=2024-10-21")
+    );
+    assert_eq!(o.set, [("api-key", "az-key")]);
+    assert_eq!(
+        o.remove,
+        ["authorization", "x-api-key", "x-switchboard-metadata"]
+    );
+}
+
+#[test]
+fn anthropic_gets_a_version_unless_the_client_sends_one() {
+    let c = config();
+    let mut h = CLIENT.to_vec();
+    h[1] = (":path", "/v1/messages");
+    let o = out(&c, "anthropic/claude", &h);
+    assert_eq!(o.authority, Some("api.anthropic.com"));
+    assert_eq!(o.path, None);
+    assert_eq!(
+        o.set,
+        [
+            ("x-api-key", "ant-key"),
+            ("anthropic-version", "2023-06-01")
+        ]
+    );
+    assert!(o.remove.contains(&"authorization"));
+    h.push(("anthropic-version", "2023-01-01"));
+    let o = out(&c, "anthropic/claude", &h);
+    assert_eq!(
+        o.set,
+        [("x-api-key", "ant-key")],
+        "the client's version is kept"
+    );
+}
+
+#[test]
+fn a_self_hosted_server_without_a_credential_of_its_own_keeps_the_clients() {
+    let c = config();
+    let o = out(&c, "vllm/llama", CLIENT);
+    assert_eq!(o.authority, Some("vllm.internal:8000"));
+    // base_path "/v1/" lost its trailing slash when the config loaded: "/v1/chat/completions"
+    // is the client's path already.
+    assert_eq!(o.path, None);
+    assert!(o.set.is_empty());
+    assert_eq!(o.remove, ["x-switchboard-metadata"]);
+    let mut h = CLIENT.to_vec();
+    h[1] = (":path", "/chat/completions");
+    let o = out(&c, "vllm/llama", &h);
+    assert_eq!(o.path.as_deref(), Some("/v1/chat/completions"));
+}
+
+#[test]
+fn a_model_without_upstream_fields_changes_neither_authority_nor_path() {
+    let c = config();
+    let o = out(&c, "plain", &CLIENT[..3]);
+    assert_eq!((o.authority, o.path), (None, None));
+    assert!(o.remove.is_empty() && o.set.is_empty());
+}
+
+#[test]
+fn call_headers_carry_the_targets_authority_path_and_credential_never_the_clients() {
+    let c = config();
+    let mut h = CLIENT.to_vec();
+    h.push(("x-switchboard-cluster", "client-choice"));
+    h.push(("content-length", "999"));
+    let o = out(&c, "azure/gpt-4o", &h);
+    let client = Headers::from_pairs(h.iter().copied());
+    let sent = o.call_headers(&client, &c.header_names, "27");
+    assert_eq!(
+        sent,
+        [
+            (":method", "POST"),
+            (
+                ":path",
+                "/openai/deployments/gpt-4o-prod/chat/completions?api-version=2024-10-21"
+            ),
+            (":authority", "my-res.openai.azure.com"),
+            ("content-type", "application/json"),
+            ("x-debug", "1"),
+            ("api-key", "az-key"),
+            ("content-length", "27"),
+        ]
+    );
+}
+
+#[test]
+fn the_classifier_call_gets_its_models_shape_and_only_the_gateways_authority() {
+    let c = config();
+    let client = Headers::from_pairs([(":authority", "gateway.example.com")]);
+    let call = crate::core::decision::ClassifierCall {
+        model: id(&c, "azure/gpt-4o"),
+        headers: Headers::from_pairs([
+            (":method", "POST"),
+            (":path", "/v1/chat/completions"),
+            (":authority", client.get_str(":authority").unwrap()),
+        ]),
+        body: b"{}".to_vec(),
+        timeout_ms: 100,
+    };
+    let o = call.outbound(&c).unwrap();
+    let sent = o.call_headers(&call.headers, &c.header_names, "2");
+    assert!(sent.contains(&(":authority", "my-res.openai.azure.com")));
+    assert!(sent.contains(&(
+        ":path",
+        "/openai/deployments/gpt-4o-prod/chat/completions?api-version=2024-10-21"
+    )));
+    assert!(sent.contains(&("api-key", "az-key")));
+}
+
+#[test]
+fn every_endpoint_keeps_its_own_path_under_a_base_path() {
+    let c = config();
+    let mut h = CLIENT.to_vec();
+    h[1] = (":path", "/embeddings");
+    let o = out(&c, "azure/gpt-4o", &h);
+    assert_eq!(
+        o.path.as_deref(),
+        Some("/openai/deployments/gpt-4o-prod/embeddings?api-version=2024-10-21")
+    );
+}
+
+#[test]
+fn upstream_fields_are_validated_with_their_path() {
+    let err = |from: &str, to: &str| {
+        assert!(CONFIG.contains(from), "{from}");
+        Config::parse_with_env(CONFIG.replacen(from, to, 1).as_bytes(), &env)
+            .unwrap_err()
+            .to_string()
+    };
+    assert!(err(r#""api.openai.com""#, r#""https://api.openai.com""#)
+        .starts_with("models[0].authority: expected a host name"));
+    assert_eq!(
+        err(r#""/openai/deployments/gpt-4o-prod""#, r#""openai/x""#),
+        "models[1].base_path: must start with `/`"
+    );
+    assert!(err(r#""/openai/deployments/gpt-4o-prod""#, r#""/x?y=1""#)
+        .starts_with("models[1].base_path: must not contain `?`"));
+    assert_eq!(
+        err(r#""2024-10-21""#, r#""a\nb""#),
+        "models[1].query.api-version: must not contain control characters"
+    );
+    assert_eq!(
+        err(r#""2024-10-21""#, "1"),
+        "models[1].query.api-version: expected a string, got a number"
+    );
+    let missing = err("${env:AZURE_KEY}", "${env:NOT_SET}");
+    assert!(
+        missing.starts_with("models[1].headers.api-key: environment variable `NOT_SET` is not set"),
+        "{missing}"
+    );
+    // An error never shows a resolved value.
+    let bad = Config::parse_with_env(CONFIG.as_bytes(), &|n: &str| {
+        Some(format!("line\nbreak-{n}"))
+    })
+    .unwrap_err()
+    .to_string();
+    assert_eq!(
+        bad,
+        "models[0].headers.authorization: value must not contain control characters"
+    );
+    // Without an environment, a reference cannot be resolved.
+    assert!(Config::parse(CONFIG.as_bytes()).is_err());
+}
