@@ -508,6 +508,7 @@ impl Flight {
             body: Some((&replay.body, &replay.layout)),
         };
         let out = outbound(&self.config, vm, target, &client)?;
+        super::http::log_attempt(&self.config, target, self.attempts.total(), &out);
         let body = out.body(&replay.body)?;
         let length = body.len().to_string();
         let headers = out.call_headers(&replay.headers, &self.config.header_names, &length);

@@ -231,6 +231,14 @@ pub fn resume_request() {
     }
 }
 
+/// Makes the filter's log level Envoy's own for Wasm logs, so a debug line costs no host call
+/// unless Envoy would print it.
+pub fn follow_host_log_level() {
+    if let Ok(level) = hostcalls::get_log_level() {
+        proxy_wasm::set_log_level(level);
+    }
+}
+
 /// The plugin configuration bytes.
 pub fn plugin_configuration() -> Vec<u8> {
     let _span = profile::span("plugin_configuration");

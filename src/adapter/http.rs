@@ -8,7 +8,7 @@ use super::flight::{Flight, Replay, Start};
 use super::host::{self, Headers};
 use super::runtime::Runtime;
 use crate::core::batch;
-use crate::core::config::{Config, HeaderNames, Tier};
+use crate::core::config::{Config, HeaderNames, ModelId, Tier};
 use crate::core::decision::{classifier_call, decide_with_tier, ClassifierCall, Decision};
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
@@ -180,6 +180,7 @@ impl Http {
         if let Err(reply) = Self::apply(&decision.outbound, &body, &headers, &config.header_names) {
             return self.reply(&reply);
         }
+        log_attempt(config, decision.target, 1, &decision.outbound);
         let virtual_model = decision.plan.virtual_model;
         let attempts = Attempts::new(decision.plan.candidates, false);
         // Keep what another attempt would need, only when one is possible.
@@ -246,6 +247,19 @@ impl Http {
         }
         host::set_request_header(&names.cluster, out.cluster);
         Ok(())
+    }
+}
+
+/// One debug line per attempt: where it goes, never a header value (they may be keys).
+pub(super) fn log_attempt(config: &Config, target: ModelId, n: u32, out: &Outbound<'_>) {
+    if log::log_enabled!(log::Level::Debug) {
+        let name = config.model(target).map_or("?", |m| m.name.as_str());
+        let authority = out.authority.unwrap_or("(client's authority)");
+        let path = out.path.as_deref().unwrap_or("(client's path)");
+        log::debug!(
+            "attempt {n} at {name}: cluster {}, {authority} {path}",
+            out.cluster
+        );
     }
 }
 

@@ -62,6 +62,7 @@ impl Context for Root {
 impl RootContext for Root {
     fn on_configure(&mut self, _plugin_configuration_size: usize) -> bool {
         let _span = super::profile::span("on_configure");
+        host::follow_host_log_level();
         // `${env:NAME}` in header values: the VM's environment, which Envoy fills from its own
         // with `vm_config.environment_variables.host_env_keys` (read once, here).
         let env = |name: &str| std::env::var(name).ok();
