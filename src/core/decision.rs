@@ -13,6 +13,7 @@ use crate::core::metadata::Metadata;
 use crate::core::outbound::{outbound, ClientRequest, Outbound};
 use crate::core::request::{inspect, inspect_multipart};
 use crate::core::request::{rewrite, Edits, Layout};
+use crate::core::responses::continuation::{self, Continuation};
 use crate::core::routing::state::RoutingState;
 use crate::core::routing::{plan, HealthInput, Plan, Request};
 
@@ -150,6 +151,12 @@ pub fn decide_with_tier<'c>(
     rng: &mut fastrand::Rng,
 ) -> Result<Decision<'c>, ErrorReply> {
     let inspected = inspect_request(endpoint, body, headers)?;
+    // A Responses turn that continues a conversation goes to its origin. Its ids are checked
+    // first: one that looks like ours but does not decode is a 409 whatever else is wrong.
+    let continuation = match endpoint {
+        Endpoint::Responses => continuation::read(&config.response_keys, body, &inspected.fields)?,
+        _ => Continuation::default(),
+    };
     let metadata_header = headers.get(&config.header_names.metadata);
     let metadata = Metadata::resolve(metadata_header, &config.default_metadata)?;
     let request = Request {
@@ -162,14 +169,18 @@ pub fn decide_with_tier<'c>(
         fields: &inspected.fields,
         tier_hint,
     };
-    let plan = plan(config, &request, health, rng)?;
+    let plan = match &continuation.origin {
+        Some(origin) => continuation::pinned_plan(config, &request, origin)?,
+        None => plan(config, &request, health, rng)?,
+    };
     let target = plan
         .primary()
         .ok_or_else(|| ErrorReply::no_target_available(&inspected.model))?;
     let overrides_anywhere = plan
         .virtual_model(config)
         .is_some_and(|vm| vm.targets.iter().any(|t| !t.override_params.is_empty()));
-    let layout = inspected.layout(overrides_anywhere);
+    let mut layout = inspected.layout(overrides_anywhere);
+    layout.extra = continuation.edits;
     let client = ClientRequest {
         endpoint,
         headers,

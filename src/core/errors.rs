@@ -150,6 +150,78 @@ impl ErrorReply {
         )
     }
 
+    /// 409: a response id (or reasoning mark) that looks like one Switchboard minted does not
+    /// decode: changed, truncated, or minted with another key (TrueFoundry virtual models,
+    /// "Responses API conversations").
+    pub fn response_id_invalid() -> Self {
+        Self::new(
+            409,
+            "invalid_request_error",
+            "invalid_response_id",
+            Some("previous_response_id"),
+            "This response id looks like one the gateway minted but cannot be decoded. Pass \
+             ids back verbatim, or start a new conversation.",
+        )
+    }
+
+    /// 409: the target that started the conversation is no longer a target of `model`.
+    pub fn origin_removed(model: &str) -> Self {
+        let message = format!(
+            "The model that started this conversation is no longer a target of `{model}`. \
+             Start a new conversation."
+        );
+        Self::new(
+            409,
+            "invalid_request_error",
+            "conversation_origin_removed",
+            None,
+            &message,
+        )
+    }
+
+    /// 409: the conversation's origin answered with a 5xx or not at all; the gateway does not
+    /// fall back, since another target would not hold the conversation.
+    pub fn origin_unavailable(model: &str) -> Self {
+        let message = format!(
+            "`{model}`, which holds this conversation, is unavailable right now. Retry shortly, \
+             or start a new conversation."
+        );
+        Self::new(
+            409,
+            "server_error",
+            "conversation_origin_unavailable",
+            None,
+            &message,
+        )
+    }
+
+    /// 409: the request replays turns of two different origins.
+    pub fn mixed_origins() -> Self {
+        Self::new(
+            409,
+            "invalid_request_error",
+            "conversation_origins_differ",
+            Some("input"),
+            "The request continues turns served by two different models; a conversation stays \
+             on the model that started it.",
+        )
+    }
+
+    /// 400: the conversation's origin no longer serves the endpoint natively.
+    pub fn origin_not_native(model: &str, endpoint: &str) -> Self {
+        let message = format!(
+            "`{model}`, which holds this conversation, does not serve {endpoint} natively; \
+             translating it would lose the conversation. Start a new conversation."
+        );
+        Self::new(
+            400,
+            "invalid_request_error",
+            "unsupported_endpoint",
+            None,
+            &message,
+        )
+    }
+
     /// 413: the body is larger than the configured limit.
     pub fn body_too_large(limit: usize) -> Self {
         let message = format!("The request body is larger than the limit of {limit} bytes.");

@@ -17,6 +17,7 @@ pub mod multipart;
 pub mod nfc;
 pub mod outbound;
 pub mod request;
+pub mod responses;
 pub mod routing;
 pub mod status_set;
 pub mod usage;

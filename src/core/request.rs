@@ -195,6 +195,8 @@ pub struct Layout {
     pub fields: Vec<(String, Range<usize>)>,
     /// A multipart body: the model goes in bare, and parameters are not overridden.
     pub multipart: bool,
+    /// Edits every target's body gets (a Responses turn's own ids swapped back in).
+    pub extra: Vec<Edit>,
 }
 
 impl Inspected<'_> {
@@ -212,6 +214,7 @@ impl Inspected<'_> {
                 Vec::new()
             },
             multipart: self.multipart,
+            extra: Vec::new(),
         }
     }
 }
@@ -231,13 +234,14 @@ pub fn rewrite(
     overrides: &[(String, String)],
 ) -> Option<Option<Edits>> {
     let same_model = body.get(layout.model_span.clone())? == model_json;
-    if same_model && overrides.is_empty() {
+    if same_model && overrides.is_empty() && layout.extra.is_empty() {
         return Some(None);
     }
     let mut edits = vec![Edit {
         span: layout.model_span.clone(),
         with: model_json.to_vec(),
     }];
+    edits.extend(layout.extra.iter().cloned());
     for (key, value) in overrides {
         let mut found = false;
         for (_, span) in layout.fields.iter().filter(|(k, _)| k == key) {

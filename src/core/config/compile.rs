@@ -10,6 +10,7 @@ use super::{
 use crate::core::health::policy::{Eviction, FailureWindow, HealthPolicy};
 use crate::core::health::record::MAX_FAILURES;
 use crate::core::outbound::is_credential;
+use crate::core::responses::id::Keys;
 use hashbrown::HashMap;
 use serde_json::Value;
 
@@ -111,6 +112,8 @@ pub(super) fn compile(
         .map(|e| (e.key.to_string(), e.value.to_string()))
         .collect();
 
+    let response_keys = compile_response_keys(&mut root, env)?;
+
     root.finish(ROOT_NOT_YET)?;
     let models_list_json = models_list(&models, &virtual_models);
     let has_classifier = virtual_models.iter().any(|vm| {
@@ -126,6 +129,7 @@ pub(super) fn compile(
         models_list_json,
         has_classifier,
         default_metadata,
+        response_keys,
         models,
         virtual_models,
         max_request_body_bytes,
@@ -135,6 +139,32 @@ pub(super) fn compile(
         attempt_timeout_ms,
         names,
     })
+}
+
+/// Shortest `response_id_keys` entry: a MAC key must not be guessable.
+const MIN_RESPONSE_KEY_BYTES: usize = 16;
+
+/// `response_id_keys`: secrets for the response ids Switchboard mints (the first signs, all
+/// verify); each may be `${env:NAME}`. None: the built-in key.
+fn compile_response_keys(
+    root: &mut Fields<'_>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Keys, ConfigError> {
+    let mut secrets = Vec::new();
+    for (path, value) in root.opt_array("response_id_keys")?.unwrap_or_default() {
+        let Some(text) = value.as_str() else {
+            return Err(ConfigError::new(path, "expected a string"));
+        };
+        let secret = expand_env(text, &path, env)?;
+        if secret.len() < MIN_RESPONSE_KEY_BYTES {
+            return Err(ConfigError::new(
+                path,
+                format!("a key must be at least {MIN_RESPONSE_KEY_BYTES} bytes long"),
+            ));
+        }
+        secrets.push(secret);
+    }
+    Ok(Keys::new(&secrets))
 }
 
 /// `GET /v1/models` in OpenAI's list shape: what a client may call by name.

@@ -408,6 +408,8 @@ pub struct Config {
     pub has_classifier: bool,
     /// `default_metadata`: merged into every request's metadata, winning on shared keys.
     pub default_metadata: Vec<(String, String)>,
+    /// `response_id_keys`: what Switchboard's response ids are minted and verified with.
+    pub response_keys: crate::core::responses::id::Keys,
     names: HashMap<String, NameEntry>,
 }
 

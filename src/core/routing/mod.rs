@@ -77,6 +77,8 @@ pub struct Plan {
     pub virtual_model: Option<usize>,
     /// The sticky session the request belongs to, if the virtual model pins sessions.
     pub sticky: Option<sticky::Session>,
+    /// Pinned to its first candidate: retries only, no fallback (a conversation's origin).
+    pub pinned: bool,
 }
 
 impl Plan {
@@ -113,6 +115,7 @@ pub fn plan(
             candidates: vec![id],
             virtual_model: None,
             sticky: None,
+            pinned: false,
         }),
         Some(Named::Virtual(index, vm)) => {
             if !vm.model_types.contains(request.endpoint.model_type()) {
@@ -148,6 +151,7 @@ pub fn plan(
                 candidates,
                 virtual_model: Some(index),
                 sticky,
+                pinned: false,
             })
         }
     }

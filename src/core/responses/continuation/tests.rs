@@ -1,0 +1,229 @@
+use super::*;
+use crate::core::decision::decide;
+use crate::core::endpoint::Endpoint;
+use crate::core::headers::NO_HEADERS;
+use crate::core::routing::state::LocalState;
+use crate::core::routing::HealthInput;
+
+const CONFIG: &str = r#"{
+  "models": [
+    {"name": "openai-a/gpt-4o", "cluster": "a", "model": "gpt-4o"},
+    {"name": "openai-b/gpt-4o", "cluster": "b", "model": "gpt-4o"},
+    {"name": "azure/gpt-4o", "cluster": "c", "model": "gpt-4o-prod", "provider": "azure"},
+    {"name": "anthropic/claude", "cluster": "d", "model": "claude", "provider": "anthropic"},
+    {"name": "elsewhere/gpt-4o", "cluster": "e", "model": "gpt-4o"}
+  ],
+  "response_id_keys": ["0123456789abcdef-signing"],
+  "virtual_models": [
+    {"name": "vm", "model_types": ["responses", "chat"], "routing_config": {
+      "type": "weight-based-routing", "load_balance_targets": [
+        {"target": "openai-a/gpt-4o", "weight": 40, "retry_config": {"attempts": 2}},
+        {"target": "openai-b/gpt-4o", "weight": 30},
+        {"target": "azure/gpt-4o", "weight": 30},
+        {"target": "anthropic/claude", "weight": 0}]}}
+  ]
+}"#;
+
+fn config() -> Config {
+    Config::parse(CONFIG.as_bytes()).unwrap()
+}
+
+fn run(
+    config: &Config,
+    body: &str,
+) -> Result<crate::core::decision::Decision<'static>, ErrorReply> {
+    // The config outlives every decision of a test: leak one per call to keep tests short.
+    let config: &'static Config = Box::leak(Box::new(config.clone()));
+    decide(
+        config,
+        Endpoint::Responses,
+        body.as_bytes(),
+        &NO_HEADERS,
+        &HealthInput::NONE,
+        &LocalState::default(),
+        &mut fastrand::Rng::with_seed(7),
+    )
+}
+
+fn sent(d: &crate::core::decision::Decision<'_>, body: &str) -> serde_json::Value {
+    let bytes = d.outbound.body(body.as_bytes()).unwrap();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+#[test]
+fn a_follow_up_goes_only_to_its_origin_with_the_providers_id_swapped_in() {
+    let c = config();
+    let id = id::mint(&c.response_keys, "vm", "openai-b/gpt-4o", "resp_real42");
+    let body = format!(r#"{{"model":"vm","input":"more","previous_response_id":"{id}"}}"#);
+    for seed in 0..20 {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let d = decide(
+            &c,
+            Endpoint::Responses,
+            body.as_bytes(),
+            &NO_HEADERS,
+            &HealthInput::NONE,
+            &LocalState::default(),
+            &mut rng,
+        )
+        .unwrap();
+        assert_eq!(d.plan.candidates, [ModelId(1)], "no load balancing");
+        assert!(d.plan.pinned, "no fallback");
+        let v = sent(&d, &body);
+        assert_eq!(v["previous_response_id"], "resp_real42");
+        assert_eq!(v["model"], "gpt-4o");
+        assert_eq!(v["input"], "more");
+    }
+}
+
+#[test]
+fn an_id_that_looks_like_ours_but_does_not_decode_is_a_409_before_anything_else() {
+    let c = config();
+    let id = id::mint(&c.response_keys, "vm", "openai-b/gpt-4o", "resp_real42");
+    let other = id::mint(
+        &id::Keys::new(&["another-key-entirely"]),
+        "vm",
+        "openai-b/gpt-4o",
+        "r",
+    );
+    let mut changed = id.clone().into_bytes();
+    let last = changed.len() - 3;
+    changed[last] = if changed[last] == b'x' { b'y' } else { b'x' };
+    let changed = String::from_utf8(changed).unwrap();
+    for bad in [
+        changed.as_str(),
+        &id[..id.len() - 4],
+        other.as_str(),
+        "resp_sb1-",
+    ] {
+        // Even with a model that does not exist: the id is checked first.
+        for model in ["vm", "no-such-model"] {
+            let body = format!(r#"{{"model":"{model}","previous_response_id":"{bad}"}}"#);
+            let e = run(&c, &body).unwrap_err();
+            assert_eq!(e.status, 409, "{bad}");
+            assert!(e.body.contains("invalid_response_id"), "{}", e.body);
+        }
+    }
+}
+
+#[test]
+fn an_origin_that_is_no_longer_a_target_is_a_409_and_one_without_native_responses_a_400() {
+    let c = config();
+    let gone = id::mint(&c.response_keys, "vm", "elsewhere/gpt-4o", "resp_1");
+    let body = format!(r#"{{"model":"vm","previous_response_id":"{gone}"}}"#);
+    let e = run(&c, &body).unwrap_err();
+    assert_eq!(e.status, 409);
+    assert!(e.body.contains("conversation_origin_removed"), "{}", e.body);
+    let unknown = id::mint(&c.response_keys, "vm", "deleted/model", "resp_1");
+    let body = format!(r#"{{"model":"vm","previous_response_id":"{unknown}"}}"#);
+    assert_eq!(run(&c, &body).unwrap_err().status, 409);
+    let claude = id::mint(&c.response_keys, "vm", "anthropic/claude", "resp_1");
+    let body = format!(r#"{{"model":"vm","previous_response_id":"{claude}"}}"#);
+    let e = run(&c, &body).unwrap_err();
+    assert_eq!(e.status, 400);
+}
+
+#[test]
+fn replayed_reasoning_is_pinned_to_its_origin_and_the_provider_gets_its_own_value() {
+    let c = config();
+    let marked = id::mark(&c.response_keys, "vm", "azure/gpt-4o", "gAAAAB+abc/==");
+    let body = format!(
+        r#"{{"model":"vm","store":false,"input":[{{"role":"user","content":"hi"}},
+        {{"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":"{marked}"}},
+        {{"role":"user","content":"and?"}}]}}"#
+    );
+    let d = run(&c, &body).unwrap();
+    assert_eq!(d.plan.candidates, [ModelId(2)]);
+    assert!(d.plan.pinned);
+    let v = sent(&d, &body);
+    assert_eq!(v["input"][1]["encrypted_content"], "gAAAAB+abc/==");
+    assert_eq!(v["model"], "gpt-4o-prod");
+    // A forged mark is a 409; reasoning of two origins is a 409 too.
+    let forged = body.replace("sbrc1.", "sbrc1.AAAA");
+    assert_eq!(run(&c, &forged).unwrap_err().status, 409);
+    let other = id::mark(&c.response_keys, "vm", "openai-a/gpt-4o", "gAAAAB-other");
+    let two = body.replace(
+        r#"{"role":"user","content":"and?"}"#,
+        &format!(r#"{{"type":"reasoning","encrypted_content":"{other}"}}"#),
+    );
+    assert!(run(&c, &two)
+        .unwrap_err()
+        .body
+        .contains("conversation_origins_differ"));
+}
+
+#[test]
+fn plain_history_and_unmarked_reasoning_load_balance_like_a_first_turn() {
+    let c = config();
+    let body = r#"{"model":"vm","store":false,"input":[{"role":"user","content":"hi"},
+        {"type":"reasoning","encrypted_content":"gAAAAB-from-a-direct-call"}]}"#;
+    let d = run(&c, body).unwrap();
+    assert!(!d.plan.pinned);
+    assert!(d.plan.candidates.len() > 1);
+    let r = read(
+        &c.response_keys,
+        body.as_bytes(),
+        &crate::core::request::inspect(body.as_bytes())
+            .unwrap()
+            .fields,
+    )
+    .unwrap();
+    assert!(!r.raw_stored && r.origin.is_none() && r.edits.is_empty());
+}
+
+#[test]
+fn raw_provider_ids_conversations_and_item_references_name_stored_state() {
+    let keys = id::Keys::default();
+    for body in [
+        r#"{"model":"vm","previous_response_id":"resp_raw"}"#,
+        r#"{"model":"vm","conversation":"conv_1"}"#,
+        r#"{"model":"vm","input":[{"type":"item_reference","id":"msg_1"}]}"#,
+    ] {
+        let fields = crate::core::request::inspect(body.as_bytes())
+            .unwrap()
+            .fields;
+        let r = read(&keys, body.as_bytes(), &fields).unwrap();
+        assert!(r.raw_stored, "{body}");
+        assert!(r.origin.is_none());
+    }
+}
+
+#[test]
+fn stored_response_paths_give_the_id_and_what_follows_it() {
+    assert_eq!(stored_path("/v1/responses/resp_1"), Some(("resp_1", "")));
+    assert_eq!(
+        stored_path("/responses/resp_1/input_items?limit=5"),
+        Some(("resp_1", "/input_items"))
+    );
+    assert_eq!(
+        stored_path("/v1/responses/resp_1/cancel"),
+        Some(("resp_1", "/cancel"))
+    );
+    assert_eq!(stored_path("/v1/responses/resp_1/other"), None);
+    assert_eq!(stored_path("/v1/responses"), None);
+    assert_eq!(stored_path("/v1/responses/"), None);
+}
+
+#[test]
+fn a_stored_path_id_resolves_to_its_virtual_model_and_target() {
+    let c = config();
+    let id = id::mint(&c.response_keys, "vm", "azure/gpt-4o", "resp_9");
+    let (vm, target, origin) = stored_origin(&c, &c.response_keys, &id).unwrap();
+    assert_eq!(
+        (vm, target, origin.provider_id.as_str()),
+        (0, ModelId(2), "resp_9")
+    );
+    let gone = id::mint(&c.response_keys, "vm", "elsewhere/gpt-4o", "resp_9");
+    assert_eq!(
+        stored_origin(&c, &c.response_keys, &gone)
+            .unwrap_err()
+            .status,
+        409
+    );
+    assert_eq!(
+        stored_origin(&c, &c.response_keys, "resp_sb1-zz")
+            .unwrap_err()
+            .status,
+        409
+    );
+}

@@ -1,0 +1,356 @@
+//! Response ids Switchboard mints, and the mark on reasoning `encrypted_content`.
+//!
+//! TrueFoundry virtual models, "Responses API conversations": the gateway returns a response
+//! id of its own that encodes which target served the turn alongside the provider's real id,
+//! so a follow-up is pinned to that target with no shared cache; the id is opaque and the
+//! provider's id is not exposed. Here: `resp_sb1-` + base64url(tag ‖ ciphertext), where the
+//! plaintext names the virtual model, the catalog model and the provider's id; the tag is
+//! HMAC-SHA256 of the plaintext (truncated to 16 bytes) and also the nonce of an HMAC-SHA256
+//! keystream that hides it (a deterministic authenticated encryption in the SIV style). Any
+//! changed character, a truncation or another key fails the tag check.
+//!
+//! The first configured key signs; every key verifies, so keys can be rotated.
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+/// The prefix of every id Switchboard mints. Anything starting with it must decode.
+pub const PREFIX: &str = "resp_sb1-";
+
+/// The prefix of a marked `encrypted_content`: `sbrc1.` + token + `.` + the provider's value.
+pub const MARK_PREFIX: &str = "sbrc1.";
+
+/// Used when the config names no `response_id_keys`: it catches corrupted and hand-edited
+/// ids, not forgeries (anyone with this source can mint an id).
+const BUILT_IN_KEY: &[u8] = b"switchboard built-in response id key, version 1";
+
+const TAG_LEN: usize = 16;
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// Keys derived from one secret: one for the keystream, one for the tag.
+#[derive(Clone, PartialEq, Eq)]
+struct KeyPair {
+    enc: [u8; 32],
+    mac: [u8; 32],
+}
+
+// Key material never shows in a debug print.
+impl std::fmt::Debug for KeyPair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KeyPair(..)")
+    }
+}
+
+fn prf(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
+    // HMAC accepts a key of any length, so this never fails.
+    let Ok(mut mac) = HmacSha256::new_from_slice(key) else {
+        return [0; 32];
+    };
+    for part in parts {
+        mac.update(part);
+    }
+    mac.finalize().into_bytes().into()
+}
+
+impl KeyPair {
+    fn derive(secret: &[u8]) -> KeyPair {
+        KeyPair {
+            enc: prf(secret, &[b"switchboard response id: keystream"]),
+            mac: prf(secret, &[b"switchboard response id: tag"]),
+        }
+    }
+
+    fn tag(&self, plaintext: &[u8]) -> [u8; TAG_LEN] {
+        let full = prf(&self.mac, &[plaintext]);
+        let mut tag = [0; TAG_LEN];
+        tag.copy_from_slice(full.get(..TAG_LEN).unwrap_or(&[0; TAG_LEN]));
+        tag
+    }
+
+    /// XORs `data` with the keystream of `tag`.
+    fn xor(&self, tag: &[u8], data: &mut [u8]) {
+        for (block, chunk) in data.chunks_mut(32).enumerate() {
+            let counter = u32::try_from(block).unwrap_or(u32::MAX).to_be_bytes();
+            let stream = prf(&self.enc, &[tag, &counter]);
+            for (b, k) in chunk.iter_mut().zip(stream) {
+                *b ^= k;
+            }
+        }
+    }
+}
+
+/// The keys ids are minted and verified with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keys {
+    /// The first signs; all verify. Never empty.
+    pairs: Vec<KeyPair>,
+    /// Whether these are the built-in key only.
+    pub built_in: bool,
+}
+
+impl Default for Keys {
+    fn default() -> Self {
+        Keys {
+            pairs: vec![KeyPair::derive(BUILT_IN_KEY)],
+            built_in: true,
+        }
+    }
+}
+
+impl Keys {
+    /// Keys from configured secrets (the first signs); the built-in key when there are none.
+    pub fn new<S: AsRef<[u8]>>(secrets: &[S]) -> Keys {
+        if secrets.is_empty() {
+            return Keys::default();
+        }
+        Keys {
+            pairs: secrets
+                .iter()
+                .map(|s| KeyPair::derive(s.as_ref()))
+                .collect(),
+            built_in: false,
+        }
+    }
+
+    fn signer(&self) -> KeyPair {
+        self.pairs
+            .first()
+            .cloned()
+            .unwrap_or_else(|| KeyPair::derive(BUILT_IN_KEY))
+    }
+
+    /// Seals `plaintext` into base64url(tag ‖ ciphertext).
+    fn seal(&self, plaintext: &[u8]) -> String {
+        let key = self.signer();
+        let tag = key.tag(plaintext);
+        let mut sealed = Vec::with_capacity(TAG_LEN + plaintext.len());
+        sealed.extend_from_slice(&tag);
+        sealed.extend_from_slice(plaintext);
+        if let Some(body) = sealed.get_mut(TAG_LEN..) {
+            key.xor(&tag, body);
+        }
+        base64url_encode(&sealed)
+    }
+
+    /// Opens what [`Keys::seal`] made with any of the keys.
+    fn open(&self, text: &str) -> Option<Vec<u8>> {
+        let sealed = base64url_decode(text)?;
+        let (tag, body) = (sealed.get(..TAG_LEN)?, sealed.get(TAG_LEN..)?);
+        self.pairs.iter().find_map(|key| {
+            let mut plain = body.to_vec();
+            key.xor(tag, &mut plain);
+            // Compared in constant time by the MAC crate.
+            let mut mac = HmacSha256::new_from_slice(&key.mac).ok()?;
+            mac.update(&plain);
+            mac.verify_truncated_left(tag).ok()?;
+            Some(plain)
+        })
+    }
+}
+
+/// Where a turn was served: what a minted id or a marked `encrypted_content` carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    /// The virtual model the client called.
+    pub virtual_model: String,
+    /// The catalog model that served the turn.
+    pub model: String,
+    /// The provider's own response id (empty in a mark).
+    pub provider_id: String,
+}
+
+/// Why an id or mark was refused (the seed answers each with 409).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotOurs;
+
+/// Mints the id of a turn of `virtual_model` served by `model` as `provider_id`.
+pub fn mint(keys: &Keys, virtual_model: &str, model: &str, provider_id: &str) -> String {
+    let mut out = String::from(PREFIX);
+    out.push_str(&keys.seal(&plaintext(virtual_model, model, provider_id)));
+    out
+}
+
+/// Decodes an id that starts with [`PREFIX`].
+pub fn decode(keys: &Keys, id: &str) -> Result<Origin, NotOurs> {
+    let sealed = id.strip_prefix(PREFIX).ok_or(NotOurs)?;
+    let plain = keys.open(sealed).ok_or(NotOurs)?;
+    parse_plaintext(&plain).ok_or(NotOurs)
+}
+
+/// Marks the provider's `encrypted_content` (raw JSON string content) as minted through
+/// `virtual_model` at `model`.
+pub fn mark(keys: &Keys, virtual_model: &str, model: &str, value: &str) -> String {
+    format!(
+        "{MARK_PREFIX}{}.{value}",
+        keys.seal(&plaintext(virtual_model, model, ""))
+    )
+}
+
+/// Reads a marked `encrypted_content`: its origin and the provider's own value.
+pub fn unmark<'v>(keys: &Keys, marked: &'v str) -> Result<(Origin, &'v str), NotOurs> {
+    let rest = marked.strip_prefix(MARK_PREFIX).ok_or(NotOurs)?;
+    let (token, value) = rest.split_once('.').ok_or(NotOurs)?;
+    let plain = keys.open(token).ok_or(NotOurs)?;
+    Ok((parse_plaintext(&plain).ok_or(NotOurs)?, value))
+}
+
+/// `len(vm) ‖ vm ‖ len(model) ‖ model ‖ provider id`, lengths as little-endian u16.
+fn plaintext(virtual_model: &str, model: &str, provider_id: &str) -> Vec<u8> {
+    let mut p = Vec::with_capacity(4 + virtual_model.len() + model.len() + provider_id.len());
+    for name in [virtual_model, model] {
+        let len = u16::try_from(name.len()).unwrap_or(u16::MAX);
+        p.extend_from_slice(&len.to_le_bytes());
+        p.extend_from_slice(name.as_bytes().get(..usize::from(len)).unwrap_or_default());
+    }
+    p.extend_from_slice(provider_id.as_bytes());
+    p
+}
+
+fn parse_plaintext(p: &[u8]) -> Option<Origin> {
+    let mut rest = p;
+    let mut names = Vec::with_capacity(2);
+    for _ in 0..2 {
+        let len = usize::from(u16::from_le_bytes(rest.get(..2)?.try_into().ok()?));
+        names.push(std::str::from_utf8(rest.get(2..2 + len)?).ok()?.to_string());
+        rest = rest.get(2 + len..)?;
+    }
+    let provider_id = std::str::from_utf8(rest).ok()?.to_string();
+    let model = names.pop()?;
+    let virtual_model = names.pop()?;
+    Some(Origin {
+        virtual_model,
+        model,
+        provider_id,
+    })
+}
+
+const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+/// Unpadded base64url: ids stay one token, safe in a URL path and a JSON string.
+fn base64url_encode(data: &[u8]) -> String {
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let b = [
+            chunk.first().copied().unwrap_or(0),
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..=chunk.len() {
+            let sextet = (n >> (18 - 6 * i)) & 63;
+            out.push(char::from(
+                ALPHABET.get(sextet as usize).copied().unwrap_or(b'A'),
+            ));
+        }
+    }
+    out
+}
+
+fn base64url_decode(text: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(text.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for c in text.bytes() {
+        let v = ALPHABET.iter().position(|&a| a == c)?;
+        acc = (acc << 6) | u32::try_from(v).ok()?;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push(u8::try_from((acc >> bits) & 0xff).ok()?);
+        }
+    }
+    // A length of 1 mod 4 cannot come from encoding, and unused bits must be zero: one id has
+    // one spelling.
+    (bits < 6 && acc & ((1 << bits) - 1) == 0).then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys() -> Keys {
+        Keys::new(&["first-secret-of-thirty-two-bytes", "older-secret"])
+    }
+
+    #[test]
+    fn an_id_round_trips_and_reveals_neither_name_nor_provider_id() {
+        let id = mint(&keys(), "my-group/chat", "openai/gpt-4o", "resp_abc123");
+        assert!(id.starts_with(PREFIX));
+        for secret in ["my-group", "openai", "gpt-4o", "resp_abc123", "abc123"] {
+            assert!(!id.contains(secret), "{id} shows {secret}");
+        }
+        let o = decode(&keys(), &id).unwrap();
+        assert_eq!(
+            (o.virtual_model.as_str(), o.model.as_str()),
+            ("my-group/chat", "openai/gpt-4o")
+        );
+        assert_eq!(o.provider_id, "resp_abc123");
+        // Deterministic: the same turn gets the same id on every Envoy.
+        assert_eq!(
+            id,
+            mint(&keys(), "my-group/chat", "openai/gpt-4o", "resp_abc123")
+        );
+    }
+
+    #[test]
+    fn a_changed_character_a_truncation_or_another_key_is_refused() {
+        let id = mint(&keys(), "vm", "m", "resp_abc123");
+        for at in PREFIX.len()..id.len() {
+            let mut bytes = id.clone().into_bytes();
+            bytes[at] = if bytes[at] == b'A' { b'B' } else { b'A' };
+            let changed = String::from_utf8(bytes).unwrap();
+            assert_eq!(decode(&keys(), &changed), Err(NotOurs), "changed at {at}");
+        }
+        for len in 0..id.len() {
+            assert!(decode(&keys(), &id[..len]).is_err(), "truncated to {len}");
+        }
+        let other = Keys::new(&["someone-else"]);
+        assert_eq!(decode(&other, &id), Err(NotOurs));
+        assert_eq!(decode(&Keys::default(), &id), Err(NotOurs));
+        assert_eq!(decode(&keys(), "resp_sb1-"), Err(NotOurs));
+        assert_eq!(decode(&keys(), "resp_sb1-!!"), Err(NotOurs));
+    }
+
+    #[test]
+    fn every_configured_key_verifies_and_the_first_signs() {
+        let old = Keys::new(&["older-secret"]);
+        let id = mint(&old, "vm", "m", "resp_1");
+        assert_eq!(decode(&keys(), &id).unwrap().provider_id, "resp_1");
+        let new = mint(&keys(), "vm", "m", "resp_1");
+        assert_eq!(decode(&old, &new), Err(NotOurs), "the first key signs");
+    }
+
+    #[test]
+    fn the_built_in_key_is_used_without_configured_keys() {
+        let k = Keys::new::<&str>(&[]);
+        assert!(k.built_in);
+        let id = mint(&k, "vm", "m", "resp_1");
+        assert_eq!(decode(&Keys::default(), &id).unwrap().model, "m");
+    }
+
+    #[test]
+    fn a_mark_keeps_the_providers_value_and_names_its_origin() {
+        let marked = mark(&keys(), "vm", "openai/gpt-4o", "gAAAAB+x/y==");
+        assert!(marked.starts_with(MARK_PREFIX) && marked.ends_with(".gAAAAB+x/y=="));
+        assert!(!marked.contains("openai"));
+        let (origin, value) = unmark(&keys(), &marked).unwrap();
+        assert_eq!(
+            (origin.model.as_str(), value),
+            ("openai/gpt-4o", "gAAAAB+x/y==")
+        );
+        let forged = marked.replacen("sbrc1.A", "sbrc1.B", 1);
+        assert!(forged == marked || unmark(&keys(), &forged).is_err());
+        assert!(unmark(&keys(), "gAAAAB").is_err());
+    }
+
+    #[test]
+    fn base64url_round_trips_every_length() {
+        for len in 0..40 {
+            let data: Vec<u8> = (0..len).map(|i| (i * 37 + 11) as u8).collect();
+            let text = base64url_encode(&data);
+            assert!(text.bytes().all(|b| ALPHABET.contains(&b)));
+            assert_eq!(base64url_decode(&text).unwrap(), data, "len {len}");
+        }
+        assert_eq!(base64url_decode("A"), None);
+    }
+}
