@@ -60,15 +60,24 @@ pub struct Refusal {
 }
 
 /// Operations of the OpenAI API a strict OpenAI accepts under `/v1`.
-const OPENAI_OPS: [&str; 7] = [
+const OPENAI_OPS: [&str; 8] = [
     "/chat/completions",
     "/completions",
     "/embeddings",
     "/responses",
+    "/conversations",
     "/moderations",
     "/models",
     "/audio/transcriptions",
 ];
+/// Operations on one stored object: `(before the id, after it, methods)`.
+type IdOp = (&'static str, &'static str, &'static [&'static str]);
+const RESPONSE_ID_OPS: [IdOp; 3] = [
+    ("/responses/", "", &["GET", "DELETE"]),
+    ("/responses/", "/input_items", &["GET"]),
+    ("/responses/", "/cancel", &["POST"]),
+];
+const CONVERSATION_ID_OPS: [IdOp; 1] = [("/conversations/", "", &["GET", "DELETE"])];
 /// Operations under `/openai/deployments/{deployment}` (Azure's classic API).
 const AZURE_DEPLOYMENT_OPS: [&str; 3] = ["/chat/completions", "/completions", "/embeddings"];
 /// Operations under `/openai/v1` (Azure's v1 API, no `api-version` needed).
@@ -82,10 +91,27 @@ const AZURE_V1_OPS: [&str; 5] = [
 const ANTHROPIC_OPS: [&str; 2] = ["/messages", "/messages/count_tokens"];
 const COMPATIBLE_OPS: [&str; 3] = ["/chat/completions", "/completions", "/embeddings"];
 
+/// `rest` if it is one of `ops`, or one of `id_ops` with a one-segment id
+/// and `method` among its methods.
+fn operation<'a>(rest: &'a str, method: &str, ops: &[&str], id_ops: &[&[IdOp]]) -> Option<&'a str> {
+    if ops.contains(&rest) {
+        return Some(rest);
+    }
+    id_ops
+        .iter()
+        .copied()
+        .flatten()
+        .find_map(|(head, tail, methods)| {
+            let id = rest.strip_prefix(head)?.strip_suffix(tail)?;
+            let ok = !id.is_empty() && !id.contains('/') && methods.contains(&method);
+            ok.then_some(rest)
+        })
+}
+
 /// Runs the checks in the order a real service applies them (TLS, virtual
 /// host, route, credential, required headers). On success returns the API
 /// operation path (e.g. `/chat/completions`) the normal handlers dispatch on.
-pub fn check(expect: &Expect, seen: &Seen<'_>) -> Result<&'static str, Refusal> {
+pub fn check<'a>(expect: &Expect, seen: &Seen<'a>) -> Result<&'a str, Refusal> {
     let style = Style::of(&expect.kind);
     if seen.tls
         && !seen
@@ -127,21 +153,24 @@ fn host_part(host_name: &str) -> &str {
 }
 
 /// The operation path if the provider serves `seen.path`, else its 404.
-fn route(kind: &Kind, seen: &Seen<'_>) -> Result<&'static str, Refusal> {
+fn route<'a>(kind: &Kind, seen: &Seen<'a>) -> Result<&'a str, Refusal> {
     let path = seen.path;
-    let within = |prefix: &str, ops: &[&'static str]| {
-        let rest = path.strip_prefix(prefix)?;
-        ops.iter().find(|op| **op == rest).copied()
+    let within = |prefix: &str, ops: &[&str], id_ops: &[&[IdOp]]| {
+        operation(path.strip_prefix(prefix)?, seen.method, ops, id_ops)
     };
     let found = match kind {
-        Kind::OpenAi => within("/v1", &OPENAI_OPS),
-        Kind::Anthropic => within("/v1", &ANTHROPIC_OPS),
-        Kind::OpenAiCompatible { base_path } => within(base_path, &COMPATIBLE_OPS),
+        Kind::OpenAi => within(
+            "/v1",
+            &OPENAI_OPS,
+            &[&RESPONSE_ID_OPS, &CONVERSATION_ID_OPS],
+        ),
+        Kind::Anthropic => within("/v1", &ANTHROPIC_OPS, &[]),
+        Kind::OpenAiCompatible { base_path } => within(base_path, &COMPATIBLE_OPS, &[]),
         Kind::Azure {
             deployment,
             api_version,
         } => {
-            if let Some(op) = within("/openai/v1", &AZURE_V1_OPS) {
+            if let Some(op) = within("/openai/v1", &AZURE_V1_OPS, &[&RESPONSE_ID_OPS]) {
                 Some(op)
             } else {
                 let rest = path.strip_prefix("/openai/deployments/");
@@ -296,6 +325,7 @@ mod tests {
     use hyper::header::HeaderValue;
 
     struct Req {
+        method: &'static str,
         tls: bool,
         sni: Option<&'static str>,
         authority: Option<&'static str>,
@@ -311,6 +341,7 @@ mod tests {
                 map.append(*name, HeaderValue::from_str(value).unwrap());
             }
             Self {
+                method: "POST",
                 tls: true,
                 sni: Some(host.split(':').next().unwrap()),
                 authority: Some(host),
@@ -325,12 +356,15 @@ mod tests {
                 tls: self.tls,
                 sni: self.sni,
                 authority: self.authority,
-                method: "POST",
+                method: self.method,
                 path: self.path,
                 query: self.query,
                 headers: &self.headers,
             };
-            check(expect, &seen).map_err(|r| (r.status.as_u16(), r.body))
+            // The operation is the path's tail: hand it back with the path's lifetime.
+            check(expect, &seen)
+                .map(|op| &self.path[self.path.len() - op.len()..])
+                .map_err(|r| (r.status.as_u16(), r.body))
         }
     }
 
@@ -342,7 +376,7 @@ mod tests {
         }
     }
 
-    fn status(r: Result<&str, (u16, Value)>) -> u16 {
+    fn status(r: Result<&'static str, (u16, Value)>) -> u16 {
         r.map_or_else(|(s, _)| s, |_| 200)
     }
 
@@ -381,6 +415,74 @@ mod tests {
             &[("authorization", "bearer sk-good")],
         );
         assert_eq!(status(lower.check(&e)), 200);
+    }
+
+    #[test]
+    fn stored_response_paths_by_method() {
+        let e = expect(Kind::OpenAi, "api.openai.com");
+        let at = |method, path| {
+            let mut r = Req::new("api.openai.com", path, &[BEARER]);
+            r.method = method;
+            r.check(&e).map(str::to_owned).map_err(|(s, _)| s)
+        };
+        for (method, path) in [
+            ("GET", "/v1/responses/resp_1"),
+            ("DELETE", "/v1/responses/resp_1"),
+            ("GET", "/v1/responses/resp_1/input_items"),
+            ("POST", "/v1/responses/resp_1/cancel"),
+            ("POST", "/v1/conversations"),
+            ("GET", "/v1/conversations/conv_1"),
+            ("DELETE", "/v1/conversations/conv_1"),
+        ] {
+            assert_eq!(
+                at(method, path),
+                Ok(path[3..].to_owned()),
+                "{method} {path}"
+            );
+        }
+        for (method, path) in [
+            ("POST", "/v1/responses/resp_1"),
+            ("DELETE", "/v1/responses/resp_1/input_items"),
+            ("GET", "/v1/responses/resp_1/cancel"),
+            ("GET", "/v1/responses/a/b/input_items"),
+            ("GET", "/v1/responses//input_items"),
+            ("GET", "/v1/responses/"),
+            ("GET", "/responses/resp_1"),
+        ] {
+            assert_eq!(at(method, path), Err(404), "{method} {path}");
+        }
+        let mut r = Req::new("api.openai.com", "/v1/responses/resp_1", &[BEARER]);
+        r.method = "PUT";
+        let (_, body) = r.check(&e).unwrap_err();
+        assert_eq!(
+            body["error"]["message"],
+            "Invalid URL (PUT /v1/responses/resp_1)"
+        );
+
+        let azure = azure();
+        let key = ("api-key", "sk-good");
+        let mut r = Req::new(
+            "res.openai.azure.com",
+            "/openai/v1/responses/resp_1/input_items",
+            &[key],
+        );
+        r.method = "GET";
+        assert_eq!(r.check(&azure), Ok("/responses/resp_1/input_items"));
+        r.path = "/openai/v1/conversations/conv_1";
+        assert_eq!(
+            status(r.check(&azure)),
+            404,
+            "Azure here serves no conversations"
+        );
+        let compatible = expect(
+            Kind::OpenAiCompatible {
+                base_path: "/v1".to_owned(),
+            },
+            "llm.local",
+        );
+        let mut r = Req::new("llm.local", "/v1/responses/resp_1", &[BEARER]);
+        r.method = "GET";
+        assert_eq!(status(r.check(&compatible)), 404);
     }
 
     #[test]
