@@ -1,9 +1,50 @@
-//! Anthropic Messages API answers (`POST /v1/messages`), plain and streamed.
+//! Anthropic Messages API answers (`POST /v1/messages`, plain and streamed,
+//! and `POST /v1/messages/count_tokens`) and Anthropic's error document.
 
-use crate::generate::{new_id, Gen};
-use crate::respond::{Reply, Step};
+use crate::generate::{estimate_prompt_tokens, new_id, Gen};
+use crate::respond::{ApiError, Reply, Step};
 use crate::sse;
+use hyper::StatusCode;
 use serde_json::{json, Value};
+use std::time::Duration;
+
+/// Anthropic's error document: `{"type": "error", "error": {"type", "message"}}`.
+pub fn error_body(kind: &str, message: &str) -> Value {
+    json!({"type": "error", "error": {"type": kind, "message": message}})
+}
+
+/// The error `type` Anthropic answers an HTTP status with.
+pub fn error_type(status: u16) -> &'static str {
+    match status {
+        401 => "authentication_error",
+        402 => "billing_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        504 => "timeout_error",
+        529 => "overloaded_error",
+        s if s >= 500 => "api_error",
+        _ => "invalid_request_error",
+    }
+}
+
+/// `POST /v1/messages/count_tokens`: `{"input_tokens": N}`, N the same rough
+/// estimate the other APIs report as prompt tokens (at least 1).
+pub fn count_tokens(body: &Value) -> Result<Reply, ApiError> {
+    for field in ["model", "messages"] {
+        if body.get(field).is_none() {
+            return Err(ApiError {
+                status: StatusCode::BAD_REQUEST,
+                body: error_body("invalid_request_error", &format!("{field}: Field required")),
+            });
+        }
+    }
+    Ok(Reply::Json {
+        body: json!({"input_tokens": estimate_prompt_tokens(body)}),
+        delay: Duration::ZERO,
+    })
+}
 
 /// `POST /v1/messages`.
 pub fn messages(g: &Gen) -> Reply {
@@ -106,6 +147,24 @@ mod tests {
                 "message_stop"
             ]
         );
+    }
+
+    #[test]
+    fn counts_tokens_or_names_the_missing_field() {
+        let body = json!({"model": "c", "messages": [{"role": "user", "content": "12345678"}]});
+        let Ok(Reply::Json { body, .. }) = count_tokens(&body) else {
+            panic!("expected json");
+        };
+        assert_eq!(body, json!({"input_tokens": 3}));
+        let err = count_tokens(&json!({"model": "c"})).unwrap_err();
+        assert_eq!(err.status, StatusCode::BAD_REQUEST);
+        assert_eq!(
+            err.body,
+            json!({"type": "error", "error": {"type": "invalid_request_error", "message": "messages: Field required"}})
+        );
+        assert_eq!(error_type(529), "overloaded_error");
+        assert_eq!(error_type(503), "api_error");
+        assert_eq!(error_type(422), "invalid_request_error");
     }
 
     #[test]

@@ -118,6 +118,24 @@ pub fn new_id(prefix: &str) -> String {
     )
 }
 
+/// `prefix` followed by 48 hex digits from the OS random source, as long as
+/// OpenAI's own ids, so that no two mock processes ever hand out the same one.
+pub fn random_id(prefix: &str) -> String {
+    use ring::rand::{SecureRandom, SystemRandom};
+    use std::fmt::Write;
+    let mut bytes = [0u8; 24];
+    if SystemRandom::new().fill(&mut bytes).is_err() {
+        // The OS source never fails on supported systems; fall back anyway.
+        bytes.iter_mut().for_each(|b| *b = fastrand::u8(..));
+    }
+    let mut id = String::with_capacity(prefix.len() + 2 * bytes.len());
+    id.push_str(prefix);
+    for b in bytes {
+        let _ = write!(id, "{b:02x}");
+    }
+    id
+}
+
 pub fn now_secs() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -159,6 +177,15 @@ mod tests {
             .map(|s| s.delay)
             .collect();
         assert_eq!(delays, [100, 10, 10].map(Duration::from_millis).to_vec());
+    }
+
+    #[test]
+    fn random_ids_are_long_and_distinct() {
+        let a = random_id("resp_");
+        assert_eq!(a.len(), 5 + 48);
+        assert!(a.starts_with("resp_"));
+        assert!(a[5..].bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_ne!(a, random_id("resp_"));
     }
 
     #[test]

@@ -8,14 +8,18 @@
 
 mod anthropic;
 mod args;
+mod b64;
 mod behaviour;
 mod generate;
 mod openai;
 mod record;
 mod respond;
+mod responses;
 mod router;
+mod seal;
 mod serve;
 mod sse;
+mod store;
 mod strict;
 
 use std::io::Write;

@@ -1,6 +1,7 @@
-//! OpenAI-compatible answers: chat completions, legacy completions,
-//! embeddings and the Responses API.
+//! OpenAI-compatible answers: chat completions, legacy completions and
+//! embeddings (the Responses API, with its state, is in `responses`).
 
+use crate::b64;
 use crate::generate::{new_id, Gen};
 use crate::respond::{Reply, Step};
 use crate::sse;
@@ -192,129 +193,8 @@ pub fn embed(text: &str) -> Vec<f32> {
 /// Base64 (standard alphabet, padded) of the little-endian `f32` bytes, as
 /// the OpenAI API returns for `encoding_format: "base64"`.
 pub fn base64_f32(values: &[f32]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk.first().copied().unwrap_or(0),
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                let idx = ((n >> (18 - 6 * i)) & 63) as usize;
-                out.push(char::from(ALPHABET[idx]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
-/// `POST /v1/responses`.
-pub fn responses(g: &Gen) -> Reply {
-    let resp_id = new_id("resp_");
-    let msg_id = new_id("msg_");
-    let text = g.text();
-    let message = |status: &str, content: Value| {
-        json!({
-            "type": "message", "id": msg_id, "status": status,
-            "role": "assistant", "content": content,
-        })
-    };
-    let part = |text: &str| json!({"type": "output_text", "text": text, "annotations": []});
-    let response = |status: &str, output: Value, usage: Value| {
-        json!({
-            "id": resp_id,
-            "object": "response",
-            "created_at": g.created,
-            "status": status,
-            "error": null,
-            "incomplete_details": null,
-            "instructions": null,
-            "model": g.model,
-            "output": output,
-            "parallel_tool_calls": true,
-            "tool_choice": "auto",
-            "tools": [],
-            "metadata": {},
-            "usage": usage,
-            "served_by": g.name,
-        })
-    };
-    let usage = json!({
-        "input_tokens": g.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": 0},
-        "output_tokens": g.output_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": g.prompt_tokens + g.output_tokens,
-    });
-    let done_message = message("completed", json!([part(&text)]));
-    let done = response("completed", json!([done_message]), usage);
-    if !g.stream {
-        return Reply::Json {
-            body: done,
-            delay: g.total_delay(),
-        };
-    }
-
-    let mut seq = 0u64;
-    let mut ev = |name: &str, mut v: Value| {
-        v["type"] = Value::from(name);
-        v["sequence_number"] = Value::from(seq);
-        v["served_by"] = Value::from(g.name.as_str());
-        seq += 1;
-        sse::event(name, &v)
-    };
-    let pending = response("in_progress", json!([]), Value::Null);
-    let ids = json!({"item_id": msg_id, "output_index": 0, "content_index": 0});
-    let with_ids = |extra: Value| {
-        let mut v = ids.clone();
-        if let (Some(dst), Value::Object(src)) = (v.as_object_mut(), extra) {
-            dst.extend(src);
-        }
-        v
-    };
-    let mut steps = vec![
-        Step::now(ev("response.created", json!({"response": pending}))),
-        Step::now(ev("response.in_progress", json!({"response": pending}))),
-        Step::now(ev(
-            "response.output_item.added",
-            json!({"output_index": 0, "item": message("in_progress", json!([]))}),
-        )),
-        Step::now(ev(
-            "response.content_part.added",
-            with_ids(json!({"part": part("")})),
-        )),
-    ];
-    for (i, token) in g.tokens().enumerate() {
-        let delay = if i == 0 { g.ttft } else { g.token_delay };
-        let bytes = ev(
-            "response.output_text.delta",
-            with_ids(json!({"delta": token, "logprobs": []})),
-        );
-        steps.push(Step::after(delay, bytes));
-    }
-    steps.push(Step::now(ev(
-        "response.output_text.done",
-        with_ids(json!({"text": text, "logprobs": []})),
-    )));
-    steps.push(Step::now(ev(
-        "response.content_part.done",
-        with_ids(json!({"part": part(&text)})),
-    )));
-    steps.push(Step::now(ev(
-        "response.output_item.done",
-        json!({"output_index": 0, "item": done_message}),
-    )));
-    steps.push(Step::now(ev(
-        "response.completed",
-        json!({"response": done}),
-    )));
-    Reply::Stream(steps)
+    b64::encode(&bytes, b64::STANDARD)
 }
 
 #[cfg(test)]

@@ -24,6 +24,19 @@ pub enum Reply {
     Stream(Vec<Step>),
 }
 
+/// A refusal in the provider's own error shape (no `served_by`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub body: Value,
+}
+
+impl ApiError {
+    pub fn response(&self) -> Response<Body> {
+        json(self.status, &self.body)
+    }
+}
+
 /// One piece of a timed stream.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Step {

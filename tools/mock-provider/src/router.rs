@@ -4,9 +4,11 @@
 use crate::behaviour::{Behaviour, DropMode};
 use crate::generate::Gen;
 use crate::record::{self, Record, Recorder};
-use crate::respond::{self, Body, Reply};
+use crate::respond::{self, ApiError, Body, Reply};
+use crate::seal::Sealer;
+use crate::store::Store;
 use crate::strict::{self, Expect, Seen};
-use crate::{anthropic, openai};
+use crate::{anthropic, openai, responses};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -15,7 +17,7 @@ use hyper::http::request::Parts;
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const PROVIDER_HEADER: HeaderName = HeaderName::from_static("x-mock-provider");
 
@@ -26,6 +28,10 @@ pub struct State {
     recorder: Mutex<Recorder>,
     /// Fixed at start: tests change behaviour at run time, never the provider's identity.
     strict: Option<Expect>,
+    /// Stored responses and conversations (Responses API state).
+    store: Mutex<Store>,
+    /// This process's key for reasoning `encrypted_content`.
+    sealer: Sealer,
 }
 
 impl State {
@@ -34,6 +40,8 @@ impl State {
             behaviour: Mutex::new(behaviour),
             recorder: Mutex::new(Recorder::with_limit(max_records)),
             strict,
+            store: Mutex::new(Store::default()),
+            sealer: Sealer::new(),
         }
     }
 
@@ -43,6 +51,10 @@ impl State {
 
     fn recorder(&self) -> MutexGuard<'_, Recorder> {
         self.recorder.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn store(&self) -> MutexGuard<'_, Store> {
+        self.store.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -69,25 +81,84 @@ impl std::error::Error for Dropped {}
 /// The API endpoints, matched with or without the `/v1` prefix (strict mode
 /// has already checked the provider's own prefix and passes the bare operation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Endpoint {
+enum Endpoint<'a> {
     ChatCompletions,
     Completions,
     Embeddings,
     Responses,
+    /// `/responses/{id}`: GET or DELETE.
+    Response(&'a str),
+    ResponseInputItems(&'a str),
+    ResponseCancel(&'a str),
+    Conversations,
+    /// `/conversations/{id}`: GET or DELETE.
+    Conversation(&'a str),
     Messages,
+    CountTokens,
 }
 
-impl Endpoint {
-    fn from_path(path: &str) -> Option<Self> {
+/// What an endpoint does with the request body.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BodyUse {
+    /// A JSON object is required.
+    Json,
+    /// A JSON object if there is a body at all.
+    OptionalJson,
+    Ignored,
+}
+
+impl<'a> Endpoint<'a> {
+    fn from_path(path: &'a str) -> Option<Self> {
         let path = path.strip_prefix("/v1").unwrap_or(path);
-        match path.trim_end_matches('/') {
+        let path = path.trim_end_matches('/');
+        let fixed = match path {
             "/chat/completions" => Some(Self::ChatCompletions),
             "/completions" => Some(Self::Completions),
             "/embeddings" => Some(Self::Embeddings),
             "/responses" => Some(Self::Responses),
+            "/conversations" => Some(Self::Conversations),
             "/messages" => Some(Self::Messages),
+            "/messages/count_tokens" => Some(Self::CountTokens),
             _ => None,
+        };
+        if fixed.is_some() {
+            return fixed;
         }
+        let id = |s: &'a str| (!s.is_empty() && !s.contains('/')).then_some(s);
+        if let Some(rest) = path.strip_prefix("/responses/") {
+            if let Some(r) = rest.strip_suffix("/input_items").and_then(id) {
+                return Some(Self::ResponseInputItems(r));
+            }
+            if let Some(r) = rest.strip_suffix("/cancel").and_then(id) {
+                return Some(Self::ResponseCancel(r));
+            }
+            return id(rest).map(Self::Response);
+        }
+        path.strip_prefix("/conversations/")
+            .and_then(id)
+            .map(Self::Conversation)
+    }
+
+    fn methods(self) -> &'static [&'static str] {
+        match self {
+            Self::Response(_) | Self::Conversation(_) => &["GET", "DELETE"],
+            Self::ResponseInputItems(_) => &["GET"],
+            _ => &["POST"],
+        }
+    }
+
+    fn body_use(self, method: &Method) -> BodyUse {
+        match self {
+            _ if method != Method::POST => BodyUse::Ignored,
+            Self::ResponseCancel(_) => BodyUse::Ignored,
+            Self::Conversations => BodyUse::OptionalJson,
+            _ => BodyUse::Json,
+        }
+    }
+
+    /// Anthropic endpoints answer the mock's own errors in Anthropic's shape.
+    fn anthropic(self) -> bool {
+        matches!(self, Self::Messages | Self::CountTokens)
     }
 }
 
@@ -148,7 +219,10 @@ fn control(state: &State, parts: &Parts, body: &Bytes) -> Response<Body> {
             resp
         }
         (&Method::DELETE, "/__requests") => ok(&json!({"cleared": state.recorder().clear()})),
-        (&Method::GET, "/__stats") => ok(&json!({"requests": state.recorder().count()})),
+        (&Method::GET, "/__stats") => {
+            let requests = state.recorder().count();
+            ok(&json!({"requests": requests, "stored_responses": state.store().len()}))
+        }
         (method, path) => respond::error(
             StatusCode::NOT_FOUND,
             &format!("no control endpoint {method} {path}"),
@@ -213,13 +287,26 @@ async fn api(
             name,
         ));
     };
-    if parts.method != Method::POST {
-        return Ok(respond::error(
+    let own_error = |status: StatusCode, message: &str, kind: &str, code: &str| {
+        if endpoint.anthropic() {
+            let mut body = anthropic::error_body(anthropic::error_type(status.as_u16()), message);
+            body["served_by"] = Value::from(name);
+            respond::json(status, &body)
+        } else {
+            respond::error(status, message, kind, code, name)
+        }
+    };
+    let methods = endpoint.methods();
+    if !methods.contains(&parts.method.as_str()) {
+        return Ok(own_error(
             StatusCode::METHOD_NOT_ALLOWED,
-            &format!("{} is not allowed on {path}; use POST", parts.method),
+            &format!(
+                "{} is not allowed on {path}; use {}",
+                parts.method,
+                methods.join(" or ")
+            ),
             "invalid_request_error",
             "method_not_allowed",
-            name,
         ));
     }
 
@@ -232,12 +319,11 @@ async fn api(
     }
     if let Some(status) = cfg.pick_failure() {
         let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let mut resp = respond::error(
+        let mut resp = own_error(
             status,
             &format!("injected failure from {name}"),
             "server_error",
             "injected",
-            name,
         );
         if let Some(value) = cfg.retry_after.as_deref() {
             if let Ok(value) = HeaderValue::from_str(value) {
@@ -247,36 +333,59 @@ async fn api(
         return Ok(resp);
     }
 
-    let request = match serde_json::from_slice::<Value>(body) {
-        Ok(v @ Value::Object(_)) => v,
-        Ok(_) => return Ok(bad_request("request body must be a JSON object", name)),
-        Err(e) => {
-            return Ok(bad_request(
-                &format!("request body is not valid JSON: {e}"),
-                name,
-            ))
+    let body_use = endpoint.body_use(&parts.method);
+    let empty = body.iter().all(u8::is_ascii_whitespace);
+    let request = if body_use == BodyUse::Ignored || (body_use == BodyUse::OptionalJson && empty) {
+        Value::Object(Default::default())
+    } else {
+        match serde_json::from_slice::<Value>(body) {
+            Ok(v @ Value::Object(_)) => v,
+            Ok(_) => {
+                return Ok(own_error(
+                    StatusCode::BAD_REQUEST,
+                    "request body must be a JSON object",
+                    "invalid_request_error",
+                    "invalid_json",
+                ))
+            }
+            Err(e) => {
+                return Ok(own_error(
+                    StatusCode::BAD_REQUEST,
+                    &format!("request body is not valid JSON: {e}"),
+                    "invalid_request_error",
+                    "invalid_json",
+                ))
+            }
         }
     };
     if cfg.error_body_on_200 {
-        let body = respond::error_body(
-            &format!("injected error body from {name}"),
-            "server_error",
-            "injected",
-            name,
-        );
+        let body = if endpoint.anthropic() {
+            let mut body =
+                anthropic::error_body("api_error", &format!("injected error body from {name}"));
+            body["served_by"] = Value::from(name);
+            body
+        } else {
+            respond::error_body(
+                &format!("injected error body from {name}"),
+                "server_error",
+                "injected",
+                name,
+            )
+        };
         return Ok(respond::json(StatusCode::OK, &body));
     }
 
     let gen = Gen::new(&cfg, &request);
-    let reply = match endpoint {
-        Endpoint::ChatCompletions => openai::chat(&gen),
-        Endpoint::Completions => openai::completions(&gen),
-        Endpoint::Responses => openai::responses(&gen),
-        Endpoint::Messages => anthropic::messages(&gen),
-        Endpoint::Embeddings => match openai::embeddings(&gen, &request) {
-            Ok(reply) => reply,
-            Err(msg) => return Ok(bad_request(&msg, name)),
-        },
+    let reply = match dispatch(
+        state,
+        endpoint,
+        &parts.method,
+        parts.uri.query(),
+        &gen,
+        &request,
+    ) {
+        Ok(reply) => reply,
+        Err(refusal) => return Ok(refusal.response()),
     };
     let cut = cfg.drop == Some(DropMode::MidStream);
     Ok(match reply {
@@ -292,14 +401,44 @@ async fn api(
     })
 }
 
-fn bad_request(message: &str, name: &str) -> Response<Body> {
-    respond::error(
-        StatusCode::BAD_REQUEST,
-        message,
-        "invalid_request_error",
-        "invalid_json",
-        name,
-    )
+/// The endpoint's answer, or its refusal in the provider's own shape. The
+/// store is locked only here, never across an await.
+fn dispatch(
+    state: &State,
+    endpoint: Endpoint<'_>,
+    method: &Method,
+    query: Option<&str>,
+    gen: &Gen,
+    request: &Value,
+) -> Result<Reply, ApiError> {
+    let now = Instant::now();
+    let name = gen.name.as_str();
+    match endpoint {
+        Endpoint::ChatCompletions => Ok(openai::chat(gen)),
+        Endpoint::Completions => Ok(openai::completions(gen)),
+        Endpoint::Messages => Ok(anthropic::messages(gen)),
+        Endpoint::CountTokens => anthropic::count_tokens(request),
+        Endpoint::Embeddings => openai::embeddings(gen, request).map_err(|msg| ApiError {
+            status: StatusCode::BAD_REQUEST,
+            body: respond::error_body(&msg, "invalid_request_error", "invalid_json", name),
+        }),
+        Endpoint::Responses => {
+            responses::create(gen, request, &mut state.store(), &state.sealer, now)
+        }
+        Endpoint::Response(id) if method == Method::DELETE => {
+            responses::delete(&mut state.store(), id)
+        }
+        Endpoint::Response(id) => responses::retrieve(&mut state.store(), id, now),
+        Endpoint::ResponseInputItems(id) => {
+            responses::input_items_list(&mut state.store(), id, query, now)
+        }
+        Endpoint::ResponseCancel(id) => responses::cancel(&mut state.store(), id, now),
+        Endpoint::Conversations => Ok(responses::create_conversation(&mut state.store(), request)),
+        Endpoint::Conversation(id) if method == Method::DELETE => {
+            responses::delete_conversation(&mut state.store(), id)
+        }
+        Endpoint::Conversation(id) => responses::retrieve_conversation(&state.store(), id),
+    }
 }
 
 #[cfg(test)]
@@ -329,8 +468,51 @@ mod tests {
             Some(Endpoint::Embeddings)
         );
         assert_eq!(Endpoint::from_path("/responses"), Some(Endpoint::Responses));
+        assert_eq!(
+            Endpoint::from_path("/v1/messages/count_tokens"),
+            Some(Endpoint::CountTokens)
+        );
         assert_eq!(Endpoint::from_path("/v1"), None);
         assert_eq!(Endpoint::from_path("/v2/messages"), None);
         assert_eq!(Endpoint::from_path("/healthz"), None);
+    }
+
+    #[test]
+    fn endpoints_with_ids() {
+        assert_eq!(
+            Endpoint::from_path("/v1/responses/resp_1"),
+            Some(Endpoint::Response("resp_1"))
+        );
+        assert_eq!(
+            Endpoint::from_path("/v1/responses/resp_1/input_items"),
+            Some(Endpoint::ResponseInputItems("resp_1"))
+        );
+        assert_eq!(
+            Endpoint::from_path("/responses/resp_1/cancel/"),
+            Some(Endpoint::ResponseCancel("resp_1"))
+        );
+        assert_eq!(
+            Endpoint::from_path("/v1/conversations/conv_1"),
+            Some(Endpoint::Conversation("conv_1"))
+        );
+        assert_eq!(
+            Endpoint::from_path("/v1/conversations"),
+            Some(Endpoint::Conversations)
+        );
+        for bad in [
+            "/v1/responses/a/b",
+            "/v1/responses//cancel",
+            "/v1/responses/a/other",
+            "/v1/conversations/a/items",
+        ] {
+            assert_eq!(Endpoint::from_path(bad), None, "{bad}");
+        }
+        assert_eq!(Endpoint::Response("x").methods(), ["GET", "DELETE"]);
+        assert_eq!(Endpoint::ResponseCancel("x").methods(), ["POST"]);
+        assert_eq!(
+            Endpoint::ResponseCancel("x").body_use(&Method::POST),
+            BodyUse::Ignored
+        );
+        assert_eq!(Endpoint::Responses.body_use(&Method::POST), BodyUse::Json);
     }
 }
