@@ -18,6 +18,8 @@ use crate::core::health::retry_after;
 use crate::core::health::sla::LatencySample;
 use crate::core::outbound::{outbound, ClientRequest};
 use crate::core::request::Layout;
+use crate::core::responses::rewrite::AnswerRewriter;
+use crate::core::responses::{rewrite_whole, TurnMinter};
 use crate::core::routing::state::RoutingState;
 use crate::core::routing::sticky::Session;
 use crate::core::usage::UsageScanner;
@@ -58,6 +60,8 @@ pub struct Replay {
     pub layout: Layout,
     /// The client's request headers.
     pub headers: Headers,
+    /// A stored response's path after the version prefix, with the provider's id.
+    pub stored_path: Option<String>,
 }
 
 /// How a request was routed, as the flight starts.
@@ -72,6 +76,8 @@ pub struct Start {
     pub sticky: Option<Session>,
     /// When the first attempt left.
     pub now_ms: u64,
+    /// A Responses API answer of a virtual model: its ids are minted as it streams.
+    pub mint_ids: bool,
 }
 
 /// The state of one forwarded request.
@@ -98,6 +104,10 @@ pub struct Flight {
     measure: Option<Measure>,
     /// The sticky session of the request, to pin it where a fallback worked.
     sticky: Option<Session>,
+    /// Whether answers get Switchboard's response ids.
+    mint_ids: bool,
+    /// Rewrites the delivered answer's ids as it streams.
+    rewriter: Option<AnswerRewriter>,
 }
 
 /// Timing of an answer as it streams to the client.
@@ -124,7 +134,19 @@ impl Flight {
             started_ms: start.now_ms,
             measure: None,
             sticky: start.sticky,
+            mint_ids: start.mint_ids,
+            rewriter: None,
         }
+    }
+
+    /// The minter of answers by `target` to this request.
+    fn minter(&self, target: ModelId) -> Option<TurnMinter<'_>> {
+        let vm = self.config.virtual_models.get(self.virtual_model?)?;
+        Some(TurnMinter {
+            keys: &self.config.response_keys,
+            virtual_model: &vm.name,
+            model: &self.config.model(target)?.name,
+        })
     }
 
     /// Whether this request's answers feed latency samples (only when routing uses them).
@@ -220,6 +242,11 @@ impl Flight {
         let hint = || hint_ms(&host::response_headers(), clock.now_ms());
         f.record(rt, f.routed_target, outcome, hint, || clock.now_ms());
         let step = f.step(outcome);
+        if step == Step::GiveUp && f.attempts.pinned() && outcome.is_target_down() {
+            f.holding = true;
+            f.reply_origin_unavailable();
+            return Action::Pause;
+        }
         match step {
             Step::Deliver | Step::GiveUp => {
                 // Envoy's own 503 for an unreachable upstream names no target that answered.
@@ -265,6 +292,11 @@ impl Flight {
         if (200..300).contains(&status) && self.needs_latency() {
             self.measure = Some(Measure::default());
         }
+        if self.mint_ids && answered_by.is_some() {
+            // Minted ids are longer than the provider's: the length is no longer known.
+            self.rewriter = Some(AnswerRewriter::new());
+            host::remove_response_header("content-length");
+        }
         for (name, value) in self.answer_headers(answered_by, gave_up) {
             host::set_response_header(name, &value);
         }
@@ -305,10 +337,18 @@ impl Flight {
         if f.holding {
             return Action::Pause;
         }
+        if f.measure.is_none() && f.rewriter.is_none() {
+            return Action::Continue;
+        }
+        let chunk = if size > 0 {
+            host::response_body(size)
+        } else {
+            Vec::new()
+        };
         if let Some(m) = f.measure.as_mut() {
             let now = host::now_ms();
             if size > 0 {
-                m.usage.feed(&host::response_body(size));
+                m.usage.feed(&chunk);
                 // Time to the first token, not to a role-only first chunk.
                 if m.usage.has_content() {
                     m.first_token_ms.get_or_insert(now);
@@ -320,7 +360,29 @@ impl Flight {
                 f.add_samples(rt, first, tokens, now);
             }
         }
+        f.rewrite_chunk(&chunk, end);
         Action::Continue
+    }
+
+    /// Rewrites the ids in a chunk of the delivered answer, in place in Envoy's buffer.
+    fn rewrite_chunk(&mut self, chunk: &[u8], end: bool) {
+        let Some(mut rewriter) = self.rewriter.take() else {
+            return;
+        };
+        let Some(mut minter) = self.attempts.current().and_then(|t| self.minter(t)) else {
+            return;
+        };
+        let mut out = Vec::with_capacity(chunk.len() + 128);
+        rewriter.feed(chunk, &mut minter, &mut out);
+        if end {
+            rewriter.finish(&mut out);
+        }
+        if out != chunk {
+            host::replace_response_body(chunk.len(), &out);
+        }
+        if !end {
+            self.rewriter = Some(rewriter);
+        }
     }
 
     /// A timer of this flight fired (on the root's tick, with the stream made effective).
@@ -391,6 +453,9 @@ impl Flight {
             || now,
         );
         let step = f.step(outcome);
+        if step == Step::GiveUp && f.attempts.pinned() && outcome.is_target_down() {
+            return f.reply_origin_unavailable();
+        }
         match (step, status) {
             (Step::Retry { .. } | Step::Fallback { .. }, _) => {
                 drop(f);
@@ -506,6 +571,7 @@ impl Flight {
             endpoint: replay.endpoint,
             headers: &replay.headers,
             body: Some((&replay.body, &replay.layout)),
+            stored_path: replay.stored_path.as_deref(),
         };
         let out = outbound(&self.config, vm, target, &client)?;
         super::http::log_attempt(&self.config, target, self.attempts.total(), &out);
@@ -518,6 +584,11 @@ impl Flight {
     /// Answers the client with a dispatched attempt's response.
     fn reply(&mut self, status: u16, headers: &Headers, body: &[u8], gave_up: bool) {
         self.state = State::Done;
+        let minted = match self.attempts.current().filter(|_| self.mint_ids) {
+            Some(t) => self.minter(t).map(|mut m| rewrite_whole(body, &mut m)),
+            None => None,
+        };
+        let body = minted.as_deref().unwrap_or(body);
         let added = self.answer_headers(self.attempts.current(), gave_up);
         let mut out: Vec<(&str, &str)> = headers
             .text_pairs()
@@ -527,8 +598,27 @@ impl Flight {
         host::send_reply(status, out, body);
     }
 
-    /// Answers 503 when the last attempt got no answer at all.
+    /// Answers 409 when a pinned conversation's origin failed: another target would not hold
+    /// the conversation, so there is no fallback (TrueFoundry virtual models, "Responses API
+    /// conversations").
+    fn reply_origin_unavailable(&mut self) {
+        self.state = State::Done;
+        let model = self
+            .attempts
+            .current()
+            .and_then(|t| self.config.model(t))
+            .map_or("the model", |m| m.name.as_str());
+        let reply = ErrorReply::origin_unavailable(model);
+        let added = self.answer_headers(None, true);
+        let extra = added.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        host::send_json_reply(reply.status, &reply.body, extra);
+    }
+
+    /// Answers 503 when the last attempt got no answer at all (409 for a pinned conversation).
     fn reply_unavailable(&mut self) {
+        if self.attempts.pinned() {
+            return self.reply_origin_unavailable();
+        }
         self.state = State::Done;
         let model = self
             .attempts

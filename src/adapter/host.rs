@@ -111,6 +111,22 @@ pub fn set_response_header(name: &str, value: &str) {
     }
 }
 
+/// Removes a response header.
+pub fn remove_response_header(name: &str) {
+    let _span = profile::span("remove_response_header");
+    if let Err(status) = hostcalls::remove_map_value(MapType::HttpResponseHeaders, name) {
+        log::warn!("could not remove response header {name}: {status:?}");
+    }
+}
+
+/// Replaces the `size` bytes of the response body chunk in hand with `with`.
+pub fn replace_response_body(size: usize, with: &[u8]) {
+    let _span = profile::span("replace_response_body");
+    if let Err(status) = hostcalls::set_buffer(BufferType::HttpResponseBody, 0, size, with) {
+        log::warn!("could not rewrite the response body: {status:?}");
+    }
+}
+
 /// The buffered request body, up to `max` bytes.
 pub fn request_body(max: usize) -> Vec<u8> {
     let _span = profile::span("request_body");

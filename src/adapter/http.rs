@@ -13,8 +13,11 @@ use crate::core::decision::{classifier_call, decide_with_tier, ClassifierCall, D
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
 use crate::core::fallback::Attempts;
-use crate::core::outbound::Outbound;
+use crate::core::outbound::{outbound, ClientRequest, Outbound};
 use crate::core::request::check_content_encoding;
+use crate::core::request::Layout;
+use crate::core::responses::continuation::{stored_origin, stored_path};
+use crate::core::responses::id::PREFIX;
 use crate::core::routing::classifier::parse_answer;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
@@ -181,22 +184,31 @@ impl Http {
             return self.reply(&reply);
         }
         log_attempt(config, decision.target, 1, &decision.outbound);
-        let virtual_model = decision.plan.virtual_model;
-        let attempts = Attempts::new(decision.plan.candidates, false);
-        // Keep what another attempt would need, only when one is possible.
-        let replay = Flight::may_try_again(config, virtual_model, &attempts).then_some(Replay {
+        let plan = decision.plan;
+        let start = Start {
+            virtual_model: plan.virtual_model,
+            attempts: Attempts::new(plan.candidates, plan.pinned),
+            stream: decision.stream,
+            sticky: plan.sticky,
+            now_ms: now,
+            mint_ids: endpoint == Endpoint::Responses && plan.virtual_model.is_some(),
+        };
+        let replay = Replay {
             endpoint,
             headers,
             body,
             layout: decision.layout,
-        });
-        let start = Start {
-            virtual_model,
-            attempts,
-            stream: decision.stream,
-            sticky: decision.plan.sticky,
-            now_ms: now,
+            stored_path: None,
         };
+        self.start_flight(config, start, replay)
+    }
+
+    /// Hands the request to its flight; the replay is kept only when another attempt is
+    /// possible.
+    fn start_flight(&mut self, config: &Rc<Config>, start: Start, replay: Replay) -> Action {
+        let now = start.now_ms;
+        let replay =
+            Flight::may_try_again(config, start.virtual_model, &start.attempts).then_some(replay);
         let flight = Rc::new(RefCell::new(Flight::new(
             self.context_id,
             Rc::clone(config),
@@ -206,6 +218,53 @@ impl Http {
         Flight::arm_fallback_timeout(&flight, &self.runtime, now);
         self.phase = Phase::Forwarded(flight);
         Action::Continue
+    }
+
+    /// `GET`/`DELETE /v1/responses/{id}`, `GET .../input_items`, `POST .../cancel` with an id
+    /// Switchboard minted: only to the target that stored it, with the provider's id in the
+    /// path; retries there, no fallback (TrueFoundry virtual models, "Responses API
+    /// conversations").
+    fn route_stored(
+        &mut self,
+        config: &Rc<Config>,
+        headers: Headers,
+        id: &str,
+        suffix: &str,
+    ) -> Action {
+        let (index, target, origin) = match stored_origin(config, &config.response_keys, id) {
+            Ok(found) => found,
+            Err(reply) => return self.reply(&reply),
+        };
+        let stored = format!("/responses/{}{suffix}", origin.provider_id);
+        let client = ClientRequest {
+            endpoint: Endpoint::Responses,
+            headers: &headers,
+            body: None,
+            stored_path: Some(&stored),
+        };
+        let Some(out) = outbound(config, config.virtual_models.get(index), target, &client) else {
+            return self.reply(&ErrorReply::no_target_available(&origin.virtual_model));
+        };
+        if let Err(reply) = Self::apply(&out, &[], &headers, &config.header_names) {
+            return self.reply(&reply);
+        }
+        log_attempt(config, target, 1, &out);
+        let start = Start {
+            virtual_model: Some(index),
+            attempts: Attempts::new(vec![target], true),
+            stream: false,
+            sticky: None,
+            now_ms: host::now_ms(),
+            mint_ids: true,
+        };
+        let replay = Replay {
+            endpoint: Endpoint::Responses,
+            headers,
+            body: Vec::new(),
+            layout: Layout::default(),
+            stored_path: Some(stored),
+        };
+        self.start_flight(config, start, replay)
     }
 
     /// Writes the router's attempt into the request: body edits, then path, authority and
@@ -322,6 +381,10 @@ impl HttpContext for Http {
             );
             self.phase = Phase::Replied;
             return Action::Pause;
+        }
+        if let Some((id, suffix)) = stored_path(path).filter(|(id, _)| id.starts_with(PREFIX)) {
+            let (id, suffix) = (id.to_string(), suffix);
+            return self.route_stored(&config, headers, &id, suffix);
         }
         let endpoint = Endpoint::from_path(path).filter(|_| method == "POST");
         let Some(endpoint) = endpoint else {

@@ -70,6 +70,7 @@ impl ClassifierCall {
             endpoint: Endpoint::ChatCompletions,
             headers: &self.headers,
             body: None,
+            stored_path: None,
         };
         outbound(config, None, self.model, &client)
     }
@@ -185,6 +186,7 @@ pub fn decide_with_tier<'c>(
         endpoint,
         headers,
         body: Some((body, &layout)),
+        stored_path: None,
     };
     let outbound = outbound(config, plan.virtual_model(config), target, &client)
         .ok_or_else(|| ErrorReply::invalid_json("could not rewrite the body"))?;

@@ -110,6 +110,14 @@ impl Endpoint {
             .map_or("", |(path, _, _)| *path)
     }
 
+    /// The version prefix of its canonical path: `/v2` for rerank, `/v1` for the rest.
+    pub fn version_prefix(self) -> &'static str {
+        match self {
+            Endpoint::Rerank => "/v2",
+            _ => "/v1",
+        }
+    }
+
     /// The canonical path (`/v1/chat/completions`, `/v2/rerank`): what a model without a
     /// `base_path` is called on, and how users know the endpoint in error messages.
     pub fn display_path(self) -> &'static str {

@@ -20,6 +20,18 @@ pub enum AttemptOutcome {
     Timeout,
 }
 
+impl AttemptOutcome {
+    /// A failure of the target itself: a 5xx, or no answer at all. A pinned conversation's
+    /// origin failing so gets a 409 rather than its error (TrueFoundry virtual models,
+    /// "Responses API conversations").
+    pub fn is_target_down(self) -> bool {
+        match self {
+            AttemptOutcome::Status(s) => (500..600).contains(&s),
+            AttemptOutcome::ConnectFailure | AttemptOutcome::Timeout => true,
+        }
+    }
+}
+
 /// The next step for the request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
@@ -66,6 +78,11 @@ impl Attempts {
     /// The target of the attempt in flight.
     pub fn current(&self) -> Option<ModelId> {
         self.candidates.get(self.current).copied()
+    }
+
+    /// Whether the request is pinned to its first candidate (no fallback).
+    pub fn pinned(&self) -> bool {
+        self.pinned
     }
 
     /// Attempts made so far, the one in flight included.

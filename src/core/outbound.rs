@@ -51,6 +51,9 @@ pub struct ClientRequest<'r> {
     pub headers: &'r Headers,
     /// Its body and where its parts sit, when the target's body may differ from it.
     pub body: Option<(&'r [u8], &'r Layout)>,
+    /// The path after the version prefix when it is not the endpoint's own: a stored
+    /// response's `/responses/{provider id}/input_items`, say.
+    pub stored_path: Option<&'r str>,
 }
 
 /// What one attempt sends, as changes to the client's request.
@@ -94,10 +97,13 @@ pub fn outbound<'c>(
         .as_deref()
         .filter(|a| client.headers.get(":authority") != Some(a.as_bytes()));
     let client_path = client.headers.get_str(":path").unwrap_or_default();
+    let unversioned = client
+        .stored_path
+        .unwrap_or_else(|| client.endpoint.unversioned_path());
     Some(Outbound {
         cluster: &model.cluster,
         authority,
-        path: upstream_path(model, client.endpoint, client_path),
+        path: upstream_path(model, client.endpoint, unversioned, client_path),
         remove,
         set,
         edits,
@@ -163,22 +169,29 @@ fn headers_to_remove<'c>(
     out
 }
 
-/// The upstream path: `base_path` + the endpoint's path without its version prefix, else the
-/// endpoint's canonical path; then the client's query parameters not named in the model's
-/// `query`, then those. `None` when that is the client's path as sent.
-fn upstream_path(model: &Model, endpoint: Endpoint, client_path: &str) -> Option<String> {
+/// The upstream path: `base_path` + the path without its version prefix (`unversioned`),
+/// else the endpoint's version prefix + `unversioned`; then the client's query parameters not
+/// named in the model's `query`, then those. `None` when that is the client's path as sent.
+fn upstream_path(
+    model: &Model,
+    endpoint: Endpoint,
+    unversioned: &str,
+    client_path: &str,
+) -> Option<String> {
     let (client_base, client_query) = match client_path.split_once('?') {
         Some((p, q)) => (p, Some(q)),
         None => (client_path, None),
     };
     let up = &model.upstream;
-    if up.base_path.is_none() && up.query.is_empty() && client_base == endpoint.display_path() {
+    let version = endpoint.version_prefix();
+    let canonical = client_base
+        .strip_prefix(version)
+        .is_some_and(|rest| rest == unversioned);
+    if up.base_path.is_none() && up.query.is_empty() && canonical {
         return None;
     }
-    let mut path = match &up.base_path {
-        Some(base) => format!("{base}{}", endpoint.unversioned_path()),
-        None => endpoint.display_path().to_string(),
-    };
+    let prefix = up.base_path.as_deref().unwrap_or(version);
+    let mut path = format!("{prefix}{unversioned}");
     let kept = client_query
         .into_iter()
         .flat_map(|q| q.split('&'))

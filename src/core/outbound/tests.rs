@@ -60,6 +60,7 @@ fn out<'c>(config: &'c Config, target: &str, headers: &[(&str, &str)]) -> Outbou
             .unwrap(),
         headers: &headers,
         body: Some((BODY, &layout)),
+        stored_path: None,
     };
     outbound(config, vm, id(config, target), &client).unwrap()
 }

@@ -5,3 +5,42 @@
 pub mod continuation;
 pub mod id;
 pub mod rewrite;
+
+use id::{Keys, MARK_PREFIX};
+use rewrite::Minter;
+
+/// Mints the ids and marks of one answer: a turn of `virtual_model` served by `model`.
+pub struct TurnMinter<'a> {
+    /// The config's keys.
+    pub keys: &'a Keys,
+    /// The virtual model the client called.
+    pub virtual_model: &'a str,
+    /// The catalog model that answered.
+    pub model: &'a str,
+}
+
+impl Minter for TurnMinter<'_> {
+    fn response_id(&mut self, provider_id: &str, out: &mut Vec<u8>) {
+        let minted = id::mint(self.keys, self.virtual_model, self.model, provider_id);
+        out.extend_from_slice(minted.as_bytes());
+    }
+
+    fn encrypted_content(&mut self, value: &str, out: &mut Vec<u8>) {
+        // A value already marked (echoed back by the provider) keeps its one mark.
+        if value.starts_with(MARK_PREFIX) {
+            out.extend_from_slice(value.as_bytes());
+        } else {
+            let marked = id::mark(self.keys, self.virtual_model, self.model, value);
+            out.extend_from_slice(marked.as_bytes());
+        }
+    }
+}
+
+/// The whole of an answer that arrived at once (a call-out's), rewritten.
+pub fn rewrite_whole(body: &[u8], minter: &mut TurnMinter<'_>) -> Vec<u8> {
+    let mut rewriter = rewrite::AnswerRewriter::new();
+    let mut out = Vec::with_capacity(body.len() + 128);
+    rewriter.feed(body, minter, &mut out);
+    rewriter.finish(&mut out);
+    out
+}
