@@ -51,6 +51,18 @@ enum After {
     Other,
 }
 
+impl After {
+    /// After one more byte outside strings, other than `"`.
+    fn then(self, b: u8) -> After {
+        match b {
+            b' ' | b'\t' | b'\n' | b'\r' => self,
+            b':' if self == After::EncryptedKey => After::EncryptedColon,
+            b':' => After::Colon,
+            _ => After::Other,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     Outside,
@@ -81,7 +93,8 @@ enum State {
 pub struct AnswerRewriter {
     state: State,
     after: After,
-    /// Bytes of the current string held back; never more than one string plus `MAX_GAP`.
+    /// Bytes of the current string held back: at most an id, its quote and `MAX_GAP` bytes of
+    /// whitespace, or an `encrypted_content` value of `MAX_ENCRYPTED` bytes.
     held: Vec<u8>,
     rewrote: bool,
 }
@@ -93,6 +106,7 @@ impl Default for AnswerRewriter {
 }
 
 impl AnswerRewriter {
+    /// A rewriter for a new answer.
     pub fn new() -> Self {
         AnswerRewriter {
             state: State::Outside,
@@ -108,8 +122,11 @@ impl AnswerRewriter {
         out.reserve(chunk.len());
         let mut rest = chunk;
         while let Some((&b, tail)) = rest.split_first() {
-            // Runs of plain string bytes are copied whole: text deltas and reasoning blobs are
-            // most of an answer.
+            // Plain string bytes (text deltas, reasoning blobs) are copied as whole runs.
+            // Measured on the SSE fixture repeated to 40 MB (release build): 40 MB/s byte by
+            // byte, 110-145 MB/s with runs; text deltas alone went from 46 to 200-400 MB/s.
+            // Runs outside strings made no measurable difference: the bytes between two strings
+            // are few (`":"`, `",`).
             let run = match self.state {
                 State::Passing {
                     escaped: false,
@@ -134,7 +151,8 @@ impl AnswerRewriter {
         }
     }
 
-    /// The answer ended: appends whatever is still held (unchanged if incomplete).
+    /// The answer ended: appends whatever is still held (unchanged if incomplete). An id-shaped
+    /// string that nothing followed is not known to be a value, and stays as sent too.
     pub fn finish(&mut self, out: &mut Vec<u8>) {
         self.release(out);
     }
@@ -167,10 +185,7 @@ impl AnswerRewriter {
                     value: self.after == After::Colon,
                 }
             }
-            b' ' | b'\t' | b'\n' | b'\r' => {}
-            b':' if self.after == After::EncryptedKey => self.after = After::EncryptedColon,
-            b':' => self.after = After::Colon,
-            _ => self.after = After::Other,
+            _ => self.after = self.after.then(b),
         }
     }
 
@@ -723,8 +738,11 @@ mod tests {
 
     #[test]
     fn random_bytes_never_panic_and_an_identity_minter_changes_nothing() {
-        const PIECES: [&[u8]; 14] = [
+        const PIECES: [&[u8]; 17] = [
             b"\"",
+            b"\"resp_",
+            b"\":\"",
+            b"\"encrypted_content\":",
             b"\\",
             b":",
             b" ",
@@ -740,10 +758,12 @@ mod tests {
             b"\xff",
         ];
         let mut rng = fastrand::Rng::with_seed(42);
+        let mut rewritten = 0;
         for _ in 0..100_000 {
             let mut input = Vec::new();
             for _ in 0..rng.usize(0..24) {
-                if rng.bool() {
+                // Mostly pieces of JSON and SSE, so that every state is reached.
+                if rng.u8(..4) == 0 {
                     input.push(rng.u8(..));
                 } else {
                     input.extend_from_slice(PIECES[rng.usize(..PIECES.len())]);
@@ -751,8 +771,10 @@ mod tests {
             }
             let chunks = random_split(&mut rng, &input);
             assert_eq!(rewrite_chunks(&chunks, &mut Same).0, input);
-            let (whole, _) = rewrite_chunks(&[&input], &mut Marks::default());
+            let (whole, rewrote) = rewrite_chunks(&[&input], &mut Marks::default());
             assert_eq!(rewrite_chunks(&chunks, &mut Marks::default()).0, whole);
+            rewritten += usize::from(rewrote);
         }
+        assert!(rewritten > 5_000, "ids and blobs are reached: {rewritten}");
     }
 }
