@@ -78,6 +78,8 @@ pub struct Start {
     pub now_ms: u64,
     /// A Responses API answer of a virtual model: its ids are minted as it streams.
     pub mint_ids: bool,
+    /// Errors Switchboard answers itself go in Anthropic's shape.
+    pub anthropic_errors: bool,
 }
 
 /// The state of one forwarded request.
@@ -108,6 +110,8 @@ pub struct Flight {
     mint_ids: bool,
     /// Rewrites the delivered answer's ids as it streams.
     rewriter: Option<AnswerRewriter>,
+    /// Errors Switchboard answers itself go in Anthropic's shape.
+    anthropic_errors: bool,
 }
 
 /// Timing of an answer as it streams to the client.
@@ -136,6 +140,7 @@ impl Flight {
             sticky: start.sticky,
             mint_ids: start.mint_ids,
             rewriter: None,
+            anthropic_errors: start.anthropic_errors,
         }
     }
 
@@ -242,7 +247,7 @@ impl Flight {
         let hint = || hint_ms(&host::response_headers(), clock.now_ms());
         f.record(rt, f.routed_target, outcome, hint, || clock.now_ms());
         let step = f.step(outcome);
-        if step == Step::GiveUp && f.attempts.pinned() && outcome.is_target_down() {
+        if step == Step::GiveUp && f.conversation_pinned() && outcome.is_target_down() {
             f.holding = true;
             f.reply_origin_unavailable();
             return Action::Pause;
@@ -453,7 +458,7 @@ impl Flight {
             || now,
         );
         let step = f.step(outcome);
-        if step == Step::GiveUp && f.attempts.pinned() && outcome.is_target_down() {
+        if step == Step::GiveUp && f.conversation_pinned() && outcome.is_target_down() {
             return f.reply_origin_unavailable();
         }
         match (step, status) {
@@ -598,37 +603,48 @@ impl Flight {
         host::send_reply(status, out, body);
     }
 
-    /// Answers 409 when a pinned conversation's origin failed: another target would not hold
-    /// the conversation, so there is no fallback (TrueFoundry virtual models, "Responses API
-    /// conversations").
-    fn reply_origin_unavailable(&mut self) {
+    /// Whether the request continues a Responses conversation at its origin.
+    fn conversation_pinned(&self) -> bool {
+        self.mint_ids && self.attempts.pinned()
+    }
+
+    /// Sends an error Switchboard answers itself, in the shape the client's API uses.
+    fn send_error(&mut self, reply: &ErrorReply, gave_up: bool) {
         self.state = State::Done;
-        let model = self
-            .attempts
-            .current()
-            .and_then(|t| self.config.model(t))
-            .map_or("the model", |m| m.name.as_str());
-        let reply = ErrorReply::origin_unavailable(model);
-        let added = self.answer_headers(None, true);
+        let reply = if self.anthropic_errors {
+            reply.in_anthropic_shape()
+        } else {
+            reply.clone()
+        };
+        let added = self.answer_headers(None, gave_up);
         let extra = added.iter().map(|(k, v)| (*k, v.as_str())).collect();
         host::send_json_reply(reply.status, &reply.body, extra);
     }
 
+    /// Answers 409 when a pinned conversation's origin failed: another target would not hold
+    /// the conversation, so there is no fallback (TrueFoundry virtual models, "Responses API
+    /// conversations").
+    fn reply_origin_unavailable(&mut self) {
+        let reply = ErrorReply::origin_unavailable(self.current_name("the model"));
+        self.send_error(&reply, true);
+    }
+
     /// Answers 503 when the last attempt got no answer at all (409 for a pinned conversation).
     fn reply_unavailable(&mut self) {
-        if self.attempts.pinned() {
-            return self.reply_origin_unavailable();
-        }
-        self.state = State::Done;
-        let model = self
-            .attempts
+        let reply = if self.conversation_pinned() {
+            ErrorReply::origin_unavailable(self.current_name("the model"))
+        } else {
+            ErrorReply::no_target_available(self.current_name("the requested model"))
+        };
+        self.send_error(&reply, true);
+    }
+
+    /// The catalog name of the attempt's target, or `otherwise`.
+    fn current_name<'a>(&'a self, otherwise: &'a str) -> &'a str {
+        self.attempts
             .current()
             .and_then(|t| self.config.model(t))
-            .map_or("the requested model", |m| m.name.as_str());
-        let reply = ErrorReply::no_target_available(model);
-        let added = self.answer_headers(None, true);
-        let extra = added.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        host::send_json_reply(reply.status, &reply.body, extra);
+            .map_or(otherwise, |m| m.name.as_str())
     }
 }
 

@@ -56,6 +56,8 @@ pub struct Http {
     runtime: Rc<Runtime>,
     rng: fastrand::Rng,
     phase: Phase,
+    /// The client calls an Anthropic API: errors go in Anthropic's shape.
+    anthropic: bool,
 }
 
 impl Http {
@@ -72,11 +74,17 @@ impl Http {
             runtime,
             rng,
             phase: Phase::PassThrough,
+            anthropic: false,
         }
     }
 
     fn reply(&mut self, reply: &ErrorReply) -> Action {
-        host::send_json_reply(reply.status, &reply.body, vec![]);
+        if self.anthropic {
+            let reply = reply.in_anthropic_shape();
+            host::send_json_reply(reply.status, &reply.body, vec![]);
+        } else {
+            host::send_json_reply(reply.status, &reply.body, vec![]);
+        }
         self.phase = Phase::Replied;
         Action::Pause
     }
@@ -192,6 +200,7 @@ impl Http {
             sticky: plan.sticky,
             now_ms: now,
             mint_ids: endpoint == Endpoint::Responses && plan.virtual_model.is_some(),
+            anthropic_errors: endpoint.speaks_anthropic(),
         };
         let replay = Replay {
             endpoint,
@@ -256,6 +265,7 @@ impl Http {
             sticky: None,
             now_ms: host::now_ms(),
             mint_ids: true,
+            anthropic_errors: false,
         };
         let replay = Replay {
             endpoint: Endpoint::Responses,
@@ -403,6 +413,7 @@ impl HttpContext for Http {
             }
             return Action::Continue;
         };
+        self.anthropic = endpoint.speaks_anthropic();
         if end_of_stream {
             return self.reply(&ErrorReply::body_required());
         }

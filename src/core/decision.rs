@@ -170,10 +170,11 @@ pub fn decide_with_tier<'c>(
         fields: &inspected.fields,
         tier_hint,
     };
-    let plan = match &continuation.origin {
+    let mut plan = match &continuation.origin {
         Some(origin) => continuation::pinned_plan(config, &request, origin)?,
         None => plan(config, &request, health, rng)?,
     };
+    plan.pinned |= endpoint.single_target();
     let target = plan
         .primary()
         .ok_or_else(|| ErrorReply::no_target_available(&inspected.model))?;

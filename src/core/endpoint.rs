@@ -17,6 +17,9 @@ pub enum Endpoint {
     Responses,
     /// `POST /v1/messages` (Anthropic Messages API)
     Messages,
+    /// `POST /v1/messages/count_tokens` (Anthropic): routed like `/v1/messages`, no retry
+    /// model (Zuplo model load balancing, "Failures and retries").
+    CountTokens,
     /// `POST /v2/rerank`
     Rerank,
     /// `POST /v1/moderations`
@@ -36,7 +39,7 @@ pub enum Endpoint {
 }
 
 /// Each routed endpoint: its path (after an optional `/v1`), the endpoint, and its full path.
-const ENDPOINTS: [(&str, Endpoint, &str); 13] = [
+const ENDPOINTS: [(&str, Endpoint, &str); 14] = [
     (
         "/chat/completions",
         Endpoint::ChatCompletions,
@@ -46,6 +49,11 @@ const ENDPOINTS: [(&str, Endpoint, &str); 13] = [
     ("/embeddings", Endpoint::Embeddings, "/v1/embeddings"),
     ("/responses", Endpoint::Responses, "/v1/responses"),
     ("/messages", Endpoint::Messages, "/v1/messages"),
+    (
+        "/messages/count_tokens",
+        Endpoint::CountTokens,
+        "/v1/messages/count_tokens",
+    ),
     ("/rerank", Endpoint::Rerank, "/v2/rerank"),
     ("/moderations", Endpoint::Moderations, "/v1/moderations"),
     (
@@ -95,7 +103,7 @@ impl Endpoint {
     pub fn served_by(self, provider: crate::core::config::Provider) -> bool {
         use crate::core::config::Provider;
         match (self, provider) {
-            (Endpoint::Messages, p) => p == Provider::Anthropic,
+            (Endpoint::Messages | Endpoint::CountTokens, p) => p == Provider::Anthropic,
             (Endpoint::ChatCompletions, _) => true,
             (_, p) => p != Provider::Anthropic,
         }
@@ -130,7 +138,9 @@ impl Endpoint {
     /// The model type a virtual model must list to serve this endpoint.
     pub fn model_type(self) -> ModelType {
         match self {
-            Endpoint::ChatCompletions | Endpoint::Messages => ModelType::Chat,
+            Endpoint::ChatCompletions | Endpoint::Messages | Endpoint::CountTokens => {
+                ModelType::Chat
+            }
             Endpoint::Completions => ModelType::Completion,
             Endpoint::Embeddings => ModelType::Embedding,
             Endpoint::Responses => ModelType::Responses,
@@ -142,6 +152,17 @@ impl Endpoint {
             Endpoint::Translations => ModelType::AudioTranslation,
             Endpoint::ImageEdits | Endpoint::ImageVariations => ModelType::Image,
         }
+    }
+
+    /// Whether errors go in Anthropic's shape: Anthropic SDK clients call these.
+    pub fn speaks_anthropic(self) -> bool {
+        matches!(self, Endpoint::Messages | Endpoint::CountTokens)
+    }
+
+    /// Whether a request gets no other model after its first (Zuplo model load balancing,
+    /// "Failures and retries": `count_tokens` requests get no retry model).
+    pub fn single_target(self) -> bool {
+        self == Endpoint::CountTokens
     }
 
     /// Whether the body is `multipart/form-data` (an upload) rather than JSON.

@@ -47,6 +47,34 @@ impl ErrorReply {
         ErrorReply { status, body }
     }
 
+    /// The same error in Anthropic's shape, `{"type":"error","error":{"type","message"}}`,
+    /// which Anthropic SDK clients of `/v1/messages` parse into their typed errors.
+    pub fn in_anthropic_shape(&self) -> Self {
+        let kind = match self.status {
+            401 => "authentication_error",
+            403 => "permission_error",
+            404 => "not_found_error",
+            413 => "request_too_large",
+            429 => "rate_limit_error",
+            529 => "overloaded_error",
+            s if s >= 500 => "api_error",
+            _ => "invalid_request_error",
+        };
+        let parsed: Option<serde_json::Value> = serde_json::from_str(&self.body).ok();
+        let message = parsed
+            .as_ref()
+            .and_then(|v| v.get("error")?.get("message")?.as_str())
+            .unwrap_or("The request could not be served.");
+        let body = serde_json::json!({
+            "type": "error",
+            "error": {"type": kind, "message": message},
+        });
+        ErrorReply {
+            status: self.status,
+            body: body.to_string(),
+        }
+    }
+
     /// 404: the model is unknown, or internal and so not callable directly.
     pub fn model_not_found(model: &str) -> Self {
         let message =
@@ -311,6 +339,26 @@ impl ErrorReply {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn anthropic_endpoints_get_anthropics_error_shape_with_the_same_status_and_message() {
+        let e = ErrorReply::model_not_found("nobody").in_anthropic_shape();
+        assert_eq!(e.status, 404);
+        let v: serde_json::Value = serde_json::from_str(&e.body).unwrap();
+        assert_eq!(v["type"], "error");
+        assert_eq!(v["error"]["type"], "not_found_error");
+        assert!(v["error"]["message"].as_str().unwrap().contains("`nobody`"));
+        let v: serde_json::Value =
+            serde_json::from_str(&ErrorReply::body_too_large(1).in_anthropic_shape().body).unwrap();
+        assert_eq!(v["error"]["type"], "request_too_large");
+        let v: serde_json::Value = serde_json::from_str(
+            &ErrorReply::no_target_available("m")
+                .in_anthropic_shape()
+                .body,
+        )
+        .unwrap();
+        assert_eq!(v["error"]["type"], "api_error");
+    }
 
     #[test]
     fn error_body_is_openai_shaped() {
