@@ -80,6 +80,8 @@ pub struct Start {
     pub mint_ids: bool,
     /// Errors Switchboard answers itself go in Anthropic's shape.
     pub anthropic_errors: bool,
+    /// It continues a conversation at its origin: the origin failing is a 409.
+    pub conversation: bool,
 }
 
 /// The state of one forwarded request.
@@ -112,6 +114,8 @@ pub struct Flight {
     rewriter: Option<AnswerRewriter>,
     /// Errors Switchboard answers itself go in Anthropic's shape.
     anthropic_errors: bool,
+    /// It continues a conversation at its origin: the origin failing is a 409.
+    conversation: bool,
 }
 
 /// Timing of an answer as it streams to the client.
@@ -141,6 +145,7 @@ impl Flight {
             mint_ids: start.mint_ids,
             rewriter: None,
             anthropic_errors: start.anthropic_errors,
+            conversation: start.conversation,
         }
     }
 
@@ -605,7 +610,7 @@ impl Flight {
 
     /// Whether the request continues a Responses conversation at its origin.
     fn conversation_pinned(&self) -> bool {
-        self.mint_ids && self.attempts.pinned()
+        self.conversation && self.attempts.pinned()
     }
 
     /// Sends an error Switchboard answers itself, in the shape the client's API uses.

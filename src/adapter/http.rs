@@ -9,7 +9,9 @@ use super::host::{self, Headers};
 use super::runtime::Runtime;
 use crate::core::batch;
 use crate::core::config::{Config, HeaderNames, ModelId, Tier};
-use crate::core::decision::{classifier_call, decide_with_tier, ClassifierCall, Decision};
+use crate::core::decision::{
+    classifier_call, decide_stored_path, decide_with_tier, ClassifierCall, Decision,
+};
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
 use crate::core::fallback::Attempts;
@@ -79,6 +81,9 @@ impl Http {
     }
 
     fn reply(&mut self, reply: &ErrorReply) -> Action {
+        if let Some(note) = &reply.operator_note {
+            log::warn!("{note}");
+        }
         if self.anthropic {
             let reply = reply.in_anthropic_shape();
             host::send_json_reply(reply.status, &reply.body, vec![]);
@@ -201,6 +206,7 @@ impl Http {
             now_ms: now,
             mint_ids: endpoint == Endpoint::Responses && plan.virtual_model.is_some(),
             anthropic_errors: endpoint.speaks_anthropic(),
+            conversation: decision.conversation,
         };
         let replay = Replay {
             endpoint,
@@ -233,18 +239,62 @@ impl Http {
     /// Switchboard minted: only to the target that stored it, with the provider's id in the
     /// path; retries there, no fallback (TrueFoundry virtual models, "Responses API
     /// conversations").
-    fn route_stored(
+    fn route_minted(
         &mut self,
         config: &Rc<Config>,
         headers: Headers,
         id: &str,
         suffix: &str,
     ) -> Action {
-        let (index, target, origin) = match stored_origin(config, &config.response_keys, id) {
-            Ok(found) => found,
-            Err(reply) => return self.reply(&reply),
-        };
-        let stored = format!("/responses/{}{suffix}", origin.provider_id);
+        match stored_origin(config, &config.response_keys, id) {
+            Ok((index, target, origin)) => {
+                let stored = format!("/responses/{}{suffix}", origin.provider_id);
+                self.route_stored(config, headers, (index, target), stored, true)
+            }
+            Err(reply) => self.reply(&reply),
+        }
+    }
+
+    /// The same paths with a raw provider id, when `stored_responses_virtual_model` says which
+    /// virtual model's targets hold them (Zuplo model load balancing, "Stored responses").
+    /// Ids other than plain tokens are not routed, so the path cannot be bent.
+    fn route_raw(
+        &mut self,
+        config: &Rc<Config>,
+        headers: Headers,
+        index: usize,
+        (id, suffix): (&str, &str),
+    ) -> Action {
+        if !id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b))
+        {
+            return Action::Continue;
+        }
+        let now = host::now_ms();
+        let (rng, runtime) = (&mut self.rng, &*self.runtime);
+        let decided = runtime.with_health(config, now, |health| {
+            decide_stored_path(config, index, &headers, health, runtime, rng)
+        });
+        match decided {
+            Ok(target) => {
+                let stored = format!("/responses/{id}{suffix}");
+                self.route_stored(config, headers, (index, target), stored, false)
+            }
+            Err(reply) => self.reply(&reply),
+        }
+    }
+
+    /// Sends a stored-response request to `target` of virtual model `index`, at `stored`
+    /// (the path after the version prefix); a minted id's answer gets minted ids back.
+    fn route_stored(
+        &mut self,
+        config: &Rc<Config>,
+        headers: Headers,
+        (index, target): (usize, ModelId),
+        stored: String,
+        minted: bool,
+    ) -> Action {
         let client = ClientRequest {
             endpoint: Endpoint::Responses,
             headers: &headers,
@@ -252,7 +302,9 @@ impl Http {
             stored_path: Some(&stored),
         };
         let Some(out) = outbound(config, config.virtual_models.get(index), target, &client) else {
-            return self.reply(&ErrorReply::no_target_available(&origin.virtual_model));
+            return self.reply(&ErrorReply::no_target_available(
+                "the stored response's model",
+            ));
         };
         if let Err(reply) = Self::apply(&out, &[], &headers, &config.header_names) {
             return self.reply(&reply);
@@ -264,8 +316,9 @@ impl Http {
             stream: false,
             sticky: None,
             now_ms: host::now_ms(),
-            mint_ids: true,
+            mint_ids: minted,
             anthropic_errors: false,
+            conversation: minted,
         };
         let replay = Replay {
             endpoint: Endpoint::Responses,
@@ -392,9 +445,14 @@ impl HttpContext for Http {
             self.phase = Phase::Replied;
             return Action::Pause;
         }
-        if let Some((id, suffix)) = stored_path(path).filter(|(id, _)| id.starts_with(PREFIX)) {
-            let (id, suffix) = (id.to_string(), suffix);
-            return self.route_stored(&config, headers, &id, suffix);
+        if let Some((id, suffix)) = stored_path(path) {
+            let id = id.to_string();
+            if id.starts_with(PREFIX) {
+                return self.route_minted(&config, headers, &id, suffix);
+            }
+            if let Some(index) = config.stored_responses_virtual_model {
+                return self.route_raw(&config, headers, index, (&id, suffix));
+            }
         }
         let endpoint = Endpoint::from_path(path).filter(|_| method == "POST");
         let Some(endpoint) = endpoint else {

@@ -14,6 +14,7 @@ use crate::core::outbound::{outbound, ClientRequest, Outbound};
 use crate::core::request::{inspect, inspect_multipart};
 use crate::core::request::{rewrite, Edits, Layout};
 use crate::core::responses::continuation::{self, Continuation};
+use crate::core::responses::stored;
 use crate::core::routing::state::RoutingState;
 use crate::core::routing::{plan, HealthInput, Plan, Request};
 
@@ -30,6 +31,8 @@ pub struct Decision<'c> {
     pub layout: Layout,
     /// The client asked for a streamed (SSE) answer.
     pub stream: bool,
+    /// It continues a conversation minted here: its origin failing is a 409, not a fallback.
+    pub conversation: bool,
 }
 
 /// Reads a request body the way its endpoint sends it: JSON, or a multipart upload.
@@ -174,6 +177,16 @@ pub fn decide_with_tier<'c>(
         Some(origin) => continuation::pinned_plan(config, &request, origin)?,
         None => plan(config, &request, health, rng)?,
     };
+    if let (Endpoint::Responses, None, Some(vm)) =
+        (endpoint, &continuation.origin, plan.virtual_model(config))
+    {
+        if continuation.raw_stored {
+            plan = stored::plan(config, vm, &request, plan)?;
+        } else {
+            let store_false = field_is(body, &inspected.fields, "store", "false");
+            stored::keep_storing_targets(config, &mut plan, store_false);
+        }
+    }
     plan.pinned |= endpoint.single_target();
     let target = plan
         .primary()
@@ -197,7 +210,55 @@ pub fn decide_with_tier<'c>(
         outbound,
         layout,
         stream: inspected.stream,
+        conversation: continuation.origin.is_some(),
     })
+}
+
+/// Where a retrieve, input-items list, cancel or delete of a raw provider response id goes,
+/// among the targets of virtual model `index` (Zuplo model load balancing, "Stored
+/// responses"); such a request has no body, so only its headers and metadata count.
+pub fn decide_stored_path(
+    config: &Config,
+    index: usize,
+    headers: &Headers,
+    health: &HealthInput<'_>,
+    state: &dyn RoutingState,
+    rng: &mut fastrand::Rng,
+) -> Result<ModelId, ErrorReply> {
+    let vm = config
+        .virtual_models
+        .get(index)
+        .ok_or_else(|| ErrorReply::no_target_available("the stored response's model"))?;
+    let metadata_header = headers.get(&config.header_names.metadata);
+    let metadata = Metadata::resolve(metadata_header, &config.default_metadata)?;
+    let request = Request {
+        endpoint: Endpoint::Responses,
+        model: &vm.name,
+        metadata: &metadata,
+        headers,
+        state,
+        body: &[],
+        fields: &[],
+        tier_hint: None,
+    };
+    let planned = stored::plan(config, vm, &request, plan(config, &request, health, rng)?)?;
+    planned
+        .primary()
+        .ok_or_else(|| ErrorReply::no_target_available(&vm.name))
+}
+
+/// Whether the top-level field `name` is the JSON literal `value`.
+fn field_is(
+    body: &[u8],
+    fields: &[(std::borrow::Cow<'_, str>, std::ops::Range<usize>)],
+    name: &str,
+    value: &str,
+) -> bool {
+    fields
+        .iter()
+        .find(|(k, _)| k == name)
+        .and_then(|(_, span)| body.get(span.clone()))
+        .is_some_and(|raw| raw == value.as_bytes())
 }
 
 /// How the client's body changes for `target` (its upstream model id and, for a virtual

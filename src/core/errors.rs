@@ -13,6 +13,8 @@ pub struct ErrorReply {
     pub status: u16,
     /// Serialised JSON body.
     pub body: String,
+    /// What the operator should change, for a warn line: the fix is theirs, not the client's.
+    pub operator_note: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -44,7 +46,11 @@ impl ErrorReply {
             r#"{"error":{"message":"internal error","type":"server_error","code":"internal"}}"#
                 .to_string()
         });
-        ErrorReply { status, body }
+        ErrorReply {
+            status,
+            body,
+            operator_note: None,
+        }
     }
 
     /// The same error in Anthropic's shape, `{"type":"error","error":{"type","message"}}`,
@@ -72,6 +78,7 @@ impl ErrorReply {
         ErrorReply {
             status: self.status,
             body: body.to_string(),
+            operator_note: self.operator_note.clone(),
         }
     }
 
@@ -248,6 +255,30 @@ impl ErrorReply {
             None,
             &message,
         )
+    }
+
+    /// 400: a request that reads or continues a stored response cannot be told which provider
+    /// account holds it (Zuplo model load balancing, "Stored responses"); the fix is the
+    /// operator's, so the log names it and the client is told only this.
+    pub fn stored_response_unroutable(model: &str) -> Self {
+        let message = format!(
+            "`{model}` cannot read or continue this stored response: it cannot tell which \
+             provider account holds it."
+        );
+        let mut reply = Self::new(
+            400,
+            "invalid_request_error",
+            "stored_response_unroutable",
+            None,
+            &message,
+        );
+        reply.operator_note = Some(format!(
+            "stored-response request on `{model}` could not be routed: list the targets that \
+             store responses under one provider name, use hash-based-routing by user or by a \
+             header or metadata key, or set stores_responses: false on the targets that do not \
+             hold them"
+        ));
+        reply
     }
 
     /// 413: the body is larger than the configured limit.

@@ -10,6 +10,7 @@ follow-up goes only to its origin, and that section's error table.
 from __future__ import annotations
 
 import json
+import time
 
 import openai
 import pytest
@@ -202,3 +203,59 @@ def test_replayed_reasoning_stays_on_its_origin_and_the_provider_gets_its_own_va
         model=VM, input=history[:1] + history[2:], store=False).headers["x-switchboard-resolved-model"]
         for _ in range(30)}
     assert len(served) > 1
+
+
+def stored_config() -> dict:
+    """One provider account (openai-a, two catalog models) that stores responses, a router that
+    stores nothing, and a virtual model over two accounts that cannot tell them apart."""
+    return {
+        "models": [
+            {"name": "openai-a/gpt-4o", "cluster": "openai_a", "model": "gpt-4o"},
+            {"name": "openai-a/gpt-4o-mini", "cluster": "openai_a", "model": "gpt-4o-mini",
+             "visibility": "public"},
+            {"name": "openai-b/gpt-4o", "cluster": "openai_b", "model": "gpt-4o"},
+            {"name": "router/gpt-4o", "cluster": "router", "model": "gpt-4o", "stores_responses": False},
+        ],
+        "stored_responses_virtual_model": "team/stored",
+        "virtual_models": [
+            {"name": "team/stored", "model_types": ["responses"], "routing_config": {
+                "type": "round-robin-routing",
+                "load_balance_targets": [{"target": "openai-a/gpt-4o"}, {"target": "router/gpt-4o"}]}},
+            {"name": "team/two-accounts", "model_types": ["responses"], "routing_config": {
+                "type": "round-robin-routing",
+                "load_balance_targets": [{"target": "openai-a/gpt-4o"}, {"target": "openai-b/gpt-4o"}]}},
+        ],
+    }
+
+
+def test_raw_provider_ids_follow_the_zuplo_stored_response_rules(stack):
+    for name in ("openai_a", "openai_b", "router"):
+        stack.provider(name)
+    envoy = stack.envoy(stored_config(), passthrough="openai_b")
+    client = openai.OpenAI(base_url=envoy.url + "/v1", api_key="x", max_retries=0)
+    # A direct call to a catalog model returns the provider's own id.
+    raw_id = client.responses.create(model="openai-a/gpt-4o-mini", input="hi").id
+    assert raw_id.startswith("resp_") and not raw_id.startswith("resp_sb1-")
+    # Every continuation reaches the one account that stores responses.
+    for _ in range(6):
+        r = client.responses.with_raw_response.create(
+            model="team/stored", input="more", previous_response_id=raw_id)
+        assert r.headers["x-switchboard-resolved-model"] == "openai-a/gpt-4o"
+    assert stack.providers["router"].requests() == []
+    # A retrieve names no model: the configured virtual model's rules route it.
+    assert client.responses.retrieve(raw_id).id == raw_id
+    assert stack.providers["openai_b"].requests() == [], "not passed through to the default route"
+    # A provider that stores nothing gets creates only with store: false.
+    served = {client.responses.with_raw_response.create(model="team/stored", input="x")
+              .headers["x-switchboard-resolved-model"] for _ in range(6)}
+    assert served == {"openai-a/gpt-4o"}
+    served = {client.responses.with_raw_response.create(model="team/stored", input="x", store=False)
+              .headers["x-switchboard-resolved-model"] for _ in range(6)}
+    assert "router/gpt-4o" in served
+    # Two accounts and no caller key: the seed's 400.
+    r = requests.post(envoy.url + "/v1/responses", timeout=10, json={
+        "model": "team/two-accounts", "input": "x", "previous_response_id": raw_id})
+    assert r.status_code == 400
+    assert r.json()["error"]["code"] == "stored_response_unroutable"
+    time.sleep(0.3)
+    assert "could not be routed" in envoy.log(), "the log names the fix"

@@ -113,6 +113,18 @@ pub(super) fn compile(
         .collect();
 
     let response_keys = compile_response_keys(&mut root, env)?;
+    let stored_responses_virtual_model = match root.opt_str("stored_responses_virtual_model")? {
+        None => None,
+        Some(name) => match names.get(name) {
+            Some(NameEntry::Virtual(i)) => Some(*i),
+            _ => {
+                return Err(root.error(
+                    "stored_responses_virtual_model",
+                    format!("`{name}` is not a virtual model"),
+                ))
+            }
+        },
+    };
 
     root.finish(ROOT_NOT_YET)?;
     let models_list_json = models_list(&models, &virtual_models);
@@ -130,6 +142,7 @@ pub(super) fn compile(
         has_classifier,
         default_metadata,
         response_keys,
+        stored_responses_virtual_model,
         models,
         virtual_models,
         max_request_body_bytes,
@@ -236,6 +249,9 @@ fn compile_model(
     }
     let sets_credential = headers.iter().any(|(n, _)| is_credential(n));
     let upstream = compile_upstream(&mut f)?;
+    let stores_responses = f
+        .opt_bool("stores_responses")?
+        .unwrap_or(matches!(provider, Provider::OpenAi | Provider::Azure));
     let health = match f.opt_object("health")? {
         Some(obj) => compile_health(obj)?,
         None => HealthPolicy::default(),
@@ -254,6 +270,7 @@ fn compile_model(
         headers,
         sets_credential,
         upstream,
+        stores_responses,
         health,
     })
 }

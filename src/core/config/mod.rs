@@ -78,6 +78,9 @@ pub struct Model {
     pub sets_credential: bool,
     /// Its host, path prefix and query parameters.
     pub upstream: Upstream,
+    /// `stores_responses`: its provider keeps Responses API state (default: OpenAI and
+    /// Azure do, others not).
+    pub stores_responses: bool,
     /// What counts as a failure and when it is evicted.
     pub health: HealthPolicy,
 }
@@ -410,6 +413,9 @@ pub struct Config {
     pub default_metadata: Vec<(String, String)>,
     /// `response_id_keys`: what Switchboard's response ids are minted and verified with.
     pub response_keys: crate::core::responses::id::Keys,
+    /// `stored_responses_virtual_model`: the virtual model that routes a retrieve or delete
+    /// naming a raw provider id (which names no model).
+    pub stored_responses_virtual_model: Option<usize>,
     names: HashMap<String, NameEntry>,
 }
 

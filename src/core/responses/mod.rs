@@ -5,6 +5,7 @@
 pub mod continuation;
 pub mod id;
 pub mod rewrite;
+pub mod stored;
 
 use id::{Keys, MARK_PREFIX};
 use rewrite::Minter;
