@@ -259,3 +259,33 @@ def test_raw_provider_ids_follow_the_zuplo_stored_response_rules(stack):
     assert r.json()["error"]["code"] == "stored_response_unroutable"
     time.sleep(0.3)
     assert "could not be routed" in envoy.log(), "the log names the fix"
+
+
+def test_an_origin_that_answers_nothing_gets_409_and_one_no_longer_native_gets_400(stack):
+    for name in TARGETS:
+        stack.provider(name.split("/")[0].replace("-", "_"))
+    envoy = stack.envoy(config())
+    client = openai.OpenAI(base_url=envoy.url + "/v1", api_key="x", max_retries=0)
+    raw = client.responses.with_raw_response.create(model=VM, input="hi")
+    response_id, origin = raw.parse().id, raw.headers["x-switchboard-resolved-model"]
+
+    # The origin's catalog entry now says it speaks Anthropic's API, not the Responses API.
+    edited = config()
+    for m in edited["models"]:
+        if m["name"] == origin:
+            m["provider"] = "anthropic"
+    native = stack.envoy(edited)
+    r = requests.post(native.url + "/v1/responses", timeout=10,
+                      json={"model": VM, "input": "x", "previous_response_id": response_id})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] == "unsupported_endpoint"
+
+    # The origin is gone from the network: no answer at all, after its retry.
+    provider_of(stack, origin).stop()
+    r = requests.post(envoy.url + "/v1/responses", timeout=10,
+                      json={"model": VM, "input": "x", "previous_response_id": response_id})
+    assert r.status_code == 409, r.text
+    assert r.json()["error"]["code"] == "conversation_origin_unavailable"
+    for other in set(TARGETS) - {origin}:
+        assert provider_of(stack, other).requests() == [] or all(
+            "previous_response_id" not in json.loads(x["body"]) for x in provider_of(stack, other).requests())
