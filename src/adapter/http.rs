@@ -246,7 +246,7 @@ impl Http {
         id: &str,
         suffix: &str,
     ) -> Action {
-        match stored_origin(config, &config.response_keys, id) {
+        match stored_origin(config, &config.response_keys, id, &headers) {
             Ok((index, target, origin)) => {
                 let stored = format!("/responses/{}{suffix}", origin.provider_id);
                 self.route_stored(config, headers, (index, target), stored, true)

@@ -12,6 +12,8 @@
 use super::id::{self, Keys, Origin, MARK_PREFIX, PREFIX};
 use crate::core::config::{Config, ModelId, Named};
 use crate::core::errors::ErrorReply;
+use crate::core::headers::Headers;
+use crate::core::metadata::Metadata;
 use crate::core::request::Edit;
 use crate::core::routing::{Plan, Request};
 use serde::Deserialize;
@@ -178,18 +180,28 @@ pub fn pinned_plan(
 }
 
 /// The origin of a stored-response path id (`GET`/`DELETE /v1/responses/{id}`, ...), checked
-/// against the config: the virtual model and the target it names, still its target.
+/// against the config: the virtual model and the target it names, still its target and its
+/// `metadata_match` holding for this request.
 pub fn stored_origin(
     config: &Config,
     keys: &Keys,
     response_id: &str,
+    headers: &Headers,
 ) -> Result<(usize, ModelId, Origin), ErrorReply> {
     let origin = id::decode(keys, response_id).map_err(|_| ErrorReply::response_id_invalid())?;
+    let metadata = Metadata::resolve(
+        headers.get(&config.header_names.metadata),
+        &config.default_metadata,
+    )?;
+    let held = |vm: &crate::core::config::VirtualModel, t: ModelId| {
+        vm.target(t)
+            .is_some_and(|tc| metadata.matches(&tc.metadata_match))
+    };
     let found = match (
         config.lookup(&origin.virtual_model),
         config.lookup(&origin.model),
     ) {
-        (Some(Named::Virtual(index, vm)), Some(Named::Catalog(t, _))) if vm.target(t).is_some() => {
+        (Some(Named::Virtual(index, vm)), Some(Named::Catalog(t, _))) if held(vm, t) => {
             Some((index, t))
         }
         _ => None,

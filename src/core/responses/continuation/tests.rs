@@ -208,22 +208,41 @@ fn stored_response_paths_give_the_id_and_what_follows_it() {
 fn a_stored_path_id_resolves_to_its_virtual_model_and_target() {
     let c = config();
     let id = id::mint(&c.response_keys, "vm", "azure/gpt-4o", "resp_9");
-    let (vm, target, origin) = stored_origin(&c, &c.response_keys, &id).unwrap();
+    let (vm, target, origin) = stored_origin(&c, &c.response_keys, &id, &NO_HEADERS).unwrap();
     assert_eq!(
         (vm, target, origin.provider_id.as_str()),
         (0, ModelId(2), "resp_9")
     );
     let gone = id::mint(&c.response_keys, "vm", "elsewhere/gpt-4o", "resp_9");
     assert_eq!(
-        stored_origin(&c, &c.response_keys, &gone)
+        stored_origin(&c, &c.response_keys, &gone, &NO_HEADERS)
             .unwrap_err()
             .status,
         409
     );
     assert_eq!(
-        stored_origin(&c, &c.response_keys, "resp_sb1-zz")
+        stored_origin(&c, &c.response_keys, "resp_sb1-zz", &NO_HEADERS)
             .unwrap_err()
             .status,
         409
     );
+}
+
+#[test]
+fn a_stored_path_id_whose_target_no_longer_matches_the_metadata_is_a_409() {
+    let c = Config::parse(
+        br#"{"models": [{"name": "eu/gpt-4o", "cluster": "eu", "model": "gpt-4o"}],
+          "virtual_models": [{"name": "vm", "model_types": ["responses"], "routing_config": {
+            "type": "weight-based-routing", "load_balance_targets": [
+              {"target": "eu/gpt-4o", "weight": 100, "metadata_match": {"region": "eu"}}]}}]}"#,
+    )
+    .unwrap();
+    let id = id::mint(&c.response_keys, "vm", "eu/gpt-4o", "resp_1");
+    let eu = crate::core::headers::Headers::from_pairs([(
+        "x-switchboard-metadata",
+        r#"{"region":"eu"}"#,
+    )]);
+    assert!(stored_origin(&c, &c.response_keys, &id, &eu).is_ok());
+    let e = stored_origin(&c, &c.response_keys, &id, &NO_HEADERS).unwrap_err();
+    assert_eq!(e.status, 409);
 }
