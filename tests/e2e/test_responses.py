@@ -126,13 +126,18 @@ def start_other_gateway_id(stack) -> str:
     return client.responses.create(model=VM, input="hi").id
 
 
-def test_an_origin_no_longer_a_target_gets_409(stack):
+def first_turn(stack):
+    """The three providers, a gateway, and one first turn: (gateway, response id, origin)."""
     for name in TARGETS:
         stack.provider(name.split("/")[0].replace("-", "_"))
-    first = stack.envoy(config())
-    client = openai.OpenAI(base_url=first.url + "/v1", api_key="x", max_retries=0)
+    envoy = stack.envoy(config())
+    client = openai.OpenAI(base_url=envoy.url + "/v1", api_key="x", max_retries=0)
     raw = client.responses.with_raw_response.create(model=VM, input="hi")
-    response_id, origin = raw.parse().id, raw.headers["x-switchboard-resolved-model"]
+    return envoy, raw.parse().id, raw.headers["x-switchboard-resolved-model"]
+
+
+def test_an_origin_no_longer_a_target_gets_409(stack):
+    _, response_id, origin = first_turn(stack)
     edited = config()
     targets = edited["virtual_models"][0]["routing_config"]["load_balance_targets"]
     kept = [t for t in targets if t["target"] != origin]
@@ -262,12 +267,7 @@ def test_raw_provider_ids_follow_the_zuplo_stored_response_rules(stack):
 
 
 def test_an_origin_that_answers_nothing_gets_409_and_one_no_longer_native_gets_400(stack):
-    for name in TARGETS:
-        stack.provider(name.split("/")[0].replace("-", "_"))
-    envoy = stack.envoy(config())
-    client = openai.OpenAI(base_url=envoy.url + "/v1", api_key="x", max_retries=0)
-    raw = client.responses.with_raw_response.create(model=VM, input="hi")
-    response_id, origin = raw.parse().id, raw.headers["x-switchboard-resolved-model"]
+    envoy, response_id, origin = first_turn(stack)
 
     # The origin's catalog entry now says it speaks Anthropic's API, not the Responses API.
     edited = config()
