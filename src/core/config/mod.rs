@@ -318,7 +318,8 @@ pub struct VirtualModel {
     pub routing: Routing,
     /// Each target's settings, in config order.
     pub targets: Vec<TargetConfig>,
-    /// `fallback_timeout_ms` (Zuplo seed): abandon a target that has not started answering.
+    /// `fallback_timeout_ms` (Zuplo seed): abandon an attempt, any of them, that has not
+    /// started answering, for the next candidate.
     pub fallback_timeout_ms: Option<u64>,
     /// Whether any target has an SLA cutoff (so routing needs latency samples).
     pub has_sla: bool,
