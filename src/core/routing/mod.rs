@@ -215,9 +215,14 @@ fn order(
                             Some(Named::Catalog(id, _)) => Some(id),
                             _ => None,
                         });
-                    (sticky::order(config, &kept, session, pinned), Some(session))
+                    let standing = |m| health.standing(vm, m);
+                    let order = sticky::order(config, &kept, session, pinned, standing);
+                    (order, Some(session))
                 }
-                None => (weighted::order(&kept, rng), None),
+                None => {
+                    let standing = |m| health.standing(vm, m);
+                    (weighted::order_by_health(&kept, standing, rng), None)
+                }
             }
         }
         Routing::Priority(targets) => {
@@ -453,6 +458,77 @@ mod tests {
             run(&records, &mut rng),
             vec![ModelId(0), ModelId(2), ModelId(1)]
         );
+    }
+
+    /// 50/30/20, the first target unhealthy (two failures in the window): how often each
+    /// target comes first over 10,000 requests (or 10,000 sticky sessions).
+    fn firsts_with_the_first_target_unhealthy(sticky: bool) -> [u32; 3] {
+        use crate::core::health::policy::FailureWindow;
+        use crate::core::health::record::HealthRecord;
+        let sticky = if sticky {
+            r#""sticky_routing": {"ttl_seconds": 60, "session_identifiers": [{"key": "x-user", "source": "headers"}]},"#
+        } else {
+            ""
+        };
+        let config = Config::parse(
+            format!(
+                r#"{{"models": [
+                {{"name": "a", "cluster": "c", "model": "m"}},
+                {{"name": "b", "cluster": "c", "model": "m"}},
+                {{"name": "c", "cluster": "c", "model": "m"}}],
+              "virtual_models": [{{"name": "vm", "model_types": ["chat"], "routing_config": {{
+                "type": "weight-based-routing", {sticky} "load_balance_targets": [
+                  {{"target": "a", "weight": 50}}, {{"target": "b", "weight": 30}},
+                  {{"target": "c", "weight": 20}}]}}}}]}}"#
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+        let records = vec![
+            HealthRecord {
+                failures: vec![400, 450],
+                ..HealthRecord::default()
+            },
+            HealthRecord::default(),
+            HealthRecord::default(),
+        ];
+        let health = HealthInput {
+            records: &records,
+            now_ms: 500,
+            window: FailureWindow::default(),
+        };
+        let metadata = Metadata::default();
+        let mut rng = fastrand::Rng::with_seed(16);
+        let mut firsts = [0u32; 3];
+        for i in 0..10_000 {
+            let user = format!("user-{i}");
+            let headers = Headers::from_pairs([("x-user", user.as_str())]);
+            let r = Request {
+                headers: &headers,
+                ..request(Endpoint::ChatCompletions, "vm", &metadata)
+            };
+            let c = plan(&config, &r, &health, &mut rng).unwrap().candidates;
+            assert_eq!(c[2], ModelId(0), "the unhealthy target goes last");
+            firsts[c[0].0] += 1;
+        }
+        firsts
+    }
+
+    #[test]
+    fn healthy_targets_share_an_unhealthy_targets_traffic_by_their_weights() {
+        // 60/40, not 80/20: standard deviation 49 over 10,000; bands of 4 of them.
+        for sticky in [false, true] {
+            let firsts = firsts_with_the_first_target_unhealthy(sticky);
+            assert_eq!(firsts[0], 0);
+            assert!(
+                firsts[1].abs_diff(6000) < 200,
+                "sticky {sticky}: {firsts:?}"
+            );
+            assert!(
+                firsts[2].abs_diff(4000) < 200,
+                "sticky {sticky}: {firsts:?}"
+            );
+        }
     }
 
     #[test]
