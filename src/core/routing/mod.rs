@@ -10,6 +10,7 @@ pub mod conditional;
 pub mod hash;
 pub mod hashing;
 pub mod latency;
+pub mod pins;
 pub mod priority;
 pub mod round_robin;
 pub mod standing;
