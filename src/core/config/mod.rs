@@ -70,6 +70,8 @@ pub struct Model {
     pub upstream_model_json: String,
     /// The API family of the provider.
     pub provider: Provider,
+    /// `apis`: the native APIs it serves (default: its provider's).
+    pub apis: crate::core::endpoint::Apis,
     /// Whether clients may call it directly.
     pub visibility: Visibility,
     /// Headers set on every request to it (names lower-cased, `${env:NAME}` resolved).

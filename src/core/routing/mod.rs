@@ -107,7 +107,7 @@ pub fn plan(
         Some(Named::Catalog(_, m)) if m.visibility == Visibility::Internal => {
             Err(ErrorReply::model_not_found(model))
         }
-        Some(Named::Catalog(_, m)) if !request.endpoint.served_by(m.provider) => Err(
+        Some(Named::Catalog(_, m)) if !request.endpoint.served_by(m.apis) => Err(
             ErrorReply::no_capable_target(model, request.endpoint.display_path()),
         ),
         Some(Named::Catalog(id, _)) => Ok(Plan {
@@ -125,7 +125,7 @@ pub fn plan(
             let capable = |m: ModelId| {
                 config
                     .model(m)
-                    .is_some_and(|m| request.endpoint.served_by(m.provider))
+                    .is_some_and(|m| request.endpoint.served_by(m.apis))
             };
             if !vm.targets.iter().any(|t| capable(t.model)) {
                 return Err(ErrorReply::no_capable_target(
@@ -180,7 +180,7 @@ fn order(
     let capable = |m: ModelId| {
         config
             .model(m)
-            .is_some_and(|m| request.endpoint.served_by(m.provider))
+            .is_some_and(|m| request.endpoint.served_by(m.apis))
     };
     let allowed = |m: ModelId| {
         capable(m)
@@ -630,6 +630,52 @@ mod tests {
         let e = run(Endpoint::Embeddings, "claude").unwrap_err();
         assert_eq!(e.status, 400);
         assert!(e.body.contains("/v1/embeddings"));
+    }
+
+    #[test]
+    fn eligibility_follows_each_models_apis_not_its_provider() {
+        // Claude served through Azure AI (an Azure endpoint that speaks the Messages API), and
+        // an OpenAI-compatible server, which is not assumed to serve the Responses API.
+        let config = Config::parse(
+            br#"{"models": [
+                {"name": "azure-ai/claude", "cluster": "c", "model": "claude-sonnet-4-6",
+                 "provider": "azure", "apis": ["messages"]},
+                {"name": "anthropic/claude", "cluster": "c", "model": "m", "provider": "anthropic"},
+                {"name": "vllm/llama", "cluster": "c", "model": "m", "provider": "openai-compatible"},
+                {"name": "openai/gpt", "cluster": "c", "model": "m", "provider": "openai"}],
+              "virtual_models": [
+                {"name": "claude", "model_types": ["chat"], "routing_config": {
+                  "type": "priority-based-routing", "load_balance_targets": [
+                    {"target": "azure-ai/claude", "priority": 0},
+                    {"target": "anthropic/claude", "priority": 1},
+                    {"target": "openai/gpt", "priority": 2}]}},
+                {"name": "resp", "model_types": ["responses", "chat"], "routing_config": {
+                  "type": "priority-based-routing", "load_balance_targets": [
+                    {"target": "vllm/llama", "priority": 0},
+                    {"target": "openai/gpt", "priority": 1}]}}]}"#,
+        )
+        .unwrap();
+        let metadata = Metadata::default();
+        let mut rng = fastrand::Rng::with_seed(4);
+        let mut run = |endpoint, model| {
+            let r = request(endpoint, model, &metadata);
+            plan(&config, &r, &HealthInput::NONE, &mut rng).map(|p| p.candidates)
+        };
+        assert_eq!(
+            run(Endpoint::Messages, "claude").unwrap(),
+            [0, 1].map(ModelId),
+            "Claude on Azure AI serves /v1/messages; the GPT model does not"
+        );
+        assert_eq!(
+            run(Endpoint::ChatCompletions, "claude").unwrap(),
+            [1, 3].map(ModelId),
+            "that Azure model serves only the Messages API"
+        );
+        assert_eq!(run(Endpoint::Responses, "resp").unwrap(), vec![ModelId(3)]);
+        assert_eq!(
+            run(Endpoint::ChatCompletions, "resp").unwrap(),
+            [2, 3].map(ModelId)
+        );
     }
 
     #[test]

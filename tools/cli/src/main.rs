@@ -215,9 +215,10 @@ fn explain(args: &[String]) -> Result<String, String> {
                     continue;
                 };
                 let mut notes = Vec::new();
-                if !endpoint.served_by(m.provider) {
+                if !endpoint.served_by(m.apis) {
                     notes.push(format!(
-                        "out: its provider does not serve {}",
+                        "out: its apis do not include `{}`, which serves {}",
+                        endpoint.api().name(),
                         endpoint.display_path()
                     ));
                 }
