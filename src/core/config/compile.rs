@@ -127,6 +127,7 @@ pub(super) fn compile(
         models_list_json,
         has_classifier,
         default_metadata,
+        gateway_metadata: Vec::new(),
         models,
         virtual_models,
         max_request_body_bytes,

@@ -411,6 +411,9 @@ pub struct Config {
     pub has_classifier: bool,
     /// `default_metadata`: merged into every request's metadata, winning on shared keys.
     pub default_metadata: Vec<(String, String)>,
+    /// `gateway_region` and `gateway_zone` from the host's locality (set by the adapter, not
+    /// the plugin config): metadata below the header and `default_metadata`.
+    pub gateway_metadata: Vec<(String, String)>,
     names: HashMap<String, NameEntry>,
 }
 
@@ -428,6 +431,17 @@ impl Config {
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Config, ConfigError> {
         compile::compile(json, env)
+    }
+
+    /// Sets the gateway's location metadata (TrueFoundry virtual models, "Metadata-based target
+    /// filtering": location metadata added by the gateway): `gateway_region` and
+    /// `gateway_zone`, each only when the host names it.
+    pub fn with_gateway_location(mut self, region: Option<String>, zone: Option<String>) -> Self {
+        self.gateway_metadata = [("gateway_region", region), ("gateway_zone", zone)]
+            .into_iter()
+            .filter_map(|(k, v)| Some((k.to_string(), v.filter(|v| !v.is_empty())?)))
+            .collect();
+        self
     }
 
     /// Looks a model name up in the catalog and the virtual models.

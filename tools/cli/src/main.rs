@@ -178,8 +178,9 @@ fn explain(args: &[String]) -> Result<String, String> {
     }
     .unwrap_or_default();
     let metadata_header = headers.get(&config.header_names.metadata);
-    let metadata =
-        Metadata::resolve(metadata_header, &config.default_metadata).map_err(|e| e.body)?;
+    let metadata = Metadata::resolve(metadata_header, &config.default_metadata)
+        .map_err(|e| e.body)?
+        .beneath(&config.gateway_metadata);
     match config.lookup(&requested) {
         Some(Named::Virtual(_, vm)) => {
             let strategy = match &vm.routing {
