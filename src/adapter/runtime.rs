@@ -51,6 +51,21 @@ impl RoutingState for Runtime {
         }
     }
 
+    /// Envoy's `jwt_authn` filter, run before this one, stores the verified payload (a
+    /// `google.protobuf.Struct`) in the stream's dynamic metadata under its
+    /// `payload_in_metadata` name; the host walks the Struct, so a string claim comes back as
+    /// its bytes (an unverified or absent token leaves nothing there).
+    fn verified_claim(&self, payload: &str, claim: &str) -> Option<Vec<u8>> {
+        host::property_bytes(&[
+            "metadata",
+            "filter_metadata",
+            "envoy.filters.http.jwt_authn",
+            payload,
+            claim,
+        ])
+        .filter(|v| !v.is_empty())
+    }
+
     fn next_cursor(&self, virtual_model: usize, len: usize, rng: &mut fastrand::Rng) -> usize {
         let mut cursors = self.cursors.borrow_mut();
         let slot = cursors

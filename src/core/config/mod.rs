@@ -118,15 +118,23 @@ pub enum StickySource {
     Headers,
     /// A request metadata key.
     Metadata,
+    /// A claim of the JWT Envoy's `jwt_authn` filter verified (its `payload_in_metadata`).
+    Jwt,
 }
 
-/// One `session_identifiers` entry.
+/// Where a verified JWT's payload sits by default: the `payload_in_metadata` name of
+/// Envoy's `jwt_authn` provider.
+pub const DEFAULT_JWT_PAYLOAD: &str = "jwt_payload";
+
+/// One `session_identifiers` entry, or a `caller_identifier`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionIdentifier {
-    /// The header name or metadata key.
+    /// The header name, metadata key or JWT claim.
     pub key: String,
     /// Where it is read.
     pub source: StickySource,
+    /// For a JWT claim: the `payload_in_metadata` name the payload is under; else empty.
+    pub payload: String,
 }
 
 /// `sticky_routing` of a weighted virtual model (TrueFoundry seed, "Sticky routing").
@@ -206,6 +214,13 @@ pub enum HashKey {
     Header(String),
     /// A request metadata key.
     Metadata(String),
+    /// A claim of the verified JWT (Zuplo seed, "Sticky by user": the authenticated subject).
+    Jwt {
+        /// The `payload_in_metadata` name of the `jwt_authn` provider.
+        payload: String,
+        /// The claim, `sub` by default.
+        claim: String,
+    },
 }
 
 /// How a virtual model picks among its targets.

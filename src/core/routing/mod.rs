@@ -54,11 +54,19 @@ pub struct Request<'a> {
 }
 
 impl<'a> Request<'a> {
-    /// The value a session or caller identifier names: a header or a metadata value.
-    pub fn identifier(&self, id: &SessionIdentifier) -> Option<&'a [u8]> {
+    /// The value a session or caller identifier names: a header, a metadata value, or a
+    /// claim of the verified JWT.
+    pub fn identifier(&self, id: &SessionIdentifier) -> Option<Cow<'a, [u8]>> {
         match id.source {
-            StickySource::Headers => self.headers.get(&id.key),
-            StickySource::Metadata => self.metadata.get(&id.key).map(str::as_bytes),
+            StickySource::Headers => self.headers.get(&id.key).map(Cow::Borrowed),
+            StickySource::Metadata => self
+                .metadata
+                .get(&id.key)
+                .map(|v| Cow::Borrowed(v.as_bytes())),
+            StickySource::Jwt => self
+                .state
+                .verified_claim(&id.payload, &id.key)
+                .map(Cow::Owned),
         }
     }
 }
@@ -159,9 +167,9 @@ pub fn plan(
 fn caller_identity(caller: Option<&SessionIdentifier>, request: &Request<'_>) -> [u8; 8] {
     let value = match caller {
         Some(id) => request.identifier(id),
-        None => request.headers.get("authorization"),
+        None => request.headers.get("authorization").map(Cow::Borrowed),
     };
-    hashing::hash64(&[value.unwrap_or_default()]).to_le_bytes()
+    hashing::hash64(&[value.as_deref().unwrap_or_default()]).to_le_bytes()
 }
 
 /// The strategy's order over the targets the request's metadata allows (TrueFoundry seed:
@@ -676,6 +684,59 @@ mod tests {
             run(Endpoint::ChatCompletions, "resp").unwrap(),
             [2, 3].map(ModelId)
         );
+    }
+
+    #[test]
+    fn hash_and_latency_routing_key_on_the_verified_jwt_subject() {
+        let config = Config::parse(
+            br#"{"models": [
+                {"name": "a", "cluster": "c", "model": "m"}, {"name": "b", "cluster": "c", "model": "m"},
+                {"name": "c", "cluster": "c", "model": "m"}, {"name": "d", "cluster": "c", "model": "m"}],
+              "virtual_models": [
+                {"name": "hash", "model_types": ["chat"], "routing_config": {
+                  "type": "hash-based-routing", "hash_key": {"source": "jwt", "claim": "sub"},
+                  "load_balance_targets": [{"target": "a"}, {"target": "b"}, {"target": "c"}, {"target": "d"}]}},
+                {"name": "latency", "model_types": ["chat"], "routing_config": {
+                  "type": "latency-based-routing",
+                  "caller_identifier": {"source": "jwt", "payload_in_metadata": "claims"},
+                  "load_balance_targets": [{"target": "a"}, {"target": "b"}, {"target": "c"}, {"target": "d"}]}}]}"#,
+        )
+        .unwrap();
+        let metadata = Metadata::default();
+        let route = |model: &str, state: &state::LocalState, token: &str| {
+            let headers = Headers::from_pairs([("authorization", token)]);
+            let r = Request {
+                headers: &headers,
+                state,
+                ..request(Endpoint::ChatCompletions, model, &metadata)
+            };
+            plan(
+                &config,
+                &r,
+                &HealthInput::NONE,
+                &mut fastrand::Rng::with_seed(9),
+            )
+            .unwrap()
+            .candidates
+        };
+        let mut spread = std::collections::BTreeSet::new();
+        for user in 0..40 {
+            let sub = format!("user-{user}");
+            let alice = state::LocalState::default().with_claim("jwt_payload", "sub", &sub);
+            let first = route("hash", &alice, "Bearer token-1");
+            assert_eq!(route("hash", &alice, "Bearer token-2"), first, "{sub}");
+            spread.insert(first[0].0);
+            let alice = state::LocalState::default().with_claim("claims", "sub", &sub);
+            let first = route("latency", &alice, "Bearer token-1");
+            assert_eq!(route("latency", &alice, "Bearer token-2")[0], first[0]);
+        }
+        assert!(spread.len() >= 3, "{spread:?}");
+        // No verified token: no key, so hash routing goes round robin.
+        let none = state::LocalState::default();
+        let firsts: std::collections::BTreeSet<_> = (0..8)
+            .map(|_| route("hash", &none, "Bearer x")[0].0)
+            .collect();
+        assert!(firsts.len() > 1, "{firsts:?}");
     }
 
     #[test]

@@ -33,7 +33,7 @@ pub fn session(
         if i > 0 {
             key.push(0x1f);
         }
-        key.extend_from_slice(request.identifier(id).unwrap_or_default());
+        key.extend_from_slice(request.identifier(id).as_deref().unwrap_or_default());
     }
     Session {
         hash: hash64(&[vm_name.as_bytes(), &key]),
