@@ -70,11 +70,8 @@ impl RootContext for Root {
             Ok(config) => {
                 // Envoy's node locality, read once: metadata below the header and defaults.
                 // Envoy 1.40 answers `xds.node` in on_configure (the `node` attribute is not
-                // there yet); older hosts may only know `node`.
-                let locality = |key: &str| {
-                    host::property(&["xds", "node", "locality", key])
-                        .or_else(|| host::property(&["node", "locality", key]))
-                };
+                // there yet).
+                let locality = |key: &str| host::property(&["xds", "node", "locality", key]);
                 let config = config.with_gateway_location(locality("region"), locality("zone"));
                 log::info!(
                     "loaded {} models and {} virtual models",
