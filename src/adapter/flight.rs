@@ -412,23 +412,24 @@ impl Flight {
                 drop(f);
                 Flight::dispatch(this, rt, target, now);
             }
-            // The router's attempt did not start answering within fallback_timeout_ms.
-            State::Routed => {
-                let step = f.step(AttemptOutcome::Timeout);
+            // The attempt in flight, the router's or a call-out, did not start answering
+            // (a call-out: did not answer) within fallback_timeout_ms. An abandoned call-out
+            // cannot be cancelled; its late answer no longer matches the state and is ignored.
+            State::Routed | State::Calling(_) => {
+                let target = if f.state == State::Routed {
+                    f.routed_target
+                } else {
+                    f.attempts.current()
+                };
+                let step = f.step(AttemptOutcome::FallbackTimeout);
                 if step == Step::GiveUp {
                     return; // nowhere else to go: keep waiting for this one
                 }
-                f.record(
-                    rt,
-                    f.routed_target,
-                    AttemptOutcome::Timeout,
-                    || None,
-                    || now,
-                );
+                f.record(rt, target, AttemptOutcome::FallbackTimeout, || None, || now);
                 drop(f);
                 Flight::next_attempt(this, rt, step, now);
             }
-            State::Calling(_) | State::Delivering | State::Done => {}
+            State::Delivering | State::Done => {}
         }
     }
 
@@ -519,9 +520,9 @@ impl Flight {
             },
             AttemptOutcome::Status(s) if s < 400 => Outcome::Success,
             AttemptOutcome::Status(_) => return,
-            AttemptOutcome::ConnectFailure | AttemptOutcome::Timeout => {
-                Outcome::Failure { hint_ms: None }
-            }
+            AttemptOutcome::ConnectFailure
+            | AttemptOutcome::Timeout
+            | AttemptOutcome::FallbackTimeout => Outcome::Failure { hint_ms: None },
         };
         rt.record(&self.config, target, health, now);
     }
@@ -549,11 +550,16 @@ impl Flight {
             let mut f = this.borrow_mut();
             let token = f.call(target);
             if let Some(token) = token {
-                // No fallback_timeout here: a call's answer arrives whole, so "has not started
-                // answering" cannot be seen; attempt_timeout_ms bounds it instead.
                 f.state = State::Calling(token);
                 f.started_ms = now;
                 rt.add_call(token, this);
+                // `fallback_timeout_ms` covers every attempt (TrueFoundry virtual models,
+                // "Retries and fallbacks"; Zuplo seed, "Failures and retries"). A call's
+                // answer arrives whole, so here it bounds the whole answer.
+                f.seq += 1;
+                if let Some(ms) = f.fallback_timeout_ms() {
+                    rt.add_timer(now.saturating_add(ms), f.seq, this);
+                }
                 return;
             }
             f.record(
@@ -564,6 +570,11 @@ impl Flight {
                 || now,
             );
             match f.step(AttemptOutcome::ConnectFailure) {
+                // A retry honours its delay; a refused call to the same target waits for it.
+                step @ Step::Retry { delay_ms, .. } if delay_ms > 0 => {
+                    drop(f);
+                    return Flight::next_attempt(this, rt, step, now);
+                }
                 Step::Retry { target: t, .. } | Step::Fallback { target: t } => target = t,
                 Step::Deliver | Step::GiveUp => return f.reply_unavailable(),
             }

@@ -173,11 +173,13 @@ pub fn edit_request_body(body: &[u8], edits: &Edits) -> bool {
 
 /// A property such as `response.code_details`, as a string.
 pub fn property(path: &[&str]) -> Option<String> {
+    property_bytes(path).and_then(|b| String::from_utf8(b).ok())
+}
+
+/// A property as the host serialises it (a string leaf as its bytes).
+pub fn property_bytes(path: &[&str]) -> Option<Vec<u8>> {
     let _span = profile::span("property");
-    hostcalls::get_property(path.to_vec())
-        .ok()
-        .flatten()
-        .and_then(|b| String::from_utf8(b).ok())
+    hostcalls::get_property(path.to_vec()).ok().flatten()
 }
 
 /// Sends a local reply instead of the request's upstream answer.

@@ -68,6 +68,11 @@ impl RootContext for Root {
         let env = |name: &str| std::env::var(name).ok();
         match Config::parse_with_env(&host::plugin_configuration(), &env) {
             Ok(config) => {
+                // Envoy's node locality, read once: metadata below the header and defaults.
+                // Envoy 1.40 answers `xds.node` in on_configure (the `node` attribute is not
+                // there yet).
+                let locality = |key: &str| host::property(&["xds", "node", "locality", key]);
+                let config = config.with_gateway_location(locality("region"), locality("zone"));
                 log::info!(
                     "loaded {} models and {} virtual models",
                     config.models.len(),

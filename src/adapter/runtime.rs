@@ -10,7 +10,8 @@ use super::host::{self, SharedData};
 use crate::core::config::{Config, ModelId};
 use crate::core::health::record::{HealthRecord, Outcome};
 use crate::core::health::sla::LatencySample;
-use crate::core::health::store::{self, Store};
+use crate::core::health::store;
+use crate::core::routing::pins;
 use crate::core::routing::state::RoutingState;
 use crate::core::routing::HealthInput;
 use hashbrown::HashMap;
@@ -27,10 +28,6 @@ struct Timer {
     flight: Weak<RefCell<Flight>>,
 }
 
-/// Sticky pins live in a fixed number of shared-data slots per virtual model, so they take
-/// bounded memory however many sessions come and go; a collision only loses a pin.
-const PIN_SLOTS: u64 = 1024;
-
 /// The worker's shared state.
 #[derive(Default)]
 pub struct Runtime {
@@ -41,39 +38,32 @@ pub struct Runtime {
     cursors: RefCell<HashMap<usize, usize>>,
 }
 
-fn pin_key(virtual_model: &str, session: u64) -> String {
-    format!(
-        "switchboard.sticky.v1.{virtual_model}.{}",
-        session % PIN_SLOTS
-    )
-}
-
 impl RoutingState for Runtime {
     fn pinned(&self, virtual_model: &str, session: u64, window: u64) -> Option<String> {
-        let (bytes, _) = SharedData.get(&pin_key(virtual_model, session))?;
-        let text = String::from_utf8(bytes).ok()?;
-        let mut parts = text.splitn(3, ' ');
-        let (s, w, target) = (parts.next()?, parts.next()?, parts.next()?);
-        (s.parse() == Ok(session) && w.parse() == Ok(window)).then(|| target.to_string())
+        pins::lookup(&SharedData, virtual_model, session, window)
     }
 
-    /// Only the session's hash is stored, never its key.
+    /// Only the session's hash is stored, never its key. The slot is the core's choice
+    /// ([`pins::choose_slot`]): a pin that finds no room is dropped.
     fn pin(&self, virtual_model: &str, session: u64, window: u64, value: &str) {
-        // A slot held by another session in the same window keeps it: a busy window loses
-        // the newer pin, never moves an older session.
-        let key = pin_key(virtual_model, session);
-        if let Some((bytes, _)) = SharedData.get(&key) {
-            let text = String::from_utf8_lossy(&bytes);
-            let mut parts = text.splitn(3, ' ');
-            let (s, w) = (parts.next(), parts.next());
-            if s != Some(&session.to_string()) && w == Some(&window.to_string()) {
-                return;
-            }
+        if !pins::save(&SharedData, virtual_model, session, window, value) {
+            log::debug!("no room to pin a sticky session of {virtual_model}");
         }
-        let record = format!("{session} {window} {value}");
-        if SharedData.set(&key, record.as_bytes(), None).is_err() {
-            log::warn!("could not pin a sticky session of {virtual_model}");
-        }
+    }
+
+    /// Envoy's `jwt_authn` filter, run before this one, stores the verified payload (a
+    /// `google.protobuf.Struct`) in the stream's dynamic metadata under its
+    /// `payload_in_metadata` name; the host walks the Struct, so a string claim comes back as
+    /// its bytes (an unverified or absent token leaves nothing there).
+    fn verified_claim(&self, payload: &str, claim: &str) -> Option<Vec<u8>> {
+        host::property_bytes(&[
+            "metadata",
+            "filter_metadata",
+            "envoy.filters.http.jwt_authn",
+            payload,
+            claim,
+        ])
+        .filter(|v| !v.is_empty())
     }
 
     fn next_cursor(&self, virtual_model: usize, len: usize, rng: &mut fastrand::Rng) -> usize {

@@ -162,7 +162,8 @@ pub fn decide_with_tier<'c>(
         _ => Continuation::default(),
     };
     let metadata_header = headers.get(&config.header_names.metadata);
-    let metadata = Metadata::resolve(metadata_header, &config.default_metadata)?;
+    let metadata = Metadata::resolve(metadata_header, &config.default_metadata)?
+        .beneath(&config.gateway_metadata);
     let request = Request {
         endpoint,
         model: &inspected.model,

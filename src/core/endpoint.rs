@@ -97,16 +97,28 @@ impl Endpoint {
             .map(|(_, e, _)| *e)
     }
 
-    /// Whether a provider of this API family serves the endpoint natively: the Anthropic
-    /// Messages API only at Anthropic; the OpenAI-shaped endpoints at OpenAI-API providers
-    /// (Anthropic also accepts chat completions). Switchboard never translates between them.
-    pub fn served_by(self, provider: crate::core::config::Provider) -> bool {
-        use crate::core::config::Provider;
-        match (self, provider) {
-            (Endpoint::Messages | Endpoint::CountTokens, p) => p == Provider::Anthropic,
-            (Endpoint::ChatCompletions, _) => true,
-            (_, p) => p != Provider::Anthropic,
+    /// The native API a model must serve for this endpoint.
+    pub fn api(self) -> Api {
+        match self {
+            Endpoint::ChatCompletions => Api::ChatCompletions,
+            Endpoint::Completions => Api::Completions,
+            Endpoint::Embeddings => Api::Embeddings,
+            Endpoint::Responses => Api::Responses,
+            Endpoint::Messages | Endpoint::CountTokens => Api::Messages,
+            Endpoint::Rerank => Api::Rerank,
+            Endpoint::Moderations => Api::Moderations,
+            Endpoint::ImageGenerations | Endpoint::ImageEdits | Endpoint::ImageVariations => {
+                Api::Images
+            }
+            Endpoint::Speech | Endpoint::Transcriptions | Endpoint::Translations => Api::Audio,
         }
+    }
+
+    /// Whether a model serving `apis` serves this endpoint natively. Switchboard never
+    /// translates between APIs (TrueFoundry virtual models, "Supported API Types": every target
+    /// must support the operation called; "Responses API conversations": natively).
+    pub fn served_by(self, apis: Apis) -> bool {
+        apis.contains(self.api())
     }
 
     /// The path without its version prefix (`/chat/completions`, `/rerank`): what follows a
@@ -174,6 +186,121 @@ impl Endpoint {
                 | Endpoint::ImageEdits
                 | Endpoint::ImageVariations
         )
+    }
+}
+
+/// A native API a catalog model serves (`models[].apis`): what decides whether it can be a
+/// target of an endpoint. Zuplo seed, "Endpoints": eligibility depends on the provider and on
+/// whether the model is Claude (Claude on Azure AI or Bedrock serves `/v1/messages`; the GPT
+/// models there serve `/v1/responses`), so the provider only gives the default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    /// `chat_completions`: `/v1/chat/completions`
+    ChatCompletions,
+    /// `completions`: `/v1/completions`
+    Completions,
+    /// `embeddings`: `/v1/embeddings`
+    Embeddings,
+    /// `responses`: `/v1/responses`
+    Responses,
+    /// `messages`: the Anthropic Messages API, `/v1/messages`
+    Messages,
+    /// `rerank`: `/v2/rerank`
+    Rerank,
+    /// `moderations`: `/v1/moderations`
+    Moderations,
+    /// `images`: `/v1/images/generations`, `/edits` and `/variations`
+    Images,
+    /// `audio`: `/v1/audio/speech`, `/transcriptions` and `/translations`
+    Audio,
+}
+
+impl Api {
+    /// Every API with its config name.
+    pub const ALL: [(Api, &'static str); 9] = [
+        (Api::ChatCompletions, "chat_completions"),
+        (Api::Completions, "completions"),
+        (Api::Embeddings, "embeddings"),
+        (Api::Responses, "responses"),
+        (Api::Messages, "messages"),
+        (Api::Rerank, "rerank"),
+        (Api::Moderations, "moderations"),
+        (Api::Images, "images"),
+        (Api::Audio, "audio"),
+    ];
+
+    /// Parses a config name such as `chat_completions`.
+    pub fn from_name(name: &str) -> Option<Api> {
+        Self::ALL.iter().find(|(_, n)| *n == name).map(|(a, _)| *a)
+    }
+
+    /// The config name.
+    pub fn name(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(a, _)| *a == self)
+            .map_or("", |(_, n)| *n)
+    }
+
+    fn bit(self) -> u16 {
+        1 << (self as u16)
+    }
+}
+
+/// A set of APIs, as a bit set.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Apis(u16);
+
+impl Apis {
+    /// The set of these APIs.
+    pub fn of(apis: &[Api]) -> Apis {
+        let mut set = Apis::default();
+        for a in apis {
+            set.insert(*a);
+        }
+        set
+    }
+
+    /// What a provider's models serve unless `apis` says otherwise: OpenAI and Azure OpenAI
+    /// every OpenAI-shaped API, the Responses API included; Anthropic its Messages API and
+    /// chat completions; an OpenAI-compatible server (vLLM, TGI, Ollama...) chat completions,
+    /// completions, embeddings and rerank, never the Responses or the Messages API.
+    pub fn default_for(provider: crate::core::config::Provider) -> Apis {
+        use crate::core::config::Provider;
+        match provider {
+            Provider::OpenAi | Provider::Azure => Apis::of(&[
+                Api::ChatCompletions,
+                Api::Completions,
+                Api::Embeddings,
+                Api::Responses,
+                Api::Rerank,
+                Api::Moderations,
+                Api::Images,
+                Api::Audio,
+            ]),
+            Provider::Anthropic => Apis::of(&[Api::Messages, Api::ChatCompletions]),
+            Provider::OpenAiCompatible => Apis::of(&[
+                Api::ChatCompletions,
+                Api::Completions,
+                Api::Embeddings,
+                Api::Rerank,
+            ]),
+        }
+    }
+
+    /// Adds an API.
+    pub fn insert(&mut self, a: Api) {
+        self.0 |= a.bit();
+    }
+
+    /// Whether the set holds the API.
+    pub fn contains(self, a: Api) -> bool {
+        self.0 & a.bit() != 0
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
     }
 }
 
@@ -323,14 +450,35 @@ mod tests {
     }
 
     #[test]
-    fn messages_only_go_to_anthropic_and_openai_endpoints_not() {
+    fn provider_defaults_give_each_endpoint_to_the_models_that_serve_it_natively() {
         use crate::core::config::Provider;
-        assert!(Endpoint::Messages.served_by(Provider::Anthropic));
-        assert!(!Endpoint::Messages.served_by(Provider::OpenAi));
-        assert!(!Endpoint::Responses.served_by(Provider::Anthropic));
-        assert!(Endpoint::Responses.served_by(Provider::Azure));
-        assert!(Endpoint::ChatCompletions.served_by(Provider::Anthropic));
-        assert!(!Endpoint::Embeddings.served_by(Provider::Anthropic));
+        let by = |p| Apis::default_for(p);
+        assert!(Endpoint::Messages.served_by(by(Provider::Anthropic)));
+        assert!(!Endpoint::Messages.served_by(by(Provider::OpenAi)));
+        assert!(!Endpoint::Responses.served_by(by(Provider::Anthropic)));
+        assert!(Endpoint::Responses.served_by(by(Provider::Azure)));
+        assert!(Endpoint::ChatCompletions.served_by(by(Provider::Anthropic)));
+        assert!(!Endpoint::Embeddings.served_by(by(Provider::Anthropic)));
+        // An OpenAI-compatible server is not assumed to serve the Responses or Messages API.
+        let compatible = by(Provider::OpenAiCompatible);
+        assert!(!Endpoint::Responses.served_by(compatible));
+        assert!(!Endpoint::Messages.served_by(compatible));
+        for e in [
+            Endpoint::ChatCompletions,
+            Endpoint::Completions,
+            Endpoint::Embeddings,
+        ] {
+            assert!(e.served_by(compatible), "{e:?}");
+        }
+        assert!(Endpoint::Rerank.served_by(compatible));
+        // Claude through Azure AI: declared, it serves /v1/messages.
+        assert!(Endpoint::Messages.served_by(Apis::of(&[Api::Messages])));
+        assert!(Endpoint::ImageEdits.served_by(Apis::of(&[Api::Images])));
+        assert_eq!(
+            Api::from_name("chat_completions"),
+            Some(Api::ChatCompletions)
+        );
+        assert_eq!(Api::from_name("chat"), None);
     }
 
     #[test]

@@ -6,6 +6,14 @@
 //! the next target is tried; a target with `fallback_candidate: false` never receives another
 //! target's fallback. Requests pinned to one target get retries but no fallback (seed,
 //! "Responses API conversations").
+//!
+//! Retries are "exhausted" only when at least one was configured and all were spent: with the
+//! default `attempts: 0`, a status in `on_status_codes` but not in `fallback_status_codes` goes
+//! to the client, so narrowing `fallback_status_codes` narrows fallback. A connection failure
+//! or timeout counts like a status in `on_status_codes` (retried when `attempts` >= 1) and in
+//! `fallback_status_codes` (it falls back once retries are spent, or at once with 0). An
+//! attempt that has not answered within `fallback_timeout_ms` moves to the next candidate
+//! without a retry (Zuplo seed, "Failures and retries": it "moves to the retry model").
 
 use crate::core::config::{ModelId, TargetPolicy};
 
@@ -16,8 +24,10 @@ pub enum AttemptOutcome {
     Status(u16),
     /// No answer: connection refused or reset before the response started.
     ConnectFailure,
-    /// No answer in time (`fallback_timeout_ms`, or the attempt's own timeout).
+    /// No answer in time: Envoy's route timeout, or the call-out's `attempt_timeout_ms`.
     Timeout,
+    /// No answer within the virtual model's `fallback_timeout_ms`: the attempt is abandoned.
+    FallbackTimeout,
 }
 
 impl AttemptOutcome {
@@ -27,7 +37,9 @@ impl AttemptOutcome {
     pub fn is_target_down(self) -> bool {
         match self {
             AttemptOutcome::Status(s) => (500..600).contains(&s),
-            AttemptOutcome::ConnectFailure | AttemptOutcome::Timeout => true,
+            AttemptOutcome::ConnectFailure
+            | AttemptOutcome::Timeout
+            | AttemptOutcome::FallbackTimeout => true,
         }
     }
 }
@@ -114,12 +126,12 @@ impl Attempts {
         let p = policy(target);
         let (retryable, fallbackable) = match outcome {
             AttemptOutcome::Status(s) => (p.retry_on.contains(s), p.fallback_on.contains(s)),
-            // No answer at all moves on to the next target; retries are for statuses.
-            AttemptOutcome::ConnectFailure | AttemptOutcome::Timeout => (false, true),
+            // No answer at all: retried like an `on_status_codes` status when retries are
+            // configured, and a reason to fall back.
+            AttemptOutcome::ConnectFailure | AttemptOutcome::Timeout => (true, true),
+            // Abandoned for being slow: the next candidate, never the same target again.
+            AttemptOutcome::FallbackTimeout => (false, true),
         };
-        if !retryable && !fallbackable {
-            return Step::Deliver;
-        }
         if retryable && self.retries_here < p.retry_attempts {
             self.retries_here += 1;
             self.total += 1;
@@ -127,6 +139,11 @@ impl Attempts {
                 target,
                 delay_ms: p.retry_delay_ms,
             };
+        }
+        // Exhausted only if there was at least one retry to spend.
+        let exhausted = retryable && p.retry_attempts > 0;
+        if !fallbackable && !exhausted {
+            return Step::Deliver;
         }
         if self.pinned {
             return Step::GiveUp;
@@ -245,18 +262,71 @@ mod tests {
     }
 
     #[test]
-    fn timeouts_and_connection_failures_move_on_instead_of_retrying() {
+    fn narrowed_fallback_codes_return_other_retry_codes_to_the_client() {
+        // The seed's second target: `fallback_status_codes: ["429"]`, default retry_config.
         let mut p = policies();
-        p[0].retry_attempts = 3;
-        p[1].retry_attempts = 3;
+        p[0].fallback_on = StatusSet::of(&[429]);
+        let mut a = Attempts::new(ids(2), false);
+        assert_eq!(
+            run(&p, &mut a, AttemptOutcome::Status(500)),
+            Step::Deliver,
+            "500 is in on_status_codes, but no retry was configured, so none was exhausted"
+        );
+        assert_eq!(a.total(), 1);
+        let mut a = Attempts::new(ids(2), false);
+        assert_eq!(
+            run(&p, &mut a, AttemptOutcome::Status(429)),
+            Step::Fallback { target: ModelId(1) }
+        );
+        // With one retry configured and spent, 500 does fall back.
+        p[0].retry_attempts = 1;
+        let mut a = Attempts::new(ids(2), false);
+        assert!(matches!(
+            run(&p, &mut a, AttemptOutcome::Status(500)),
+            Step::Retry { .. }
+        ));
+        assert_eq!(
+            run(&p, &mut a, AttemptOutcome::Status(500)),
+            Step::Fallback { target: ModelId(1) }
+        );
+    }
+
+    #[test]
+    fn connection_failures_and_timeouts_are_retried_when_retries_are_configured() {
+        let mut p = policies();
+        p[0].retry_attempts = 2;
+        p[0].retry_delay_ms = 50;
+        let retry = Step::Retry {
+            target: ModelId(0),
+            delay_ms: 50,
+        };
         let mut a = Attempts::new(ids(3), false);
+        assert_eq!(run(&p, &mut a, AttemptOutcome::ConnectFailure), retry);
+        assert_eq!(run(&p, &mut a, AttemptOutcome::Timeout), retry);
+        assert_eq!(
+            run(&p, &mut a, AttemptOutcome::ConnectFailure),
+            Step::Fallback { target: ModelId(1) },
+            "retries spent"
+        );
+        // With the default 0 attempts they fall back at once.
         assert_eq!(
             run(&p, &mut a, AttemptOutcome::Timeout),
+            Step::Fallback { target: ModelId(2) }
+        );
+    }
+
+    #[test]
+    fn an_attempt_past_the_fallback_timeout_moves_on_without_a_retry() {
+        let mut p = policies();
+        p[0].retry_attempts = 3;
+        let mut a = Attempts::new(ids(2), false);
+        assert_eq!(
+            run(&p, &mut a, AttemptOutcome::FallbackTimeout),
             Step::Fallback { target: ModelId(1) }
         );
         assert_eq!(
-            run(&p, &mut a, AttemptOutcome::ConnectFailure),
-            Step::Fallback { target: ModelId(2) }
+            run(&p, &mut a, AttemptOutcome::FallbackTimeout),
+            Step::GiveUp
         );
     }
 

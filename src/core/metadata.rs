@@ -4,6 +4,11 @@
 //! TrueFoundry seed, "Metadata-based target filtering": default gateway metadata overrides the
 //! request's value for a shared key; `metadata_match` needs every pair to match exactly (AND),
 //! and filtering runs before load balancing and stickiness.
+//!
+//! The same section's gateway location metadata (`tfy_gateway_region`, `tfy_gateway_zone`,
+//! added by the gateway that handled the request) is `gateway_region` and `gateway_zone` here,
+//! from Envoy's node locality; they hold only where neither the header nor `default_metadata`
+//! gives the key, so a client or the operator can still route as if from elsewhere.
 
 use crate::core::errors::ErrorReply;
 
@@ -39,6 +44,17 @@ impl Metadata {
             }
         }
         Ok(Metadata(pairs))
+    }
+
+    /// Adds the pairs of `lower` whose keys are not set yet: sources below the header and the
+    /// defaults in precedence (the gateway's location).
+    pub fn beneath(mut self, lower: &[(String, String)]) -> Metadata {
+        for (k, v) in lower {
+            if self.get(k).is_none() {
+                self.0.push((k.clone(), v.clone()));
+            }
+        }
+        self
     }
 
     /// The value of `key`.
@@ -83,6 +99,27 @@ mod tests {
         assert_eq!(m.get("zone"), Some("a"));
         assert_eq!(m.get("missing"), None);
         assert_eq!(Metadata::resolve(None, &[]).unwrap(), Metadata::default());
+    }
+
+    #[test]
+    fn gateway_location_holds_only_where_header_and_defaults_are_silent() {
+        let gateway = pairs(&[
+            ("gateway_region", "eu-west"),
+            ("gateway_zone", "eu-west-1a"),
+        ]);
+        let m = Metadata::resolve(Some(br#"{"tier":"free"}"#), &[])
+            .unwrap()
+            .beneath(&gateway);
+        assert_eq!(m.get("gateway_region"), Some("eu-west"));
+        assert_eq!(m.get("gateway_zone"), Some("eu-west-1a"));
+        let m = Metadata::resolve(
+            Some(br#"{"gateway_region":"us-east"}"#),
+            &pairs(&[("gateway_zone", "z9")]),
+        )
+        .unwrap()
+        .beneath(&gateway);
+        assert_eq!(m.get("gateway_region"), Some("us-east"), "the header wins");
+        assert_eq!(m.get("gateway_zone"), Some("z9"), "default_metadata wins");
     }
 
     #[test]

@@ -202,8 +202,9 @@ def wasm_filter(plugin_config: dict | str, wasm_path: Path = WASM) -> dict:
 
 
 def bootstrap(listen_port: int, admin_port: int, clusters: dict[str, int], http_filters: list[dict],
-              passthrough: str) -> dict:
-    """An Envoy bootstrap: one listener whose route sends to the cluster the filter names."""
+              passthrough: str, locality: dict | None = None) -> dict:
+    """An Envoy bootstrap: one listener whose route sends to the cluster the filter names.
+    `locality` ({"region": ..., "zone": ...}) becomes the node's locality."""
     routes = [
         {"match": {"prefix": "/", "headers": [{"name": CLUSTER_HEADER, "present_match": True}]},
          "route": {"cluster_header": CLUSTER_HEADER, "timeout": "300s"},
@@ -221,8 +222,11 @@ def bootstrap(listen_port: int, admin_port: int, clusters: dict[str, int], http_
             "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
         }],
     }
+    node = {"id": "switchboard-test", "cluster": "switchboard"}
+    if locality:
+        node["locality"] = locality
     return {
-        "node": {"id": "switchboard-test", "cluster": "switchboard"},
+        "node": node,
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin_port}}},
         "static_resources": {
             "listeners": [{
@@ -346,9 +350,11 @@ class Stack:
         return p
 
     def envoy(self, plugin_config: dict | str, concurrency: int = 2, passthrough: str | None = None,
-              expect_failure: bool = False, extra_clusters: dict[str, int] | None = None) -> Envoy:
+              expect_failure: bool = False, extra_clusters: dict[str, int] | None = None,
+              locality: dict | None = None, filters_before: list[dict] | None = None) -> Envoy:
         """Envoy with one cluster per provider (cluster name = provider name), plus
-        `extra_clusters` (name to port), e.g. a port nothing listens on."""
+        `extra_clusters` (name to port), e.g. a port nothing listens on; `locality` is the
+        node's, `filters_before` are HTTP filters placed before Switchboard."""
         clusters = {name: p.port for name, p in self.providers.items()}
         clusters.update(extra_clusters or {})
         passthrough = passthrough or next(iter(clusters))
@@ -356,7 +362,8 @@ class Stack:
         # try again with new ports rather than fail the test on that race.
         for attempt in range(3):
             listen, admin = free_ports(2)
-            config = bootstrap(listen, admin, clusters, [wasm_filter(plugin_config)], passthrough)
+            filters = (filters_before or []) + [wasm_filter(plugin_config)]
+            config = bootstrap(listen, admin, clusters, filters, passthrough, locality)
             try:
                 e = start_envoy(config, concurrency=concurrency, expect_failure=expect_failure)
             except HarnessError as err:

@@ -59,7 +59,7 @@ def assert_valid(result: subprocess.CompletedProcess, config: Path) -> None:
 
 
 def test_every_shipped_config_is_covered():
-    assert SHIPPED in CONFIGS and ROOT / "envoy" / "demo.yaml" in CONFIGS
+    assert SHIPPED in CONFIGS and ROOT / "envoy" / "demo.yaml" in CONFIGS and ROOT / "envoy" / "jwt.yaml" in CONFIGS
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=[c.name for c in CONFIGS])

@@ -443,3 +443,67 @@ def test_a_client_leaving_during_a_fallback_leaves_the_vm_serving(stack):
     with requests.Session() as s:
         replies = [post(envoy.url, s) for _ in range(20)]
     assert all(r.status_code == 200 and r.headers["x-switchboard-resolved-model"] == "slow" for r in replies)
+
+
+def test_narrowed_fallback_status_codes_return_a_retry_code_to_the_client(stack):
+    """TrueFoundry seed, "Retries and fallbacks": with no retry configured none is exhausted,
+    so a 500 that is not in `fallback_status_codes: ["429"]` goes to the client."""
+    down = stack.provider("down", fail_status=500)
+    spare = stack.provider("spare")
+    config = {"models": [model("down", "down"), model("spare", "spare")],
+              "virtual_models": [weighted([{"target": "down", "weight": 100, "fallback_status_codes": ["429"]},
+                                           {"target": "spare", "weight": 0}])]}
+    envoy = stack.envoy(config)
+
+    r = post(envoy.url)
+
+    assert r.status_code == 500
+    assert r.headers["x-switchboard-resolved-model"] == "down"
+    assert (len(down.requests()), len(spare.requests())) == (1, 0)
+
+
+def test_a_dropped_connection_is_retried_when_retries_are_configured(stack):
+    dropper = stack.provider("dropper", drop="before-response")
+    good = stack.provider("good")
+    config = {"models": [model("dropper", "dropper"), model("good", "good")],
+              "virtual_models": [priority([{"target": "dropper", "priority": 0,
+                                            "retry_config": {"attempts": 1, "delay": 50}},
+                                           {"target": "good", "priority": 1}])],
+              "failure_window": {"failures": 16, "window_seconds": 120}}
+    envoy = stack.envoy(config)
+
+    r = post(envoy.url)
+
+    assert r.status_code == 200, r.text
+    assert r.headers["x-switchboard-resolved-model"] == "good"
+    assert r.headers["x-switchboard-attempts"] == "3", "the first try, one retry, then the fallback"
+    assert len(dropper.requests()) == 2
+    assert len(good.requests()) == 1
+
+
+def test_a_fallback_that_does_not_answer_within_fallback_timeout_is_abandoned_too(stack, figure):
+    """`fallback_timeout_ms` covers the filter's own attempts, not only the router's: the
+    stalled fallback is left for the next candidate, and its late answer is ignored."""
+    stack.provider("down", fail_status=500)
+    stalled = stack.provider("stalled", stall_ms=2_000)
+    stack.provider("fast")
+    config = {"models": [model("down", "down"), model("stalled", "stalled"), model("fast", "fast")],
+              "virtual_models": [priority([{"target": "down", "priority": 0}, {"target": "stalled", "priority": 1},
+                                           {"target": "fast", "priority": 2}], fallback_timeout_ms=300)]}
+    envoy = stack.envoy(config)
+
+    start = time.monotonic()
+    r = post(envoy.url)
+    elapsed = time.monotonic() - start
+
+    assert r.status_code == 200, r.text
+    assert r.headers["x-switchboard-resolved-model"] == "fast"
+    assert r.headers["x-switchboard-attempts"] == "3"
+    assert len(stalled.requests()) == 1
+    assert 0.25 <= elapsed < 2.0, elapsed
+    figure("answer time with a stalled fallback and fallback_timeout_ms 300", round(elapsed, 3), "s")
+    # The abandoned call's answer arrives later with nobody waiting; the VM keeps serving.
+    time.sleep(2)
+    stalled.configure(stall_ms=0)
+    with requests.Session() as s:
+        assert all(post(envoy.url, s).status_code == 200 for _ in range(5))

@@ -88,3 +88,34 @@ def test_header_and_param_overrides_apply_per_target_and_do_not_leak_into_a_fall
     assert "authorization" not in to_second["headers"], "neither first-key nor the removed client value"
     assert to_second["headers"]["x-debug"] == "1", "only the first target removes x-debug"
     assert json.loads(to_second["body"]) == {"model": "second-upstream", **CHAT, "temperature": 0.9}
+
+
+def test_gateway_region_and_zone_come_from_envoys_node_locality(stack):
+    """TrueFoundry seed, "Metadata-based target filtering": the gateway adds its own location
+    to every request's metadata; here `gateway_region`/`gateway_zone` from `node.locality`,
+    below the metadata header and `default_metadata`."""
+    for name in ("eu", "eu_zone", "anywhere"):
+        stack.provider(name)
+    models = [{"name": n, "cluster": n, "model": f"{n}-upstream", "visibility": "internal"}
+              for n in ("eu", "eu_zone", "anywhere")]
+    config = {"models": models, "virtual_models": [
+        {"name": "regional", "model_types": ["chat"], "routing_config": {
+            "type": "priority-based-routing", "load_balance_targets": [
+                {"target": "eu", "priority": 0, "metadata_match": {"gateway_region": "eu-west"}},
+                {"target": "anywhere", "priority": 1}]}},
+        {"name": "zonal", "model_types": ["chat"], "routing_config": {
+            "type": "priority-based-routing", "load_balance_targets": [
+                {"target": "eu_zone", "priority": 0, "metadata_match": {"gateway_zone": "eu-west-1b"}},
+                {"target": "anywhere", "priority": 1}]}}]}
+    envoy = stack.envoy(config, locality={"region": "eu-west", "zone": "eu-west-1b"})
+
+    def resolved(model: str, headers: dict | None = None) -> str:
+        r = requests.post(f"{envoy.url}/v1/chat/completions", json={"model": model, **CHAT},
+                          headers=headers or {}, timeout=10)
+        assert r.status_code == 200, r.text
+        return r.headers["x-switchboard-resolved-model"]
+
+    assert resolved("regional") == "eu", "no metadata sent: the gateway's region matches"
+    assert resolved("zonal") == "eu_zone"
+    # The header is above the gateway's location in precedence.
+    assert resolved("regional", {"x-switchboard-metadata": '{"gateway_region": "us-east"}'}) == "anywhere"

@@ -1,5 +1,6 @@
 """An 80/20 weighted virtual model splits real traffic through Envoy as configured."""
 
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
@@ -92,3 +93,36 @@ def test_each_worker_draws_its_own_picks(stack):
     # With independent draws at 50/50, 64 equal picks in a row has odds of 2^-64.
     assert picks[0][:n] != picks[1][:n], picks
     assert set(picks[0]) == set(picks[1]) == {PRIMARY, SECONDARY}
+
+
+def test_healthy_targets_share_an_unhealthy_targets_traffic_by_their_weights(stack):
+    """TrueFoundry seed: strategies pick among healthy targets. 50/30/20 with the first
+    target unhealthy gives 60/40 to the other two (the old draw-then-demote gave 80/20)."""
+    down = stack.provider("down", fail_status=500)
+    stack.provider("b")
+    stack.provider("c")
+    models = [{"name": n, "cluster": n, "model": f"{n}-upstream", "visibility": "internal"} for n in ("down", "b", "c")]
+    config = {"models": models, "virtual_models": [{
+        "name": VIRTUAL, "model_types": ["chat"],
+        "routing_config": {"type": "weight-based-routing", "load_balance_targets": [
+            {"target": "down", "weight": 50}, {"target": "b", "weight": 30}, {"target": "c", "weight": 20}]}}]}
+    envoy = stack.envoy(config, concurrency=2)
+    # Two failures within the window make `down` unhealthy (each of those requests falls back).
+    with requests.Session() as s:
+        for _ in range(100):
+            if len(down.requests()) >= 2:
+                break
+            r = s.post(f"{envoy.url}/v1/chat/completions", timeout=10,
+                       json={"model": VIRTUAL, "messages": [{"role": "user", "content": "warm"}]})
+            assert r.status_code == 200
+    assert len(down.requests()) >= 2
+    time.sleep(0.3)  # past health_view_ms: every worker sees the shared record
+    down.clear()
+
+    responses = send_many(envoy.url, REQUESTS)
+
+    assert [r.status_code for r in responses] == [200] * REQUESTS
+    assert len(down.requests()) == 0, "an unhealthy target is only a last resort"
+    resolved = Counter(r.headers["x-switchboard-resolved-model"] for r in responses)
+    share = 100 * resolved["b"] / REQUESTS
+    assert 55 <= share <= 65, f"b's share {share:.1f}% ({resolved})"

@@ -7,6 +7,7 @@ use super::{
     Config, HeaderNames, Model, ModelId, NameEntry, Provider, Visibility,
     DEFAULT_MAX_REQUEST_BODY_BYTES,
 };
+use crate::core::endpoint::{Api, Apis};
 use crate::core::health::policy::{Eviction, FailureWindow, HealthPolicy};
 use crate::core::health::record::MAX_FAILURES;
 use crate::core::outbound::is_credential;
@@ -143,6 +144,7 @@ pub(super) fn compile(
         default_metadata,
         response_keys,
         stored_responses_virtual_model,
+        gateway_metadata: Vec::new(),
         models,
         virtual_models,
         max_request_body_bytes,
@@ -230,6 +232,23 @@ fn compile_model(
                 )
             })?,
     };
+    let apis = match f.opt_array("apis")? {
+        None => Apis::default_for(provider),
+        Some(items) => {
+            let mut apis = Apis::default();
+            for (path, value) in items {
+                let api = value.as_str().and_then(Api::from_name).ok_or_else(|| {
+                    let known: Vec<&str> = Api::ALL.iter().map(|(_, n)| *n).collect();
+                    ConfigError::new(path, format!("expected one of: {}", known.join(", ")))
+                })?;
+                apis.insert(api);
+            }
+            if apis.is_empty() {
+                return Err(f.error("apis", "must list at least one API"));
+            }
+            apis
+        }
+    };
     let visibility = match f.opt_str("visibility")? {
         // Internal by default: a catalog entry holding credentials is never callable by accident.
         None | Some("internal") => Visibility::Internal,
@@ -266,6 +285,7 @@ fn compile_model(
         upstream_model,
         upstream_model_json,
         provider,
+        apis,
         visibility,
         headers,
         sets_credential,
@@ -533,6 +553,18 @@ mod tests {
             r#""provider": "azur""#
         ))
         .starts_with("models[1].provider: unknown provider `azur`"));
+        assert!(err(&sample_with(
+            r#""provider": "azure""#,
+            r#""provider": "azure", "apis": ["messages", "chat"]"#
+        ))
+        .starts_with("models[1].apis[1]: expected one of: chat_completions, completions,"));
+        assert_eq!(
+            err(&sample_with(
+                r#""provider": "azure""#,
+                r#""provider": "azure", "apis": []"#
+            )),
+            "models[1].apis: must list at least one API"
+        );
         assert_eq!(
             err(&sample_with(
                 r#""Authorization": "Bearer sk-1""#,

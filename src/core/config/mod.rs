@@ -70,6 +70,8 @@ pub struct Model {
     pub upstream_model_json: String,
     /// The API family of the provider.
     pub provider: Provider,
+    /// `apis`: the native APIs it serves (default: its provider's).
+    pub apis: crate::core::endpoint::Apis,
     /// Whether clients may call it directly.
     pub visibility: Visibility,
     /// Headers set on every request to it (names lower-cased, `${env:NAME}` resolved).
@@ -119,15 +121,23 @@ pub enum StickySource {
     Headers,
     /// A request metadata key.
     Metadata,
+    /// A claim of the JWT Envoy's `jwt_authn` filter verified (its `payload_in_metadata`).
+    Jwt,
 }
 
-/// One `session_identifiers` entry.
+/// Where a verified JWT's payload sits by default: the `payload_in_metadata` name of
+/// Envoy's `jwt_authn` provider.
+pub const DEFAULT_JWT_PAYLOAD: &str = "jwt_payload";
+
+/// One `session_identifiers` entry, or a `caller_identifier`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionIdentifier {
-    /// The header name or metadata key.
+    /// The header name, metadata key or JWT claim.
     pub key: String,
     /// Where it is read.
     pub source: StickySource,
+    /// For a JWT claim: the `payload_in_metadata` name the payload is under; else empty.
+    pub payload: String,
 }
 
 /// `sticky_routing` of a weighted virtual model (TrueFoundry seed, "Sticky routing").
@@ -207,6 +217,13 @@ pub enum HashKey {
     Header(String),
     /// A request metadata key.
     Metadata(String),
+    /// A claim of the verified JWT (Zuplo seed, "Sticky by user": the authenticated subject).
+    Jwt {
+        /// The `payload_in_metadata` name of the `jwt_authn` provider.
+        payload: String,
+        /// The claim, `sub` by default.
+        claim: String,
+    },
 }
 
 /// How a virtual model picks among its targets.
@@ -321,7 +338,8 @@ pub struct VirtualModel {
     pub routing: Routing,
     /// Each target's settings, in config order.
     pub targets: Vec<TargetConfig>,
-    /// `fallback_timeout_ms` (Zuplo seed): abandon a target that has not started answering.
+    /// `fallback_timeout_ms` (Zuplo seed): abandon an attempt, any of them, that has not
+    /// started answering, for the next candidate.
     pub fallback_timeout_ms: Option<u64>,
     /// Whether any target has an SLA cutoff (so routing needs latency samples).
     pub has_sla: bool,
@@ -416,6 +434,9 @@ pub struct Config {
     /// `stored_responses_virtual_model`: the virtual model that routes a retrieve or delete
     /// naming a raw provider id (which names no model).
     pub stored_responses_virtual_model: Option<usize>,
+    /// `gateway_region` and `gateway_zone` from the host's locality (set by the adapter, not
+    /// the plugin config): metadata below the header and `default_metadata`.
+    pub gateway_metadata: Vec<(String, String)>,
     names: HashMap<String, NameEntry>,
 }
 
@@ -433,6 +454,17 @@ impl Config {
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Config, ConfigError> {
         compile::compile(json, env)
+    }
+
+    /// Sets the gateway's location metadata (TrueFoundry virtual models, "Metadata-based target
+    /// filtering": location metadata added by the gateway): `gateway_region` and
+    /// `gateway_zone`, each only when the host names it.
+    pub fn with_gateway_location(mut self, region: Option<String>, zone: Option<String>) -> Self {
+        self.gateway_metadata = [("gateway_region", region), ("gateway_zone", zone)]
+            .into_iter()
+            .filter_map(|(k, v)| Some((k.to_string(), v.filter(|v| !v.is_empty())?)))
+            .collect();
+        self
     }
 
     /// Looks a model name up in the catalog and the virtual models.

@@ -11,6 +11,7 @@ use super::{
     Classifier, ComplexityTarget, ConditionalTarget, HashKey, HeadersOverride, Model, ModelId,
     NameEntry, PriorityTarget, Routing, SessionIdentifier, StickyRouting, StickySource,
     TargetConfig, TargetPolicy, Thresholds, Tier, VirtualModel, WeightedTarget,
+    DEFAULT_JWT_PAYLOAD,
 };
 use crate::core::endpoint::{ModelType, ModelTypes};
 use crate::core::health::sla::SlaCutoff;
@@ -437,17 +438,24 @@ fn compile_complexity(
     Ok((Thresholds { medium, complex }, classifier))
 }
 
-/// `hash_key {source: user|conversation|headers|metadata, key}`.
+/// `hash_key {source: user|conversation|headers|metadata|jwt, key}`; `jwt` takes `claim`
+/// (default `sub`) and `payload_in_metadata` (default `jwt_payload`).
 fn compile_hash_key(mut f: Fields<'_>) -> Result<HashKey, ConfigError> {
     let by = match f.str("source")? {
         "user" => HashKey::User,
         "conversation" => HashKey::Conversation,
         "headers" => HashKey::Header(f.str("key")?.to_ascii_lowercase()),
         "metadata" => HashKey::Metadata(f.str("key")?.to_string()),
+        "jwt" => {
+            let (payload, claim) = jwt_claim(&mut f)?;
+            HashKey::Jwt { payload, claim }
+        }
         other => {
             return Err(f.error(
                 "source",
-                format!("expected `user`, `conversation`, `headers` or `metadata`, got `{other}`"),
+                format!(
+                    "expected `user`, `conversation`, `headers`, `metadata` or `jwt`, got `{other}`"
+                ),
             ))
         }
     };
@@ -455,25 +463,50 @@ fn compile_hash_key(mut f: Fields<'_>) -> Result<HashKey, ConfigError> {
     Ok(by)
 }
 
-/// `{key, source: headers|metadata}`: where a session or caller identity is read.
+/// `{claim, payload_in_metadata}` of a `jwt` source, with their defaults.
+fn jwt_claim(f: &mut Fields<'_>) -> Result<(String, String), ConfigError> {
+    let claim = f.opt_str("claim")?.unwrap_or("sub").to_string();
+    let payload = f
+        .opt_str("payload_in_metadata")?
+        .unwrap_or(DEFAULT_JWT_PAYLOAD)
+        .to_string();
+    if claim.is_empty() || payload.is_empty() {
+        return Err(f.error(
+            "claim",
+            "the claim and payload_in_metadata must not be empty",
+        ));
+    }
+    Ok((payload, claim))
+}
+
+/// `{key, source: headers|metadata}`, or `{source: jwt, claim, payload_in_metadata}`: where a
+/// session or caller identity is read.
 fn compile_identifier(mut id: Fields<'_>) -> Result<SessionIdentifier, ConfigError> {
-    let key = id.str("key")?;
     let source = match id.str("source")? {
         "headers" => StickySource::Headers,
         "metadata" => StickySource::Metadata,
+        "jwt" => StickySource::Jwt,
         other => {
             return Err(id.error(
                 "source",
-                format!("expected `headers` or `metadata`, got `{other}`"),
+                format!("expected `headers`, `metadata` or `jwt`, got `{other}`"),
             ))
         }
     };
-    let key = match source {
-        StickySource::Headers => key.to_ascii_lowercase(),
-        StickySource::Metadata => key.to_string(),
+    let (key, payload) = match source {
+        StickySource::Headers => (id.str("key")?.to_ascii_lowercase(), String::new()),
+        StickySource::Metadata => (id.str("key")?.to_string(), String::new()),
+        StickySource::Jwt => {
+            let (payload, claim) = jwt_claim(&mut id)?;
+            (claim, payload)
+        }
     };
     id.finish(&[])?;
-    Ok(SessionIdentifier { key, source })
+    Ok(SessionIdentifier {
+        key,
+        source,
+        payload,
+    })
 }
 
 /// `sla_cutoff` (TrueFoundry seed, "SLA cutoff"): either threshold or both.
@@ -757,7 +790,7 @@ mod tests {
         );
         assert_eq!(
             err(&json.replace(r#""source": "metadata""#, r#""source": "cookie""#)),
-            "virtual_models[0].routing_config.sticky_routing.session_identifiers[1].source: expected `headers` or `metadata`, got `cookie`"
+            "virtual_models[0].routing_config.sticky_routing.session_identifiers[1].source: expected `headers`, `metadata` or `jwt`, got `cookie`"
         );
         assert_eq!(
             err(&with_vm(r#"{"name": "vm", "model_types": ["chat"], "routing_config": {"type": "round-robin-routing",

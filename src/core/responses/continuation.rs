@@ -164,7 +164,7 @@ pub fn pinned_plan(
     };
     let serves = config
         .model(target)
-        .is_some_and(|m| request.endpoint.served_by(m.provider));
+        .is_some_and(|m| request.endpoint.served_by(m.apis));
     if !serves {
         return Err(ErrorReply::origin_not_native(
             &origin.model,

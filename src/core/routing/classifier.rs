@@ -35,9 +35,11 @@ pub fn parse_answer(body: &[u8]) -> Option<Tier> {
         .split_whitespace()
         .next()?
         .chars()
-        .filter(|c| c.is_alphabetic())
+        // Tier names are ASCII: Unicode case tables would only add .wasm size.
+        .filter(char::is_ascii_alphabetic)
+        .map(|c| c.to_ascii_lowercase())
         .collect();
-    Tier::from_name(&word.to_lowercase())
+    Tier::from_name(&word)
 }
 
 #[cfg(test)]

@@ -2,8 +2,10 @@
 //! request's key with the model's name, and the highest score wins; the second-highest is the
 //! retry model, so it is stable too, and adding or removing a model only moves the keys it
 //! wins or was winning. The key is the caller (the `authorization` header), the conversation
-//! (system prompt and first user message text), or a header or metadata value. A request
-//! without a usable key goes round robin. Keys are hashed at once, never stored or logged.
+//! (system prompt and first user message text), a header or metadata value, or a claim of the
+//! JWT Envoy's `jwt_authn` verified (Zuplo seed, "Sticky by user": `request.user.sub`, the
+//! authenticated subject, not a raw credential). A request without a usable key goes round
+//! robin. Keys are hashed at once, never stored or logged.
 
 use std::borrow::Cow;
 
@@ -28,6 +30,10 @@ pub fn key_hash(by: &HashKey, request: &Request<'_>) -> Option<u64> {
         HashKey::Header(name) => hash64(&[usable(header(name)?)?.as_bytes()]),
         HashKey::Metadata(key) => {
             hash64(&[usable(request.metadata.get(key)?.as_bytes())?.as_bytes()])
+        }
+        HashKey::Jwt { payload, claim } => {
+            let value = request.state.verified_claim(payload, claim)?;
+            hash64(&[usable(&value)?.as_bytes()])
         }
     };
     Some(hash)

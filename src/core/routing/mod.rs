@@ -10,6 +10,7 @@ pub mod conditional;
 pub mod hash;
 pub mod hashing;
 pub mod latency;
+pub mod pins;
 pub mod priority;
 pub mod round_robin;
 pub mod standing;
@@ -53,11 +54,19 @@ pub struct Request<'a> {
 }
 
 impl<'a> Request<'a> {
-    /// The value a session or caller identifier names: a header or a metadata value.
-    pub fn identifier(&self, id: &SessionIdentifier) -> Option<&'a [u8]> {
+    /// The value a session or caller identifier names: a header, a metadata value, or a
+    /// claim of the verified JWT.
+    pub fn identifier(&self, id: &SessionIdentifier) -> Option<Cow<'a, [u8]>> {
         match id.source {
-            StickySource::Headers => self.headers.get(&id.key),
-            StickySource::Metadata => self.metadata.get(&id.key).map(str::as_bytes),
+            StickySource::Headers => self.headers.get(&id.key).map(Cow::Borrowed),
+            StickySource::Metadata => self
+                .metadata
+                .get(&id.key)
+                .map(|v| Cow::Borrowed(v.as_bytes())),
+            StickySource::Jwt => self
+                .state
+                .verified_claim(&id.payload, &id.key)
+                .map(Cow::Owned),
         }
     }
 }
@@ -108,7 +117,7 @@ pub fn plan(
         Some(Named::Catalog(_, m)) if m.visibility == Visibility::Internal => {
             Err(ErrorReply::model_not_found(model))
         }
-        Some(Named::Catalog(_, m)) if !request.endpoint.served_by(m.provider) => Err(
+        Some(Named::Catalog(_, m)) if !request.endpoint.served_by(m.apis) => Err(
             ErrorReply::no_capable_target(model, request.endpoint.display_path()),
         ),
         Some(Named::Catalog(id, _)) => Ok(Plan {
@@ -127,7 +136,7 @@ pub fn plan(
             let capable = |m: ModelId| {
                 config
                     .model(m)
-                    .is_some_and(|m| request.endpoint.served_by(m.provider))
+                    .is_some_and(|m| request.endpoint.served_by(m.apis))
             };
             if !vm.targets.iter().any(|t| capable(t.model)) {
                 return Err(ErrorReply::no_capable_target(
@@ -162,9 +171,9 @@ pub fn plan(
 fn caller_identity(caller: Option<&SessionIdentifier>, request: &Request<'_>) -> [u8; 8] {
     let value = match caller {
         Some(id) => request.identifier(id),
-        None => request.headers.get("authorization"),
+        None => request.headers.get("authorization").map(Cow::Borrowed),
     };
-    hashing::hash64(&[value.unwrap_or_default()]).to_le_bytes()
+    hashing::hash64(&[value.as_deref().unwrap_or_default()]).to_le_bytes()
 }
 
 /// The strategy's order over the targets the request's metadata allows (TrueFoundry seed:
@@ -183,7 +192,7 @@ fn order(
     let capable = |m: ModelId| {
         config
             .model(m)
-            .is_some_and(|m| request.endpoint.served_by(m.provider))
+            .is_some_and(|m| request.endpoint.served_by(m.apis))
     };
     let allowed = |m: ModelId| {
         capable(m)
@@ -219,9 +228,14 @@ fn order(
                             Some(Named::Catalog(id, _)) => Some(id),
                             _ => None,
                         });
-                    (sticky::order(config, &kept, session, pinned), Some(session))
+                    let standing = |m| health.standing(vm, m);
+                    let order = sticky::order(config, &kept, session, pinned, standing);
+                    (order, Some(session))
                 }
-                None => (weighted::order(&kept, rng), None),
+                None => {
+                    let standing = |m| health.standing(vm, m);
+                    (weighted::order_by_health(&kept, standing, rng), None)
+                }
             }
         }
         Routing::Priority(targets) => {
@@ -459,6 +473,77 @@ mod tests {
         );
     }
 
+    /// 50/30/20, the first target unhealthy (two failures in the window): how often each
+    /// target comes first over 10,000 requests (or 10,000 sticky sessions).
+    fn firsts_with_the_first_target_unhealthy(sticky: bool) -> [u32; 3] {
+        use crate::core::health::policy::FailureWindow;
+        use crate::core::health::record::HealthRecord;
+        let sticky = if sticky {
+            r#""sticky_routing": {"ttl_seconds": 60, "session_identifiers": [{"key": "x-user", "source": "headers"}]},"#
+        } else {
+            ""
+        };
+        let config = Config::parse(
+            format!(
+                r#"{{"models": [
+                {{"name": "a", "cluster": "c", "model": "m"}},
+                {{"name": "b", "cluster": "c", "model": "m"}},
+                {{"name": "c", "cluster": "c", "model": "m"}}],
+              "virtual_models": [{{"name": "vm", "model_types": ["chat"], "routing_config": {{
+                "type": "weight-based-routing", {sticky} "load_balance_targets": [
+                  {{"target": "a", "weight": 50}}, {{"target": "b", "weight": 30}},
+                  {{"target": "c", "weight": 20}}]}}}}]}}"#
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+        let records = vec![
+            HealthRecord {
+                failures: vec![400, 450],
+                ..HealthRecord::default()
+            },
+            HealthRecord::default(),
+            HealthRecord::default(),
+        ];
+        let health = HealthInput {
+            records: &records,
+            now_ms: 500,
+            window: FailureWindow::default(),
+        };
+        let metadata = Metadata::default();
+        let mut rng = fastrand::Rng::with_seed(16);
+        let mut firsts = [0u32; 3];
+        for i in 0..10_000 {
+            let user = format!("user-{i}");
+            let headers = Headers::from_pairs([("x-user", user.as_str())]);
+            let r = Request {
+                headers: &headers,
+                ..request(Endpoint::ChatCompletions, "vm", &metadata)
+            };
+            let c = plan(&config, &r, &health, &mut rng).unwrap().candidates;
+            assert_eq!(c[2], ModelId(0), "the unhealthy target goes last");
+            firsts[c[0].0] += 1;
+        }
+        firsts
+    }
+
+    #[test]
+    fn healthy_targets_share_an_unhealthy_targets_traffic_by_their_weights() {
+        // 60/40, not 80/20: standard deviation 49 over 10,000; bands of 4 of them.
+        for sticky in [false, true] {
+            let firsts = firsts_with_the_first_target_unhealthy(sticky);
+            assert_eq!(firsts[0], 0);
+            assert!(
+                firsts[1].abs_diff(6000) < 200,
+                "sticky {sticky}: {firsts:?}"
+            );
+            assert!(
+                firsts[2].abs_diff(4000) < 200,
+                "sticky {sticky}: {firsts:?}"
+            );
+        }
+    }
+
     #[test]
     fn metadata_match_filters_targets_before_the_strategy() {
         let config = Config::parse(
@@ -557,6 +642,105 @@ mod tests {
         let e = run(Endpoint::Embeddings, "claude").unwrap_err();
         assert_eq!(e.status, 400);
         assert!(e.body.contains("/v1/embeddings"));
+    }
+
+    #[test]
+    fn eligibility_follows_each_models_apis_not_its_provider() {
+        // Claude served through Azure AI (an Azure endpoint that speaks the Messages API), and
+        // an OpenAI-compatible server, which is not assumed to serve the Responses API.
+        let config = Config::parse(
+            br#"{"models": [
+                {"name": "azure-ai/claude", "cluster": "c", "model": "claude-sonnet-4-6",
+                 "provider": "azure", "apis": ["messages"]},
+                {"name": "anthropic/claude", "cluster": "c", "model": "m", "provider": "anthropic"},
+                {"name": "vllm/llama", "cluster": "c", "model": "m", "provider": "openai-compatible"},
+                {"name": "openai/gpt", "cluster": "c", "model": "m", "provider": "openai"}],
+              "virtual_models": [
+                {"name": "claude", "model_types": ["chat"], "routing_config": {
+                  "type": "priority-based-routing", "load_balance_targets": [
+                    {"target": "azure-ai/claude", "priority": 0},
+                    {"target": "anthropic/claude", "priority": 1},
+                    {"target": "openai/gpt", "priority": 2}]}},
+                {"name": "resp", "model_types": ["responses", "chat"], "routing_config": {
+                  "type": "priority-based-routing", "load_balance_targets": [
+                    {"target": "vllm/llama", "priority": 0},
+                    {"target": "openai/gpt", "priority": 1}]}}]}"#,
+        )
+        .unwrap();
+        let metadata = Metadata::default();
+        let mut rng = fastrand::Rng::with_seed(4);
+        let mut run = |endpoint, model| {
+            let r = request(endpoint, model, &metadata);
+            plan(&config, &r, &HealthInput::NONE, &mut rng).map(|p| p.candidates)
+        };
+        assert_eq!(
+            run(Endpoint::Messages, "claude").unwrap(),
+            [0, 1].map(ModelId),
+            "Claude on Azure AI serves /v1/messages; the GPT model does not"
+        );
+        assert_eq!(
+            run(Endpoint::ChatCompletions, "claude").unwrap(),
+            [1, 3].map(ModelId),
+            "that Azure model serves only the Messages API"
+        );
+        assert_eq!(run(Endpoint::Responses, "resp").unwrap(), vec![ModelId(3)]);
+        assert_eq!(
+            run(Endpoint::ChatCompletions, "resp").unwrap(),
+            [2, 3].map(ModelId)
+        );
+    }
+
+    #[test]
+    fn hash_and_latency_routing_key_on_the_verified_jwt_subject() {
+        let config = Config::parse(
+            br#"{"models": [
+                {"name": "a", "cluster": "c", "model": "m"}, {"name": "b", "cluster": "c", "model": "m"},
+                {"name": "c", "cluster": "c", "model": "m"}, {"name": "d", "cluster": "c", "model": "m"}],
+              "virtual_models": [
+                {"name": "hash", "model_types": ["chat"], "routing_config": {
+                  "type": "hash-based-routing", "hash_key": {"source": "jwt", "claim": "sub"},
+                  "load_balance_targets": [{"target": "a"}, {"target": "b"}, {"target": "c"}, {"target": "d"}]}},
+                {"name": "latency", "model_types": ["chat"], "routing_config": {
+                  "type": "latency-based-routing",
+                  "caller_identifier": {"source": "jwt", "payload_in_metadata": "claims"},
+                  "load_balance_targets": [{"target": "a"}, {"target": "b"}, {"target": "c"}, {"target": "d"}]}}]}"#,
+        )
+        .unwrap();
+        let metadata = Metadata::default();
+        let route = |model: &str, state: &state::LocalState, token: &str| {
+            let headers = Headers::from_pairs([("authorization", token)]);
+            let r = Request {
+                headers: &headers,
+                state,
+                ..request(Endpoint::ChatCompletions, model, &metadata)
+            };
+            plan(
+                &config,
+                &r,
+                &HealthInput::NONE,
+                &mut fastrand::Rng::with_seed(9),
+            )
+            .unwrap()
+            .candidates
+        };
+        let mut spread = std::collections::BTreeSet::new();
+        for user in 0..40 {
+            let sub = format!("user-{user}");
+            let alice = state::LocalState::default().with_claim("jwt_payload", "sub", &sub);
+            let first = route("hash", &alice, "Bearer token-1");
+            assert_eq!(route("hash", &alice, "Bearer token-2"), first, "{sub}");
+            spread.insert(first[0].0);
+            let alice = state::LocalState::default().with_claim("claims", "sub", &sub);
+            let first = route("latency", &alice, "Bearer token-1");
+            assert_eq!(route("latency", &alice, "Bearer token-2")[0], first[0]);
+        }
+        assert!(spread.len() >= 3, "{spread:?}");
+        // No verified token: no key, so hash routing goes round robin.
+        let none = state::LocalState::default();
+        let firsts: std::collections::BTreeSet<_> = (0..8)
+            .map(|_| route("hash", &none, "Bearer x")[0].0)
+            .collect();
+        assert!(firsts.len() > 1, "{firsts:?}");
     }
 
     #[test]

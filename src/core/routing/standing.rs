@@ -94,17 +94,19 @@ impl HealthInput<'_> {
     }
 }
 
+/// Where a standing goes in the order: healthy 0, unhealthy 1, evicted 2.
+pub fn rank(standing: Standing) -> u8 {
+    match standing {
+        Standing::Healthy => 0,
+        Standing::Unhealthy => 1,
+        Standing::Evicted => 2,
+    }
+}
+
 /// Reorders candidates by standing, stable within each standing. Each standing is computed
 /// once; the common all-healthy case moves nothing.
 pub fn apply(candidates: &mut Vec<ModelId>, standing: impl Fn(ModelId) -> Standing) {
-    let ranks: Vec<u8> = candidates
-        .iter()
-        .map(|m| match standing(*m) {
-            Standing::Healthy => 0u8,
-            Standing::Unhealthy => 1,
-            Standing::Evicted => 2,
-        })
-        .collect();
+    let ranks: Vec<u8> = candidates.iter().map(|m| rank(standing(*m))).collect();
     if ranks.iter().all(|r| *r == 0) {
         return;
     }

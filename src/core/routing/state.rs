@@ -13,6 +13,12 @@ pub trait RoutingState {
     fn next_cursor(&self, virtual_model: usize, len: usize, rng: &mut fastrand::Rng) -> usize;
     /// Pins a session to `value` (a target name, or `tier:<name>`) for a window.
     fn pin(&self, virtual_model: &str, session: u64, window: u64, value: &str);
+    /// A string claim of the JWT that Envoy's `jwt_authn` filter verified and stored under
+    /// `payload` (its `payload_in_metadata`); `None` without one.
+    fn verified_claim(&self, payload: &str, claim: &str) -> Option<Vec<u8>> {
+        let _ = (payload, claim);
+        None
+    }
 }
 
 /// In-memory state.
@@ -20,6 +26,19 @@ pub trait RoutingState {
 pub struct LocalState {
     cursors: RefCell<Vec<(usize, usize)>>,
     pins: RefCell<Vec<(String, u64, u64, String)>>,
+    claims: Vec<(String, String, Vec<u8>)>,
+}
+
+impl LocalState {
+    /// State whose verified JWT under `payload` has `claim` = `value`.
+    pub fn with_claim(mut self, payload: &str, claim: &str, value: &str) -> Self {
+        self.claims.push((
+            payload.to_string(),
+            claim.to_string(),
+            value.as_bytes().to_vec(),
+        ));
+        self
+    }
 }
 
 impl RoutingState for LocalState {
@@ -39,6 +58,13 @@ impl RoutingState for LocalState {
             window,
             value.to_string(),
         ));
+    }
+
+    fn verified_claim(&self, payload: &str, claim: &str) -> Option<Vec<u8>> {
+        self.claims
+            .iter()
+            .find(|(p, c, _)| p == payload && c == claim)
+            .map(|(_, _, v)| v.clone())
     }
 
     fn next_cursor(&self, virtual_model: usize, len: usize, rng: &mut fastrand::Rng) -> usize {

@@ -7,8 +7,10 @@
 //! targets in config order, not by weight. Session keys are hashed at once and never stored.
 
 use super::hashing::{hash64, rendezvous_score};
+use super::standing::rank;
 use super::Request;
 use crate::core::config::{Config, ModelId, StickyRouting, WeightedTarget};
+use crate::core::health::record::Standing;
 
 /// A session and the TTL window the request falls in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,7 +33,7 @@ pub fn session(
         if i > 0 {
             key.push(0x1f);
         }
-        key.extend_from_slice(request.identifier(id).unwrap_or_default());
+        key.extend_from_slice(request.identifier(id).as_deref().unwrap_or_default());
     }
     Session {
         hash: hash64(&[vm_name.as_bytes(), &key]),
@@ -39,13 +41,16 @@ pub fn session(
     }
 }
 
-/// The session's target first (its pin if it has one, else the rendezvous winner), then the
-/// other targets in config order.
+/// The session's target first (its pin if it has one, else the rendezvous winner among the
+/// targets in the best standing, so the sessions of an unhealthy target spread over the
+/// healthy ones by weight: TrueFoundry virtual models, "Routing Strategies", strategies pick
+/// "among healthy targets"), then the other targets in config order.
 pub fn order(
     config: &Config,
     targets: &[WeightedTarget],
     session: Session,
     pinned: Option<ModelId>,
+    standing: impl Fn(ModelId) -> Standing,
 ) -> Vec<ModelId> {
     let key = hash64(&[&session.hash.to_le_bytes(), &session.window.to_le_bytes()]);
     let name = |m: ModelId| config.model(m).map_or("", |m| m.name.as_str());
@@ -56,9 +61,12 @@ pub fn order(
                 .iter()
                 .filter(|t| t.weight > 0)
                 // Each score once: a hash and a logarithm per target.
-                .map(|t| (rendezvous_score(key, name(t.model), t.weight), t.model))
-                .max_by(|a, b| a.0.total_cmp(&b.0))
-                .map(|(_, m)| m)
+                .map(|t| {
+                    let score = rendezvous_score(key, name(t.model), t.weight);
+                    (rank(standing(t.model)), score, t.model)
+                })
+                .max_by(|a, b| b.0.cmp(&a.0).then(a.1.total_cmp(&b.1)))
+                .map(|(_, _, m)| m)
         });
     winner
         .into_iter()

@@ -4,8 +4,41 @@
 //! The primary is drawn with the caller's RNG; the rest follow by descending weight (ties in
 //! config order), so a fallback prefers the target meant to carry more traffic. Drained
 //! targets come last: they never take first attempts but still stand behind the others.
+//!
+//! The draw is among healthy targets only (TrueFoundry virtual models, "Routing Strategies":
+//! each strategy "picks among healthy targets"; "Unhealthy target detection"): with 50/30/20
+//! and the first unhealthy, the others get 60/40, not 80/20 as they would if the unhealthy
+//! target's share went to whichever target is next by weight. Unhealthy targets, then evicted
+//! ones, follow, each group ordered the same way among themselves.
 
+use super::standing::rank;
 use crate::core::config::{ModelId, WeightedTarget};
+use crate::core::health::record::Standing;
+
+/// Orders the targets by standing: a weighted draw among the healthy targets, the other
+/// healthy ones by weight, then the unhealthy and the evicted targets, each group in the
+/// same order among themselves.
+pub fn order_by_health(
+    targets: &[WeightedTarget],
+    standing: impl Fn(ModelId) -> Standing,
+    rng: &mut fastrand::Rng,
+) -> Vec<ModelId> {
+    let ranks: Vec<u8> = targets.iter().map(|t| rank(standing(t.model))).collect();
+    if ranks.iter().all(|r| *r == 0) {
+        return order(targets, rng);
+    }
+    let mut out = Vec::with_capacity(targets.len());
+    for group in 0..3u8 {
+        let members: Vec<WeightedTarget> = targets
+            .iter()
+            .zip(&ranks)
+            .filter(|(_, r)| **r == group)
+            .map(|(t, _)| *t)
+            .collect();
+        out.extend(order(&members, rng));
+    }
+    out
+}
 
 /// Orders the targets for one request: a weighted draw first, then by weight.
 pub fn order(targets: &[WeightedTarget], rng: &mut fastrand::Rng) -> Vec<ModelId> {
@@ -69,6 +102,49 @@ mod tests {
         {
             assert!(count.abs_diff(expected) < band, "{counts:?}");
         }
+    }
+
+    #[test]
+    fn healthy_targets_share_in_proportion_to_their_weights() {
+        let t = targets(&[50, 30, 20]);
+        let standing = |m: ModelId| {
+            if m.0 == 0 {
+                Standing::Unhealthy
+            } else {
+                Standing::Healthy
+            }
+        };
+        let mut rng = fastrand::Rng::with_seed(16);
+        let mut firsts = [0u32; 3];
+        for _ in 0..10_000 {
+            let o = order_by_health(&t, standing, &mut rng);
+            assert_eq!(o.len(), 3);
+            assert_eq!(o[2], ModelId(0), "the unhealthy target goes last");
+            firsts[o[0].0] += 1;
+        }
+        // 60/40 (standard deviation 49 over 10,000 draws; bands of 4 of them).
+        assert_eq!(firsts[0], 0);
+        assert!(firsts[1].abs_diff(6000) < 200, "{firsts:?}");
+        assert!(firsts[2].abs_diff(4000) < 200, "{firsts:?}");
+    }
+
+    #[test]
+    fn unhealthy_and_evicted_targets_follow_in_their_own_weighted_order() {
+        let t = targets(&[40, 10, 30, 20]);
+        let standing = |m: ModelId| match m.0 {
+            0 | 2 => Standing::Evicted,
+            1 => Standing::Unhealthy,
+            _ => Standing::Healthy,
+        };
+        let mut rng = fastrand::Rng::with_seed(5);
+        let mut evicted_first = [0u32; 2];
+        for _ in 0..2_000 {
+            let o = order_by_health(&t, standing, &mut rng);
+            assert_eq!(&o[..2], &[ModelId(3), ModelId(1)]);
+            evicted_first[usize::from(o[2] == ModelId(2))] += 1;
+        }
+        // Among the evicted, 40/30 by weight: 4/7 of 2,000 is about 1,143.
+        assert!(evicted_first[0].abs_diff(1143) < 100, "{evicted_first:?}");
     }
 
     #[test]

@@ -178,8 +178,9 @@ fn explain(args: &[String]) -> Result<String, String> {
     }
     .unwrap_or_default();
     let metadata_header = headers.get(&config.header_names.metadata);
-    let metadata =
-        Metadata::resolve(metadata_header, &config.default_metadata).map_err(|e| e.body)?;
+    let metadata = Metadata::resolve(metadata_header, &config.default_metadata)
+        .map_err(|e| e.body)?
+        .beneath(&config.gateway_metadata);
     match config.lookup(&requested) {
         Some(Named::Virtual(_, vm)) => {
             let strategy = match &vm.routing {
@@ -215,9 +216,10 @@ fn explain(args: &[String]) -> Result<String, String> {
                     continue;
                 };
                 let mut notes = Vec::new();
-                if !endpoint.served_by(m.provider) {
+                if !endpoint.served_by(m.apis) {
                     notes.push(format!(
-                        "out: its provider does not serve {}",
+                        "out: its apis do not include `{}`, which serves {}",
+                        endpoint.api().name(),
                         endpoint.display_path()
                     ));
                 }

@@ -55,7 +55,7 @@ fn explain_lists_the_candidates_and_why_targets_are_out() {
         "/v1/messages",
     ]);
     assert!(ok, "{err}");
-    assert!(out.contains("openai-main/gpt-4o (cluster openai_main): out: its provider does not serve /v1/messages"), "{out}");
+    assert!(out.contains("openai-main/gpt-4o (cluster openai_main): out: its apis do not include `messages`, which serves /v1/messages"), "{out}");
     assert!(out.contains("  1. anthropic/claude-sonnet"), "{out}");
     assert!(!out.contains("  2."), "{out}");
     assert!(
