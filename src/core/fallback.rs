@@ -128,16 +128,18 @@ impl Attempts {
             AttemptOutcome::Status(s) => (p.retry_on.contains(s), p.fallback_on.contains(s)),
             // No answer at all: retried like an `on_status_codes` status when retries are
             // configured, and a reason to fall back.
-            AttemptOutcome::ConnectFailure | AttemptOutcome::Timeout => (true, true),
+            AttemptOutcome::ConnectFailure | AttemptOutcome::Timeout => (p.retry_no_answer, true),
             // Abandoned for being slow: the next candidate, never the same target again.
             AttemptOutcome::FallbackTimeout => (false, true),
         };
         if retryable && self.retries_here < p.retry_attempts {
+            // Retry n waits delay × multiplier^(n-1) (Zuplo seed: 250 ms, then 500 ms).
+            let factor = u64::from(p.retry_backoff).saturating_pow(self.retries_here);
             self.retries_here += 1;
             self.total += 1;
             return Step::Retry {
                 target,
-                delay_ms: p.retry_delay_ms,
+                delay_ms: p.retry_delay_ms.saturating_mul(factor),
             };
         }
         // Exhausted only if there was at least one retry to spend.
@@ -328,6 +330,64 @@ mod tests {
             run(&p, &mut a, AttemptOutcome::FallbackTimeout),
             Step::GiveUp
         );
+    }
+
+    #[test]
+    fn retry_delays_grow_by_the_backoff_multiplier() {
+        // Zuplo seed, "Failures and retries": a 429 is retried twice, after 250 ms and then
+        // 500 ms, then the request moves to the retry model. A fixed delay (the old
+        // behaviour) would wait 250 ms twice.
+        let mut p = policies();
+        p[0].retry_attempts = 2;
+        p[0].retry_delay_ms = 250;
+        p[0].retry_backoff = 2;
+        p[0].retry_on = StatusSet::of(&[429]);
+        let mut a = Attempts::new(ids(2), false);
+        let retry = |delay_ms| Step::Retry {
+            target: ModelId(0),
+            delay_ms,
+        };
+        assert_eq!(run(&p, &mut a, AttemptOutcome::Status(429)), retry(250));
+        assert_eq!(run(&p, &mut a, AttemptOutcome::Status(429)), retry(500));
+        assert_eq!(
+            run(&p, &mut a, AttemptOutcome::Status(429)),
+            Step::Fallback { target: ModelId(1) }
+        );
+        assert_eq!(run(&p, &mut a, AttemptOutcome::Status(429)), Step::GiveUp);
+        // The default multiplier of 1 keeps the seed's fixed delay.
+        let mut p = policies();
+        p[0].retry_attempts = 3;
+        let mut a = Attempts::new(ids(1), false);
+        for _ in 0..3 {
+            assert_eq!(run(&p, &mut a, AttemptOutcome::Status(503)), retry(100));
+        }
+        // A huge multiplier saturates instead of overflowing.
+        let mut p = policies();
+        (p[0].retry_attempts, p[0].retry_backoff) = (10, 10);
+        p[0].retry_delay_ms = u64::MAX / 2;
+        let mut a = Attempts::new(ids(1), false);
+        run(&p, &mut a, AttemptOutcome::Status(503));
+        assert_eq!(
+            run(&p, &mut a, AttemptOutcome::Status(503)),
+            retry(u64::MAX)
+        );
+    }
+
+    #[test]
+    fn without_retries_on_connection_failure_an_unreachable_target_falls_back_at_once() {
+        // Zuplo seed: a model that can't be reached moves to the retry model; only 429 is
+        // retried on the same model.
+        let mut p = policies();
+        p[0].retry_attempts = 2;
+        p[0].retry_on = StatusSet::of(&[429]);
+        p[0].retry_no_answer = false;
+        for outcome in [AttemptOutcome::ConnectFailure, AttemptOutcome::Timeout] {
+            let mut a = Attempts::new(ids(2), false);
+            assert_eq!(
+                run(&p, &mut a, outcome),
+                Step::Fallback { target: ModelId(1) }
+            );
+        }
     }
 
     #[test]

@@ -4,7 +4,7 @@ use super::fields::{ConfigError, Fields};
 use super::routing_config::{compile_virtual_model, Catalog};
 use super::upstream::{compile_upstream, expand_env};
 use super::{
-    Config, HeaderNames, Model, ModelId, NameEntry, Provider, Visibility,
+    name_key, Config, HeaderNames, Model, ModelId, NameEntry, Provider, Visibility,
     DEFAULT_MAX_REQUEST_BODY_BYTES,
 };
 use crate::core::endpoint::{Api, Apis};
@@ -35,6 +35,16 @@ pub(super) fn compile(
         None => HeaderNames::default(),
     };
 
+    let fold_case = match root.opt_str("model_name_case")? {
+        None | Some("sensitive") => false,
+        Some("insensitive") => true,
+        Some(other) => {
+            return Err(root.error(
+                "model_name_case",
+                format!("expected `sensitive` or `insensitive`, got `{other}`"),
+            ))
+        }
+    };
     let mut names: HashMap<String, NameEntry> = HashMap::new();
     let mut models = Vec::new();
     let items = root
@@ -47,7 +57,10 @@ pub(super) fn compile(
         let model = compile_model(Fields::new(path.clone(), value)?, &header_names, env)?;
         let id = ModelId(models.len());
         if names
-            .insert(model.name.clone(), NameEntry::Catalog(id))
+            .insert(
+                name_key(&model.name, fold_case).into_owned(),
+                NameEntry::Catalog(id),
+            )
             .is_some()
         {
             return Err(ConfigError::new(
@@ -72,11 +85,15 @@ pub(super) fn compile(
             names: &names,
             virtual_names: &virtual_names,
             header_names: &header_names,
+            fold_case,
             env,
         };
         let vm = compile_virtual_model(f, &catalog)?;
         if names
-            .insert(vm.name.clone(), NameEntry::Virtual(virtual_models.len()))
+            .insert(
+                name_key(&vm.name, fold_case).into_owned(),
+                NameEntry::Virtual(virtual_models.len()),
+            )
             .is_some()
         {
             return Err(ConfigError::new(
@@ -152,6 +169,7 @@ pub(super) fn compile(
         failure_window,
         health_view_ms,
         attempt_timeout_ms,
+        fold_case,
         names,
     })
 }

@@ -205,6 +205,17 @@ impl<'a> Fields<'a> {
         let mut set = crate::core::status_set::StatusSet::default();
         for (path, v) in items {
             let code = match v {
+                // A class such as "5xx": every code from 500 to 599.
+                Value::String(s) if s.len() == 3 && s.ends_with("xx") => {
+                    match s.as_bytes().first() {
+                        Some(d @ b'1'..=b'5') => {
+                            let base = u16::from(d - b'0') * 100;
+                            (base..base + 100).for_each(|c| set.insert(c));
+                            continue;
+                        }
+                        _ => None,
+                    }
+                }
                 Value::String(s) => s.trim().parse::<u16>().ok(),
                 Value::Number(n) => n.as_u64().and_then(|n| u16::try_from(n).ok()),
                 _ => None,

@@ -267,8 +267,16 @@ pub enum Routing {
 pub struct TargetPolicy {
     /// `retry_config.attempts`: retries on the same target (default 0).
     pub retry_attempts: u32,
-    /// `retry_config.delay`: milliseconds between retries (default 100).
+    /// `retry_config.delay`: milliseconds before the first retry (default 100).
     pub retry_delay_ms: u64,
+    /// `retry_config.backoff_multiplier`: retry n waits `delay × multiplier^(n-1)` (default 1,
+    /// a fixed delay). Zuplo seed, "Failures and retries": 250 ms then 500 ms is `delay: 250`
+    /// with multiplier 2.
+    pub retry_backoff: u32,
+    /// `retry_config.on_connection_failure`: whether a connection failure or upstream timeout
+    /// is retried like an `on_status_codes` status (default true). Zuplo seed, "Failures and
+    /// retries": a model that "can't be reached" moves to the retry model at once (false).
+    pub retry_no_answer: bool,
     /// `retry_config.on_status_codes` (default 429, 500, 502, 503).
     pub retry_on: StatusSet,
     /// `fallback_status_codes`: codes that move the request to another target
@@ -285,6 +293,8 @@ impl Default for TargetPolicy {
         TargetPolicy {
             retry_attempts: 0,
             retry_delay_ms: 100,
+            retry_backoff: 1,
+            retry_no_answer: true,
             retry_on: StatusSet::of(&[429, 500, 502, 503]),
             fallback_on: StatusSet::of(&[401, 403, 404, 408, 429, 500, 502, 503]),
             fallback_candidate: true,
@@ -297,6 +307,8 @@ impl Default for TargetPolicy {
 pub static DIRECT_POLICY: TargetPolicy = TargetPolicy {
     retry_attempts: 0,
     retry_delay_ms: 0,
+    retry_backoff: 1,
+    retry_no_answer: true,
     retry_on: StatusSet::EMPTY,
     fallback_on: StatusSet::EMPTY,
     fallback_candidate: false,
@@ -341,6 +353,9 @@ pub struct VirtualModel {
     /// `fallback_timeout_ms` (Zuplo seed): abandon an attempt, any of them, that has not
     /// started answering, for the next candidate.
     pub fallback_timeout_ms: Option<u64>,
+    /// `max_targets_per_request`: how many targets one request may try, the first included
+    /// (Zuplo seed, "Failures and retries": "each request tries at most two models").
+    pub max_targets: Option<usize>,
     /// Whether any target has an SLA cutoff (so routing needs latency samples).
     pub has_sla: bool,
     /// Whether any target has a `metadata_match` (so targets are filtered first).
@@ -437,7 +452,20 @@ pub struct Config {
     /// `gateway_region` and `gateway_zone` from the host's locality (set by the adapter, not
     /// the plugin config): metadata below the header and `default_metadata`.
     pub gateway_metadata: Vec<(String, String)>,
+    /// `model_name_case: "insensitive"`: model names are looked up without regard to ASCII case.
+    pub fold_case: bool,
     names: HashMap<String, NameEntry>,
+}
+
+/// The key a model name is stored and looked up under: the name itself, or under
+/// `model_name_case: "insensitive"` its ASCII lower case (Zuplo seed, "Limitations": the
+/// policy compares entries without regard to case).
+pub(crate) fn name_key(name: &str, fold_case: bool) -> std::borrow::Cow<'_, str> {
+    if fold_case && name.bytes().any(|b| b.is_ascii_uppercase()) {
+        std::borrow::Cow::Owned(name.to_ascii_lowercase())
+    } else {
+        std::borrow::Cow::Borrowed(name)
+    }
 }
 
 impl Config {
@@ -469,7 +497,7 @@ impl Config {
 
     /// Looks a model name up in the catalog and the virtual models.
     pub fn lookup(&self, name: &str) -> Option<Named<'_>> {
-        match *self.names.get(name)? {
+        match *self.names.get(name_key(name, self.fold_case).as_ref())? {
             NameEntry::Catalog(id) => self.models.get(id.0).map(|m| Named::Catalog(id, m)),
             NameEntry::Virtual(i) => self.virtual_models.get(i).map(|vm| Named::Virtual(i, vm)),
         }

@@ -8,8 +8,8 @@
 use super::compile::{checked_header_name, header_value};
 use super::fields::{ConfigError, Fields};
 use super::{
-    Classifier, ComplexityTarget, ConditionalTarget, HashKey, HeadersOverride, Model, ModelId,
-    NameEntry, PriorityTarget, Routing, SessionIdentifier, StickyRouting, StickySource,
+    name_key, Classifier, ComplexityTarget, ConditionalTarget, HashKey, HeadersOverride, Model,
+    ModelId, NameEntry, PriorityTarget, Routing, SessionIdentifier, StickyRouting, StickySource,
     TargetConfig, TargetPolicy, Thresholds, Tier, VirtualModel, WeightedTarget,
     DEFAULT_JWT_PAYLOAD,
 };
@@ -154,6 +154,10 @@ pub(super) fn compile_virtual_model(
         Some(0) => return Err(f.error("fallback_timeout_ms", "must be greater than 0")),
         other => other,
     };
+    let max_targets = match f.opt_u64("max_targets_per_request", 1_000)? {
+        Some(0) => return Err(f.error("max_targets_per_request", "must be at least 1")),
+        other => other.map(|n| n as usize),
+    };
     f.finish(&[])?;
     let has_sla = targets.iter().any(|t| t.policy.sla.is_some());
     let has_metadata_match = targets.iter().any(|t| !t.metadata_match.is_empty());
@@ -163,6 +167,7 @@ pub(super) fn compile_virtual_model(
         routing,
         targets,
         fallback_timeout_ms,
+        max_targets,
         has_sla,
         has_metadata_match,
         sticky,
@@ -175,6 +180,8 @@ pub(super) struct Catalog<'c> {
     pub names: &'c HashMap<String, NameEntry>,
     pub virtual_names: &'c [&'c str],
     pub header_names: &'c super::HeaderNames,
+    /// `model_name_case: "insensitive"`.
+    pub fold_case: bool,
     /// The environment `${env:NAME}` references are read from.
     pub env: &'c dyn Fn(&str) -> Option<String>,
 }
@@ -290,6 +297,14 @@ fn compile_policy(t: &mut Fields<'_>) -> Result<TargetPolicy, ConfigError> {
         }
         if let Some(ms) = r.opt_u64("delay", 60_000)? {
             p.retry_delay_ms = ms;
+        }
+        match r.opt_u64("backoff_multiplier", 10)? {
+            Some(0) => return Err(r.error("backoff_multiplier", "must be from 1 to 10")),
+            Some(m) => p.retry_backoff = m as u32,
+            None => {}
+        }
+        if let Some(b) = r.opt_bool("on_connection_failure")? {
+            p.retry_no_answer = b;
         }
         if let Some(codes) = r.opt_status_codes("on_status_codes")? {
             p.retry_on = codes;
@@ -421,7 +436,10 @@ fn compile_complexity(
         .max(1);
     let classifier = match f.opt_str("classifier_model")? {
         None => None,
-        Some(name) => match catalog.names.get(name) {
+        Some(name) => match catalog
+            .names
+            .get(name_key(name, catalog.fold_case).as_ref())
+        {
             Some(NameEntry::Catalog(id)) => Some(Classifier {
                 model: *id,
                 timeout_ms,
@@ -530,12 +548,19 @@ fn compile_sla(mut f: Fields<'_>) -> Result<SlaCutoff, ConfigError> {
 /// (TrueFoundry seed FAQ: targets must be real catalog models).
 fn resolve_target(t: &mut Fields<'_>, catalog: &Catalog<'_>) -> Result<ModelId, ConfigError> {
     let name = t.str("target")?;
-    match catalog.names.get(name) {
+    let key = name_key(name, catalog.fold_case);
+    match catalog.names.get(key.as_ref()) {
         Some(NameEntry::Catalog(id)) if id.0 < catalog.models.len() => Ok(*id),
-        _ if catalog.virtual_names.contains(&name) => Err(t.error(
-            "target",
-            format!("`{name}` is a virtual model; targets must be catalog models"),
-        )),
+        _ if catalog
+            .virtual_names
+            .iter()
+            .any(|v| name_key(v, catalog.fold_case) == key) =>
+        {
+            Err(t.error(
+                "target",
+                format!("`{name}` is a virtual model; targets must be catalog models"),
+            ))
+        }
         _ => Err(t.error("target", format!("`{name}` is not a model in `models`"))),
     }
 }
@@ -659,14 +684,55 @@ mod tests {
     }
 
     #[test]
+    fn backoff_connection_retries_status_classes_and_max_targets_parse() {
+        use crate::core::config::ModelId;
+        let c = Config::parse(
+            with_vm(
+                r#"{"name": "vm", "model_types": ["chat"], "max_targets_per_request": 2,
+                "routing_config": {"type": "round-robin-routing", "load_balance_targets": [
+                  {"target": "a", "retry_config": {"attempts": 2, "delay": 250, "backoff_multiplier": 2,
+                     "on_connection_failure": false, "on_status_codes": ["429"]},
+                   "fallback_status_codes": ["408", "425", "5xx"]},
+                  {"target": "b"}]}}"#,
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+        let vm = &c.virtual_models[0];
+        assert_eq!(vm.max_targets, Some(2));
+        let p = vm.policy(ModelId(0));
+        assert_eq!((p.retry_backoff, p.retry_no_answer), (2, false));
+        for code in [408, 425, 500, 504, 599] {
+            assert!(p.fallback_on.contains(code), "{code}");
+        }
+        assert!(!p.fallback_on.contains(429) && !p.fallback_on.contains(499));
+        let q = vm.policy(ModelId(1));
+        assert_eq!((q.retry_backoff, q.retry_no_answer), (1, true));
+        assert_eq!(
+            err(&weighted(r#"{"target": "a", "weight": 100, "retry_config": {"backoff_multiplier": 0}}"#)),
+            "virtual_models[0].routing_config.load_balance_targets[0].retry_config.backoff_multiplier: must be from 1 to 10"
+        );
+        assert_eq!(
+            err(&weighted(r#"{"target": "a", "weight": 100, "fallback_status_codes": ["6xx"]}"#)),
+            "virtual_models[0].routing_config.load_balance_targets[0].fallback_status_codes[0]: expected an HTTP status code such as \"429\", got \"6xx\""
+        );
+        assert_eq!(
+            err(&with_vm(
+                r#"{"name": "vm", "model_types": ["chat"], "max_targets_per_request": 0, "routing_config": {"type": "weight-based-routing", "load_balance_targets": [{"target": "a", "weight": 100}]}}"#
+            )),
+            "virtual_models[0].max_targets_per_request: must be at least 1"
+        );
+    }
+
+    #[test]
     fn bad_retry_fallback_and_sla_fields_name_their_path() {
         assert_eq!(
-            err(&weighted(r#"{"target": "a", "weight": 100, "fallback_status_codes": ["4xx"]}"#)),
-            "virtual_models[0].routing_config.load_balance_targets[0].fallback_status_codes[0]: expected an HTTP status code such as \"429\", got \"4xx\""
+            err(&weighted(r#"{"target": "a", "weight": 100, "fallback_status_codes": ["45x"]}"#)),
+            "virtual_models[0].routing_config.load_balance_targets[0].fallback_status_codes[0]: expected an HTTP status code such as \"429\", got \"45x\""
         );
         assert_eq!(
             err(&weighted(r#"{"target": "a", "weight": 100, "retry_config": {"attempts": 2, "backoff": 1}}"#)),
-            "virtual_models[0].routing_config.load_balance_targets[0].retry_config.backoff: unknown field; expected one of: attempts, delay, on_status_codes"
+            "virtual_models[0].routing_config.load_balance_targets[0].retry_config.backoff: unknown field; expected one of: attempts, delay, backoff_multiplier, on_connection_failure, on_status_codes"
         );
         assert_eq!(
             err(&weighted(r#"{"target": "a", "weight": 100, "fallback_candidate": "no"}"#)),

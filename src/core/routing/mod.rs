@@ -156,6 +156,9 @@ pub fn plan(
             if !matches!(vm.routing, Routing::Complexity { .. }) {
                 standing::apply(&mut candidates, |m| health.standing(vm, m));
             }
+            if let Some(n) = vm.max_targets {
+                limit(&mut candidates, n, |m| vm.policy(m).fallback_candidate);
+            }
             Ok(Plan {
                 candidates,
                 virtual_model: Some(index),
@@ -164,6 +167,18 @@ pub fn plan(
             })
         }
     }
+}
+
+/// Keeps the first candidate and the next `max - 1` that may receive a fallback: the targets
+/// one request may try under `max_targets_per_request` (Zuplo seed, "Failures and retries":
+/// at most two models, the chosen one and its retry model).
+fn limit(candidates: &mut Vec<ModelId>, max: usize, fallback_candidate: impl Fn(ModelId) -> bool) {
+    let mut kept = 0;
+    candidates.retain(|m| {
+        let keep = kept < max && (kept == 0 || fallback_candidate(*m));
+        kept += usize::from(keep);
+        keep
+    });
 }
 
 /// Who the caller is for latency routing: the configured header or metadata value, else the
@@ -399,6 +414,90 @@ mod tests {
                 .body
                 .replace("nope", "a"),
             "an internal model must be indistinguishable from an unknown one"
+        );
+    }
+
+    /// A Zuplo-shaped virtual model: round robin over three models, names in any case.
+    const ZUPLO: &str = r#"{
+      "model_name_case": "insensitive",
+      "models": [
+        {"name": "azure-eastus/gpt-5", "cluster": "azure-eastus", "model": "gpt-5", "provider": "azure"},
+        {"name": "azure-westus/gpt-5", "cluster": "azure-westus", "model": "gpt-5", "provider": "azure"},
+        {"name": "openai/gpt-5", "cluster": "openai", "model": "gpt-5"}
+      ],
+      "virtual_models": [
+        {"name": "my-ai-gateway-load-balancing-inbound-policy", "model_types": ["chat"],
+         "max_targets_per_request": 2,
+         "routing_config": {"type": "round-robin-routing", "load_balance_targets": [
+           {"target": "azure-eastus/gpt-5"}, {"target": "Azure-WestUS/gpt-5"},
+           {"target": "OpenAI/gpt-5", "fallback_candidate": false}]}}
+      ]
+    }"#;
+
+    fn zuplo_plan(config: &Config, model: &str, seed: u64) -> Result<Plan, ErrorReply> {
+        let metadata = Metadata::default();
+        let r = request(Endpoint::ChatCompletions, model, &metadata);
+        plan(
+            config,
+            &r,
+            &HealthInput::NONE,
+            &mut fastrand::Rng::with_seed(seed),
+        )
+    }
+
+    #[test]
+    fn max_targets_per_request_keeps_the_chosen_model_and_its_retry_model() {
+        // Zuplo seed, "Failures and retries": each request tries at most two models. Without
+        // the limit (the old behaviour) every target was a candidate.
+        let config = Config::parse(ZUPLO.as_bytes()).unwrap();
+        let vm = "my-ai-gateway-load-balancing-inbound-policy";
+        // The retry model is a fallback candidate: never openai/gpt-5 here.
+        assert_eq!(
+            zuplo_plan(&config, vm, 1).unwrap().candidates,
+            vec![ModelId(0), ModelId(1)]
+        );
+        let unlimited = ZUPLO.replace(r#""max_targets_per_request": 2,"#, "");
+        let config = Config::parse(unlimited.as_bytes()).unwrap();
+        assert_eq!(zuplo_plan(&config, vm, 1).unwrap().candidates.len(), 3);
+        let mut c = vec![ModelId(0), ModelId(2), ModelId(1)];
+        limit(&mut c, 1, |_| true);
+        assert_eq!(c, vec![ModelId(0)]);
+    }
+
+    #[test]
+    fn case_insensitive_names_find_models_and_virtual_models_in_any_case() {
+        // Zuplo seed, "Limitations": `openai/gpt-5` and `OpenAI/gpt-5` are one model.
+        let config = Config::parse(ZUPLO.as_bytes()).unwrap();
+        assert!(zuplo_plan(&config, "My-AI-Gateway-Load-Balancing-Inbound-Policy", 1).is_ok());
+        assert!(matches!(
+            config.lookup("OPENAI/GPT-5"),
+            Some(Named::Catalog(ModelId(2), _))
+        ));
+        // By default names are exact (the old behaviour), so the targets above are unknown.
+        let exact = ZUPLO.replace(r#""model_name_case": "insensitive","#, "");
+        assert!(Config::parse(exact.as_bytes())
+            .unwrap_err()
+            .to_string()
+            .ends_with("`Azure-WestUS/gpt-5` is not a model in `models`"));
+        let fixed = exact
+            .replace("Azure-WestUS", "azure-westus")
+            .replace("OpenAI/", "openai/");
+        let config = Config::parse(fixed.as_bytes()).unwrap();
+        assert!(config.lookup("OpenAI/gpt-5").is_none());
+        // Insensitive, two entries differing only in case are one name listed twice.
+        let twice = ZUPLO.replace(
+            r#""name": "openai/gpt-5", "cluster": "openai""#,
+            r#""name": "AZURE-EASTUS/gpt-5", "cluster": "openai""#,
+        );
+        assert_eq!(
+            Config::parse(twice.as_bytes()).unwrap_err().to_string(),
+            "models[2].name: `AZURE-EASTUS/gpt-5` is already defined by another model"
+        );
+        assert_eq!(
+            Config::parse(ZUPLO.replace(r#""insensitive""#, r#""lower""#).as_bytes())
+                .unwrap_err()
+                .to_string(),
+            "model_name_case: expected `sensitive` or `insensitive`, got `lower`"
         );
     }
 

@@ -6,7 +6,13 @@
 //! - `switchboard simulate CONFIG --requests N [--model M] [--header k:v]...` runs N decisions
 //!   and prints the resulting split of first attempts.
 //!
+//! - `switchboard import --from truefoundry|agentgateway|zuplo FILE [--name NAME]` turns a
+//!   seed dialect's virtual-model config into a plugin config (stdout), reporting what it
+//!   could not carry over (stderr).
+//!
 //! The same core crate as the filter decides; nothing here re-implements routing.
+
+mod import;
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -22,7 +28,8 @@ use switchboard::core::routing::{HealthInput, Request};
 const USAGE: &str = "usage:
   switchboard check CONFIG.json
   switchboard explain CONFIG.json REQUEST.json [--header name:value]... [--path /v1/chat/completions]
-  switchboard simulate CONFIG.json --requests N [--model NAME] [--header name:value]... [--path P]";
+  switchboard simulate CONFIG.json --requests N [--model NAME] [--header name:value]... [--path P]
+  switchboard import --from truefoundry|agentgateway|zuplo FILE.yaml|FILE.json [--name NAME]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -30,6 +37,7 @@ fn main() -> ExitCode {
         Some("check") => check(&args[1..]),
         Some("explain") => explain(&args[1..]),
         Some("simulate") => simulate(&args[1..]),
+        Some("import") => import::run(&args[1..]),
         _ => Err(USAGE.to_string()),
     };
     match result {
