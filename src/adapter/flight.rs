@@ -112,6 +112,9 @@ pub struct Flight {
     mint_ids: bool,
     /// Rewrites the delivered answer's ids as it streams.
     rewriter: Option<AnswerRewriter>,
+    /// The target whose answer is being delivered (not always the attempt in flight: an
+    /// abandoned router attempt may answer after a call-out left).
+    answered_by: Option<ModelId>,
     /// Errors Switchboard answers itself go in Anthropic's shape.
     anthropic_errors: bool,
     /// It continues a conversation at its origin: the origin failing is a 409.
@@ -144,6 +147,7 @@ impl Flight {
             sticky: start.sticky,
             mint_ids: start.mint_ids,
             rewriter: None,
+            answered_by: None,
             anthropic_errors: start.anthropic_errors,
             conversation: start.conversation,
         }
@@ -252,7 +256,10 @@ impl Flight {
         let hint = || hint_ms(&host::response_headers(), clock.now_ms());
         f.record(rt, f.routed_target, outcome, hint, || clock.now_ms());
         let step = f.step(outcome);
-        if step == Step::GiveUp && f.conversation_pinned() && outcome.is_target_down() {
+        if matches!(step, Step::Deliver | Step::GiveUp)
+            && f.conversation_pinned()
+            && outcome.is_target_down()
+        {
             f.holding = true;
             f.reply_origin_unavailable();
             return Action::Pause;
@@ -302,6 +309,7 @@ impl Flight {
         if (200..300).contains(&status) && self.needs_latency() {
             self.measure = Some(Measure::default());
         }
+        self.answered_by = answered_by;
         if self.mint_ids && answered_by.is_some() {
             // Minted ids are longer than the provider's: the length is no longer known.
             self.rewriter = Some(AnswerRewriter::new());
@@ -379,7 +387,7 @@ impl Flight {
         let Some(mut rewriter) = self.rewriter.take() else {
             return;
         };
-        let Some(mut minter) = self.attempts.current().and_then(|t| self.minter(t)) else {
+        let Some(mut minter) = self.answered_by.and_then(|t| self.minter(t)) else {
             return;
         };
         let mut out = Vec::with_capacity(chunk.len() + 128);
@@ -464,7 +472,10 @@ impl Flight {
             || now,
         );
         let step = f.step(outcome);
-        if step == Step::GiveUp && f.conversation_pinned() && outcome.is_target_down() {
+        if matches!(step, Step::Deliver | Step::GiveUp)
+            && f.conversation_pinned()
+            && outcome.is_target_down()
+        {
             return f.reply_origin_unavailable();
         }
         match (step, status) {
@@ -591,7 +602,11 @@ impl Flight {
         let client = ClientRequest {
             endpoint: replay.endpoint,
             headers: &replay.headers,
-            body: Some((&replay.body, &replay.layout)),
+            // A stored-response request has no body to rewrite: it goes as the client sent it.
+            body: replay
+                .stored_path
+                .is_none()
+                .then_some((replay.body.as_slice(), &replay.layout)),
             stored_path: replay.stored_path.as_deref(),
         };
         let out = outbound(&self.config, vm, target, &client)?;

@@ -18,7 +18,7 @@ use crate::core::fallback::Attempts;
 use crate::core::outbound::{outbound, ClientRequest, Outbound};
 use crate::core::request::check_content_encoding;
 use crate::core::request::Layout;
-use crate::core::responses::continuation::{stored_origin, stored_path};
+use crate::core::responses::continuation::{is_plain_token, stored_origin, stored_path};
 use crate::core::responses::id::PREFIX;
 use crate::core::routing::classifier::parse_answer;
 use proxy_wasm::traits::{Context, HttpContext};
@@ -265,10 +265,11 @@ impl Http {
         index: usize,
         (id, suffix): (&str, &str),
     ) -> Action {
-        if !id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b))
-        {
+        if !is_plain_token(id) {
+            // Not routed: never let the client's own cluster header pick a cluster.
+            if headers.get(&config.header_names.cluster).is_some() {
+                host::remove_request_header(&config.header_names.cluster);
+            }
             return Action::Continue;
         }
         let now = host::now_ms();
@@ -377,7 +378,10 @@ pub(super) fn log_attempt(config: &Config, target: ModelId, n: u32, out: &Outbou
     if log::log_enabled!(log::Level::Debug) {
         let name = config.model(target).map_or("?", |m| m.name.as_str());
         let authority = out.authority.unwrap_or("(client's authority)");
-        let path = out.path.as_deref().unwrap_or("(client's path)");
+        // Without the query: a client may put a key there.
+        let path = out.path.as_deref().map_or("(client's path)", |p| {
+            p.split_once('?').map_or(p, |(before, _)| before)
+        });
         log::debug!(
             "attempt {n} at {name}: cluster {}, {authority} {path}",
             out.cluster

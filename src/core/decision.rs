@@ -231,7 +231,8 @@ pub fn decide_stored_path(
         .get(index)
         .ok_or_else(|| ErrorReply::no_target_available("the stored response's model"))?;
     let metadata_header = headers.get(&config.header_names.metadata);
-    let metadata = Metadata::resolve(metadata_header, &config.default_metadata)?;
+    let metadata = Metadata::resolve(metadata_header, &config.default_metadata)?
+        .beneath(&config.gateway_metadata);
     let request = Request {
         endpoint: Endpoint::Responses,
         model: &vm.name,

@@ -90,7 +90,13 @@ pub fn outbound<'c>(
         None => None,
     };
     let set = headers_to_set(model, o, client.headers);
-    let remove = headers_to_remove(config, model, o, client.headers, &set);
+    let mut remove = headers_to_remove(config, model, o, client.headers, &set);
+    // A virtual model's Responses answers get Switchboard's ids as they stream: the provider
+    // must answer uncompressed, or the ids could not be read.
+    let minted = client.endpoint == Endpoint::Responses && vm.is_some();
+    if minted && client.headers.get("accept-encoding").is_some() {
+        remove.push("accept-encoding");
+    }
     let authority = model
         .upstream
         .authority

@@ -171,6 +171,18 @@ def test_an_origin_that_fails_gets_409_after_its_retries_and_a_429_is_returned(g
     r = requests.post(envoy.url + "/v1/responses", timeout=10,
                       json={"model": VM, "input": "x", "previous_response_id": response_id})
     assert r.status_code == 429, "a pinned 429 is returned, not rerouted"
+    # A retrieve is retried as it was sent: a GET with no body.
+    provider_of(stack, origin).clear()
+    r = requests.get(f"{envoy.url}/v1/responses/{response_id}", timeout=10)
+    assert r.status_code == 429
+    retried = provider_of(stack, origin).requests()
+    assert [(x["method"], x["body"]) for x in retried] == [("GET", ""), ("GET", "")]
+
+    # A 5xx in neither status list (504) is still the origin failing: 409, not the 504.
+    provider_of(stack, origin).configure(fail_status=504, fail_rate=1.0)
+    r = requests.post(envoy.url + "/v1/responses", timeout=10,
+                      json={"model": VM, "input": "x", "previous_response_id": response_id})
+    assert r.status_code == 409, r.text
 
 
 def test_a_provider_4xx_passes_through_unchanged(gateway):

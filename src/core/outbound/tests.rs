@@ -280,3 +280,24 @@ fn upstream_fields_are_validated_with_their_path() {
     // Without an environment, a reference cannot be resolved.
     assert!(Config::parse(CONFIG.as_bytes()).is_err());
 }
+
+#[test]
+fn a_virtual_models_responses_answer_is_asked_for_uncompressed() {
+    let c = config();
+    let mut h = CLIENT.to_vec();
+    h[1] = (":path", "/v1/responses");
+    h.push(("accept-encoding", "gzip, deflate"));
+    let headers = Headers::from_pairs(h.iter().copied());
+    let client = ClientRequest {
+        endpoint: Endpoint::Responses,
+        headers: &headers,
+        body: None,
+        stored_path: None,
+    };
+    let vm = c.virtual_models.first();
+    let o = outbound(&c, vm, id(&c, "openai/gpt-4o"), &client).unwrap();
+    assert!(o.remove.contains(&"accept-encoding"));
+    // Other endpoints keep the client's choice.
+    let o = out(&c, "openai/gpt-4o", &h[..3]);
+    assert!(!o.remove.contains(&"accept-encoding"));
+}

@@ -189,10 +189,16 @@ pub fn stored_origin(
     headers: &Headers,
 ) -> Result<(usize, ModelId, Origin), ErrorReply> {
     let origin = id::decode(keys, response_id).map_err(|_| ErrorReply::response_id_invalid())?;
+    // The provider's id goes into the upstream path: only a plain token may (an id minted with
+    // the built-in key could otherwise carry `/..` or `?`).
+    if !is_plain_token(&origin.provider_id) {
+        return Err(ErrorReply::response_id_invalid());
+    }
     let metadata = Metadata::resolve(
         headers.get(&config.header_names.metadata),
         &config.default_metadata,
-    )?;
+    )?
+    .beneath(&config.gateway_metadata);
     let held = |vm: &crate::core::config::VirtualModel, t: ModelId| {
         vm.target(t)
             .is_some_and(|tc| metadata.matches(&tc.metadata_match))
@@ -208,6 +214,14 @@ pub fn stored_origin(
     };
     let (index, target) = found.ok_or_else(|| ErrorReply::origin_removed(&origin.virtual_model))?;
     Ok((index, target, origin))
+}
+
+/// Whether an id may go into a path as it is: letters, digits, `-` and `_`, not empty.
+pub fn is_plain_token(id: &str) -> bool {
+    !id.is_empty()
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 /// `/v1/responses/{id}`, `/v1/responses/{id}/input_items` and `/v1/responses/{id}/cancel`

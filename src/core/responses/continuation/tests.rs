@@ -246,3 +246,13 @@ fn a_stored_path_id_whose_target_no_longer_matches_the_metadata_is_a_409() {
     let e = stored_origin(&c, &c.response_keys, &id, &NO_HEADERS).unwrap_err();
     assert_eq!(e.status, 409);
 }
+
+#[test]
+fn a_stored_path_id_whose_provider_id_is_not_a_plain_token_is_refused() {
+    let c = config();
+    for bad in ["x/../../files", "resp_1?x=1", ""] {
+        let id = id::mint(&c.response_keys, "vm", "azure/gpt-4o", bad);
+        let e = stored_origin(&c, &c.response_keys, &id, &NO_HEADERS).unwrap_err();
+        assert_eq!(e.status, 409, "{bad}");
+    }
+}
