@@ -298,6 +298,9 @@ fn virtual_model(vm: &Map<String, Value>, path: &str, out: &mut Builder) -> Resu
     Ok(())
 }
 
+/// Largest relative weight read: keeps `w * 100` and the sum far from overflow.
+const MAX_WEIGHT: u64 = 1_000_000_000;
+
 /// agentgateway weights are relative; Switchboard's are integers summing to 100. Scales them by
 /// largest remainder, reporting any change.
 fn scale_weights(targets: &mut [Value], path: &str, out: &mut Builder) -> Result<(), String> {
@@ -306,7 +309,10 @@ fn scale_weights(targets: &mut [Value], path: &str, out: &mut Builder) -> Result
         let w = t
             .get("weight")
             .and_then(Value::as_u64)
-            .ok_or_else(|| format!("{path}[{i}].weight: expected a whole number of 0 or more"))?;
+            .filter(|w| *w <= MAX_WEIGHT)
+            .ok_or_else(|| {
+                format!("{path}[{i}].weight: expected a whole number from 0 to {MAX_WEIGHT}")
+            })?;
         weights.push(w);
     }
     let sum: u64 = weights.iter().sum();
