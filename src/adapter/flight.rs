@@ -261,7 +261,7 @@ impl Flight {
             && outcome.is_target_down()
         {
             f.holding = true;
-            f.reply_origin_unavailable();
+            f.reply_unavailable();
             return Action::Pause;
         }
         match step {
@@ -476,7 +476,7 @@ impl Flight {
             && f.conversation_pinned()
             && outcome.is_target_down()
         {
-            return f.reply_origin_unavailable();
+            return f.reply_unavailable();
         }
         match (step, status) {
             (Step::Retry { .. } | Step::Fallback { .. }, _) => {
@@ -652,15 +652,9 @@ impl Flight {
         host::send_json_reply(reply.status, &reply.body, extra);
     }
 
-    /// Answers 409 when a pinned conversation's origin failed: another target would not hold
-    /// the conversation, so there is no fallback (TrueFoundry virtual models, "Responses API
-    /// conversations").
-    fn reply_origin_unavailable(&mut self) {
-        let reply = ErrorReply::origin_unavailable(self.current_name("the model"));
-        self.send_error(&reply, true);
-    }
-
-    /// Answers 503 when the last attempt got no answer at all (409 for a pinned conversation).
+    /// Answers 503 when the last attempt got no answer at all. A pinned conversation's origin
+    /// that failed gets 409 instead: another target would not hold the conversation, so there
+    /// is no fallback (TrueFoundry virtual models, "Responses API conversations").
     fn reply_unavailable(&mut self) {
         let reply = if self.conversation_pinned() {
             ErrorReply::origin_unavailable(self.current_name("the model"))

@@ -84,12 +84,14 @@ impl Http {
         if let Some(note) = &reply.operator_note {
             log::warn!("{note}");
         }
-        if self.anthropic {
-            let reply = reply.in_anthropic_shape();
-            host::send_json_reply(reply.status, &reply.body, vec![]);
+        let shaped;
+        let reply = if self.anthropic {
+            shaped = reply.in_anthropic_shape();
+            &shaped
         } else {
-            host::send_json_reply(reply.status, &reply.body, vec![]);
-        }
+            reply
+        };
+        host::send_json_reply(reply.status, &reply.body, vec![]);
         self.phase = Phase::Replied;
         Action::Pause
     }

@@ -12,7 +12,7 @@ use crate::core::headers::Headers;
 use crate::core::metadata::Metadata;
 use crate::core::outbound::{outbound, ClientRequest, Outbound};
 use crate::core::request::{inspect, inspect_multipart};
-use crate::core::request::{rewrite, Edits, Layout};
+use crate::core::request::{raw_field, rewrite, Edits, Layout};
 use crate::core::responses::continuation::{self, Continuation};
 use crate::core::responses::stored;
 use crate::core::routing::state::RoutingState;
@@ -103,10 +103,7 @@ pub fn classifier_call(
         return None;
     };
     let model = config.model(c.model)?;
-    let field = |name: &str| {
-        let (_, span) = inspected.fields.iter().find(|(k, _)| k == name)?;
-        serde_json::from_slice::<&serde_json::value::RawValue>(body.get(span.clone())?).ok()
-    };
+    let field = |name: &str| raw_field(body, &inspected.fields, name);
     let (text, _) = crate::core::conversation::all_text(field);
     // Only the gateway's own authority is taken from the client: the rest of its headers
     // (its credentials above all) are not for the classifier.
@@ -184,7 +181,8 @@ pub fn decide_with_tier<'c>(
         if continuation.raw_stored {
             plan = stored::plan(config, vm, &request, plan)?;
         } else {
-            let store_false = field_is(body, &inspected.fields, "store", "false");
+            let store_false =
+                raw_field(body, &inspected.fields, "store").is_some_and(|v| v.get() == "false");
             stored::keep_storing_targets(config, &mut plan, store_false);
         }
     }
@@ -247,20 +245,6 @@ pub fn decide_stored_path(
     planned
         .primary()
         .ok_or_else(|| ErrorReply::no_target_available(&vm.name))
-}
-
-/// Whether the top-level field `name` is the JSON literal `value`.
-fn field_is(
-    body: &[u8],
-    fields: &[(std::borrow::Cow<'_, str>, std::ops::Range<usize>)],
-    name: &str,
-    value: &str,
-) -> bool {
-    fields
-        .iter()
-        .find(|(k, _)| k == name)
-        .and_then(|(_, span)| body.get(span.clone()))
-        .is_some_and(|raw| raw == value.as_bytes())
 }
 
 /// How the client's body changes for `target` (its upstream model id and, for a virtual

@@ -60,6 +60,16 @@ pub struct Inspected<'a> {
     pub multipart: bool,
 }
 
+/// The top-level field `name` of an inspected body as raw JSON, borrowed from `body`.
+pub fn raw_field<'b>(
+    body: &'b [u8],
+    fields: &[(Cow<'_, str>, Range<usize>)],
+    name: &str,
+) -> Option<&'b RawValue> {
+    let (_, span) = fields.iter().find(|(k, _)| k == name)?;
+    serde_json::from_slice(body.get(span.clone())?).ok()
+}
+
 /// Refuses a compressed body: the filter reads and rewrites the JSON as sent, so a gzip body
 /// would only ever be `invalid_json`. `identity` is no encoding.
 pub fn check_content_encoding(headers: &Headers) -> Result<(), ErrorReply> {

@@ -14,7 +14,7 @@ use crate::core::config::{Config, ModelId, Named};
 use crate::core::errors::ErrorReply;
 use crate::core::headers::Headers;
 use crate::core::metadata::Metadata;
-use crate::core::request::Edit;
+use crate::core::request::{raw_field, Edit};
 use crate::core::routing::{Plan, Request};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -65,10 +65,7 @@ pub fn read(
     body: &[u8],
     fields: &[(Cow<'_, str>, Range<usize>)],
 ) -> Result<Continuation, ErrorReply> {
-    let field = |name: &str| -> Option<&RawValue> {
-        let (_, span) = fields.iter().find(|(k, _)| k == name)?;
-        serde_json::from_slice(body.get(span.clone())?).ok()
-    };
+    let field = |name: &str| raw_field(body, fields, name);
     let mut out = Continuation::default();
     if let Some(raw) = field("previous_response_id") {
         if let Some((value, span)) = string_content(body, raw) {

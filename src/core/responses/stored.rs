@@ -42,17 +42,19 @@ pub fn plan(
         .copied()
         .filter(|m| stores(config, *m))
         .collect();
-    let mut names: Vec<String> = storing
+    let mut names = storing
         .iter()
-        .filter_map(|m| config.model(*m).map(provider_name))
-        .collect();
-    names.sort_unstable();
-    names.dedup();
-    let chosen = match names.as_slice() {
-        [_] => storing.first().copied(),
+        .filter_map(|m| config.model(*m).map(provider_name));
+    let one_account = names
+        .next()
+        .is_some_and(|first| names.all(|name| name == first));
+    let chosen = if one_account {
+        storing.first().copied()
+    } else if has_caller_key(vm, request) {
         // The key's pick is where that caller's responses were created.
-        _ if has_caller_key(vm, request) => plan.candidates.first().copied(),
-        _ => None,
+        plan.candidates.first().copied()
+    } else {
+        None
     };
     let Some(target) = chosen.filter(|m| stores(config, *m)) else {
         return Err(ErrorReply::stored_response_unroutable(&vm.name));

@@ -73,8 +73,7 @@ impl<'a> Request<'a> {
 
 /// A top-level field of the request body as raw JSON.
 pub fn conversation_field<'a>(request: &Request<'a>, name: &str) -> Option<&'a RawValue> {
-    let (_, span) = request.fields.iter().find(|(k, _)| k == name)?;
-    serde_json::from_slice(request.body.get(span.clone())?).ok()
+    crate::core::request::raw_field(request.body, request.fields, name)
 }
 
 /// The routing decision for one request.
