@@ -1,28 +1,8 @@
 //! The `switchboard` command line, run as a user would.
 
-use std::process::Command;
+mod common;
 
-fn run(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_switchboard"))
-        .args(args)
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-        .output()
-        .expect("run switchboard");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn temp_config(name: &str, json: &str) -> std::path::PathBuf {
-    let path = std::env::temp_dir().join(format!(
-        "switchboard-cli-{}-{name}.json",
-        std::process::id()
-    ));
-    std::fs::write(&path, json).unwrap();
-    path
-}
+use common::{run, temp};
 
 #[test]
 fn check_accepts_the_example_and_names_the_field_path_of_an_error() {
@@ -30,8 +10,8 @@ fn check_accepts_the_example_and_names_the_field_path_of_an_error() {
     assert!(ok);
     assert!(out.contains("ok (3 models, 2 virtual models)"), "{out}");
 
-    let bad = temp_config(
-        "bad-config",
+    let bad = temp(
+        "bad-config.json",
         r#"{"models":[{"name":"a","cluster":"c","model":"m"}],"virtual_models":[{"name":"v",
             "model_types":["chat"],"routing_config":{"type":"weight-based-routing",
             "load_balance_targets":[{"target":"a","weight":"100"}]}}]}"#,
@@ -69,7 +49,7 @@ fn explain_lists_the_candidates_and_why_targets_are_out() {
 
 #[test]
 fn explain_shows_the_filter_error_for_a_bad_request() {
-    let req = temp_config("unknown-model", r#"{"model": "nobody"}"#);
+    let req = temp("unknown-model.json", r#"{"model": "nobody"}"#);
     let (ok, _, err) = run(&[
         "explain",
         "examples/production-chat.json",

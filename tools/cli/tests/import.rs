@@ -3,30 +3,12 @@
 //! `switchboard explain` shows the candidates the seed describes. Fields that cannot be
 //! carried over are reported on stderr; bad input is an error naming the file and field.
 
+mod common;
+
+use common::{run, temp};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 const FIXTURES: &str = "tools/cli/tests/fixtures/seeds";
-
-fn run(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_switchboard"))
-        .args(args)
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-        .output()
-        .expect("run switchboard");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn temp(name: &str, text: &str) -> PathBuf {
-    let path =
-        std::env::temp_dir().join(format!("switchboard-import-{}-{name}", std::process::id()));
-    std::fs::write(&path, text).unwrap();
-    path
-}
 
 /// Imports a fixture and checks the output; returns the config path and stderr.
 fn import(seed: &str, file: &str, extra: &[&str]) -> (PathBuf, String) {

@@ -17,6 +17,7 @@ use crate::respond::{ApiError, Reply, Step};
 use crate::seal::Sealer;
 use crate::sse;
 use crate::store::{Cancel, Pending, Store, Stored};
+use crate::strict::query_param;
 use hyper::StatusCode;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -573,15 +574,6 @@ pub fn delete_conversation(store: &mut Store, id: &str) -> Result<Reply, ApiErro
     Ok(json_now(
         json!({"id": id, "object": "conversation.deleted", "deleted": true}),
     ))
-}
-
-/// The first value of `name` (ids and numbers here need no decoding).
-fn query_param<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
-    query?
-        .split('&')
-        .filter_map(|pair| pair.split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v)
 }
 
 #[cfg(test)]

@@ -218,7 +218,7 @@ fn azure_not_found() -> Refusal {
 }
 
 /// The first value of `name` in a query string (values here need no decoding).
-fn query_param<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
+pub fn query_param<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
     query?
         .split('&')
         .filter_map(|pair| pair.split_once('='))
