@@ -84,7 +84,7 @@ def test_the_build_stage_builds_what_make_build_builds():
     assert in_image
     for args, packages in in_image:
         assert any(args == make_args and packages <= make_packages for make_args, make_packages in in_make), \
-            f"cargo build {' '.join(args)} -p {packages} is not what `make build` runs"
+            f"cargo build {' '.join([*args, *(f'-p {p}' for p in sorted(packages))])} is not what `make build` runs"
 
     # What later stages take out of the build stage is what those commands produce (the same
     # paths the tests use after `make build`).
