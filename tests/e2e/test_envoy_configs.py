@@ -44,11 +44,13 @@ def host_env_keys(node) -> set[str]:
     return found
 
 
-def validate(config: Path, cwd: Path = ROOT, keys: set[str] = frozenset()) -> subprocess.CompletedProcess:
+def validate(config: Path, cwd: Path = ROOT, keys: set[str] = frozenset(),
+             extra_args: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env.update({k: f"dummy-{k.lower()}" for k in keys})
     return subprocess.run(
-        [str(require(ENVOY_BIN, "Envoy")), "--mode", "validate", "-c", str(config), "--log-level", "warning"],
+        [str(require(ENVOY_BIN, "Envoy")), "--mode", "validate", "-c", str(config), "--log-level", "warning",
+         *extra_args],
         cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
 
 
