@@ -64,6 +64,11 @@ profile: build
 resilience-report: build
 	$(PY) scripts/resilience_report.py
 
+# At least 20,000 requests over three targets, one flapping, with a config reload half-way:
+# writes docs/reliability.md (a short form runs in `make test`: tests/e2e/test_soak.py).
+soak: build
+	$(PY) scripts/soak.py
+
 clean:
 	cargo clean
 	rm -rf $(VENV)

@@ -119,6 +119,10 @@ class Provider:
     def clear(self) -> None:
         self._control("DELETE", "/__requests").raise_for_status()
 
+    def stats(self) -> dict:
+        """`{"requests": N, ...}`: counted even with `max_records=0`."""
+        return self._control("GET", "/__stats").json()
+
     def configure(self, **settings) -> dict:
         r = self._control("POST", "/__config", json=settings)
         r.raise_for_status()
@@ -180,10 +184,11 @@ def cluster(name: str, port: int) -> dict:
     }
 
 
-def wasm_filter(plugin_config: dict | str, wasm_path: Path = WASM) -> dict:
-    """The Switchboard HTTP filter entry; the plugin config travels as a JSON string."""
+def wasm_filter(plugin_config: dict | str, wasm_path: Path = WASM, failure_policy: str | None = None) -> dict:
+    """The Switchboard HTTP filter entry; the plugin config travels as a JSON string.
+    `failure_policy` (e.g. FAIL_RELOAD) is the Wasm PluginConfig's; Envoy's default otherwise."""
     value = plugin_text(plugin_config)
-    return {
+    entry = {
         "name": "switchboard",
         "typed_config": {
             "@type": WASM_FILTER_TYPE,
@@ -201,6 +206,9 @@ def wasm_filter(plugin_config: dict | str, wasm_path: Path = WASM) -> dict:
             },
         },
     }
+    if failure_policy:
+        entry["typed_config"]["config"]["failure_policy"] = failure_policy
+    return entry
 
 
 def plugin_text(plugin_config: dict | str) -> str:
@@ -214,9 +222,9 @@ def config_version(plugin_config: dict | str) -> str:
     return hashlib.sha256(plugin_text(plugin_config).encode()).hexdigest()[:12]
 
 
-def ecds_resource(plugin_config: dict | str, wasm_path: Path = WASM) -> dict:
+def ecds_resource(plugin_config: dict | str, wasm_path: Path = WASM, failure_policy: str | None = None) -> dict:
     """The file an ECDS filter reads: one TypedExtensionConfig holding `wasm_filter`."""
-    entry = wasm_filter(plugin_config, wasm_path)
+    entry = wasm_filter(plugin_config, wasm_path, failure_policy)
     return {"resources": [{"@type": "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig",
                            "name": entry["name"], "typed_config": entry["typed_config"]}]}
 
@@ -287,8 +295,10 @@ class Envoy:
     log_path: Path
     workdir: tempfile.TemporaryDirectory = field(repr=False)
     concurrency: int = 2
-    # With ECDS: the file the filter's config comes from (see `reload`).
+    # With ECDS: the file the filter's config comes from (see `reload`), and the Wasm
+    # failure_policy every config written there carries.
     ecds_path: Path | None = None
+    failure_policy: str | None = None
 
     @property
     def url(self) -> str:
@@ -330,7 +340,7 @@ class Envoy:
         prefix = "extension_config_discovery.http_filter.switchboard."
         success, rejected = self.stat(prefix + "update_success"), self.stat(prefix + "update_rejected")
         log_from = len(self.log())
-        replace_file(self.ecds_path, json.dumps(ecds_resource(plugin_config)))
+        replace_file(self.ecds_path, json.dumps(ecds_resource(plugin_config, failure_policy=self.failure_policy)))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.stat(prefix + "update_rejected") > rejected:
@@ -434,12 +444,12 @@ class Stack:
     def envoy(self, plugin_config: dict | str, concurrency: int = 2, passthrough: str | None = None,
               expect_failure: bool = False, extra_clusters: dict[str, int] | None = None,
               locality: dict | None = None, filters_before: list[dict] | None = None,
-              ecds: bool = False) -> Envoy:
+              ecds: bool = False, failure_policy: str | None = None) -> Envoy:
         """Envoy with one cluster per provider (cluster name = provider name), plus
         `extra_clusters` (name to port), e.g. a port nothing listens on; `locality` is the
         node's, `filters_before` are HTTP filters placed before Switchboard. With `ecds`, the
         filter's config comes from a watched file (as in envoy/ecds.yaml): `Envoy.reload`
-        replaces it."""
+        replaces it. `failure_policy`: the Wasm filter's (Envoy's default when None)."""
         clusters = {name: p.port for name, p in self.providers.items()}
         clusters.update(extra_clusters or {})
         passthrough = passthrough or next(iter(clusters))
@@ -452,8 +462,9 @@ class Stack:
             if ecds:
                 ecds_path = Path(workdir.name) / "ecds" / "switchboard.yaml"
                 ecds_path.parent.mkdir()
-                replace_file(ecds_path, json.dumps(ecds_resource(plugin_config)))
-            switchboard = ecds_filter(ecds_path) if ecds_path else wasm_filter(plugin_config)
+                replace_file(ecds_path, json.dumps(ecds_resource(plugin_config, failure_policy=failure_policy)))
+            switchboard = ecds_filter(ecds_path) if ecds_path else wasm_filter(plugin_config,
+                                                                               failure_policy=failure_policy)
             config = bootstrap(listen, admin, clusters, (filters_before or []) + [switchboard], passthrough, locality)
             try:
                 e = start_envoy(config, concurrency=concurrency, expect_failure=expect_failure, workdir=workdir)
@@ -463,7 +474,7 @@ class Stack:
                 raise
             self.envoys.append(e)
             if ecds_path and not expect_failure:
-                e.ecds_path = ecds_path
+                e.ecds_path, e.failure_policy = ecds_path, failure_policy
                 e.wait_loaded(config_version(plugin_config))
             return e
         raise HarnessError("no free ports for Envoy")

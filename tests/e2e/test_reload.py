@@ -22,7 +22,7 @@ from pathlib import Path
 import requests
 import yaml
 
-from harness import ROOT, WASM, HarnessError, free_ports, replace_file, start_envoy
+from harness import ROOT, WASM, HarnessError, config_version, free_ports, replace_file, start_envoy
 
 CHAT = "reload/chat"
 SLOW = "reload/slow"
@@ -31,9 +31,10 @@ ATTEMPTS = "x-switchboard-attempts"
 # Bounds of the load loop, whatever happens: the phases below take about 6 s.
 MAX_LOAD_SECONDS = 40
 MAX_REQUESTS_PER_CLIENT = 4000
-# The in-flight request: `s` holds it this long, then fails it, so it falls back while the
-# config it started under has already been replaced (a reload here takes ~0.1 s).
-SLOW_STALL_MS = 2500
+# The in-flight request: `s` holds each attempt this long, then fails it, so the request
+# retries (on a timer) and falls back while the config it started under has already been
+# replaced (a reload here takes ~0.1 s).
+SLOW_STALL_MS = 2000
 
 
 def model(cluster: str, **extra) -> dict:
@@ -55,9 +56,10 @@ def config(chat: dict, slow: dict, catalog: str = "abcs") -> dict:
                                {"name": SLOW, "model_types": ["chat"], "routing_config": slow}]}
 
 
-# 1. Everything to a; the slow model's plan is s, then a.
+# 1. Everything to a; the slow model's plan is s, s again after 300 ms, then a.
 FIRST = config({"type": "weight-based-routing", "load_balance_targets": [{"target": "a/gpt-4o", "weight": 100}]},
                priority(("s", 0), ("a", 1)))
+FIRST["virtual_models"][1]["routing_config"]["load_balance_targets"][0]["retry_config"] = {"attempts": 1, "delay": 300}
 # 2. b first, c as backup; the slow model falls back to c now.
 SECOND = config(priority(("b", 0), ("c", 1)), priority(("s", 0), ("c", 1)))
 # Refused: it would send everything to c, but one field is out of range.
@@ -188,7 +190,7 @@ def test_three_reloads_under_load_lose_no_request(stack):
         assert envoy.reload(THIRD), envoy.log()[-3000:]
         third_at = time.monotonic()
         time.sleep(1.0)
-    slow_thread.join(timeout=15)
+    slow_thread.join(timeout=20)
     end = time.monotonic()
     log = envoy.log()
 
@@ -206,7 +208,8 @@ def test_three_reloads_under_load_lose_no_request(stack):
     assert len(second) >= 10 and resolved(second) == {"b/gpt-4o"}, resolved(second)
 
     # The invalid config: refused with its field path, and config 2 kept serving.
-    assert f"invalid plugin configuration: {INVALID_PATH}: expected an integer from 0 to 10, got -1" in log
+    assert (f"invalid plugin configuration: {INVALID_PATH}: expected an integer from 0 to 10, got -1 "
+            f"(config {config_version(INVALID)} refused)") in log
     wait_for(lambda: "Filesystem config update rejected: Unable to create Wasm plugin switchboard" in envoy.log(),
              2, "Envoy's rejection line")
     after_refusal = load.within(refused_at, failing_at)
@@ -218,13 +221,14 @@ def test_three_reloads_under_load_lose_no_request(stack):
     assert len(third) >= 10 and resolved(third) == {"d/gpt-4o"}, resolved(third)
     assert len(b.requests()) == b_seen, "the evicted target got requests after the reload"
 
-    # The request in flight across the first reload finished on its own plan: s, then a (the
-    # new config would have fallen back to c).
+    # The request in flight across the first reload finished on its own plan: s, s again, then
+    # a (the new config has no retry and falls back to c).
     assert len(slow) == 1, "the slow request did not finish"
     (inflight,) = slow
     assert (inflight.status, inflight.complete) == (200, True), inflight
     assert inflight.started < written and inflight.ended > second_at
-    assert (inflight.resolved, inflight.attempts) == ("a/gpt-4o", 2)
+    assert (inflight.resolved, inflight.attempts) == ("a/gpt-4o", 3)
+    assert len(s.requests()) == 2
 
 
 def shipped_ecds(tmp_path: Path, ports: dict[str, int]) -> tuple[str, int, int, Path]:
@@ -277,7 +281,11 @@ def test_shipped_ecds_example_serves_and_reloads(stack, tmp_path: Path):
     targets = plugin["virtual_models"][0]["routing_config"]["load_balance_targets"]
     assert [(t["target"], t["weight"]) for t in targets] == [("openai-east/gpt-4o", 80), ("azure-east/gpt-4o", 20)]
     targets[0]["weight"], targets[1]["weight"] = 0, 100
-    resource["resources"][0]["typed_config"]["config"]["configuration"]["value"] = json.dumps(plugin)
+    value = json.dumps(plugin)
+    resource["resources"][0]["typed_config"]["config"]["configuration"]["value"] = value
+    log_from = len(envoy.log())
     replace_file(ecds, yaml.safe_dump(resource))
-    wait_for(lambda: chat() == "azure-east/gpt-4o", 10, "the reloaded config to serve")
+    # Every thread has the new config once each logged its version (a request alone could land
+    # on a worker that has it while the other one does not yet).
+    envoy.wait_loaded(config_version(value), log_from, timeout=10)
     assert {chat() for _ in range(20)} == {"azure-east/gpt-4o"}
