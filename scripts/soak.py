@@ -38,6 +38,10 @@ def mb(kb) -> str:
     return "n/a" if kb is None else f"{kb / 1024:.1f} MB"
 
 
+def kb(kb) -> str:
+    return "n/a" if kb is None else f"{kb:,} KB"
+
+
 def report(f: dict, load_before: str, load_after: str) -> str:
     envoy_version = subprocess.run([str(ENVOY_BIN), "--version"], capture_output=True, text=True).stdout
     envoy_version = envoy_version.split("version:")[-1].strip()
@@ -79,7 +83,8 @@ def report(f: dict, load_before: str, load_after: str) -> str:
             + (f": {f['no_answer_kinds']}" if f["no_answer"] else "")),
         row("Wasm VM restarts", f["vm_restarts"],
             "must be 0; `wasm.switchboard.vm_reload_success` + `vm_reload_failure` during the run "
-            f"(all vm_reload counters: {f['vm_reload_stats']})"),
+            "(all vm_reload counters: "
+            + ", ".join(f"`{k}` {v}" for k, v in f["vm_reload_stats"].items()) + ")"),
         row("VM crash lines in Envoy's log", f["vm_crash_log_lines"],
             "must be 0; `panicked at`, `Uncaught`, `wasm_fail_stream`, `Function: proxy_on_... failed`"),
         row("Wasm VMs created during the run", f["vms_created"],
@@ -87,7 +92,7 @@ def report(f: dict, load_before: str, load_after: str) -> str:
             f"`wasm.envoy.wasm.runtime.v8.active` {f['vms_active'][0]} at the start, {f['vms_active'][1]} at the end"),
         row("Envoy resident memory", f"{mb(f['envoy_rss_kb'][0])} → {mb(f['envoy_rss_kb'][1])}",
             "`VmRSS` of the Envoy process, after start-up and after the run"),
-        row("Wasm memory", f"{mb(f['wasm_memory_kb'][0])} → {mb(f['wasm_memory_kb'][1])}",
+        row("Wasm memory", f"{kb(f['wasm_memory_kb'][0])} → {kb(f['wasm_memory_kb'][1])}",
             "resident pages of the Wasm linear memories (all VMs), from `/proc/PID/smaps`"),
         row("Attempts per answered request", ", ".join(f"{a}: {n:,}" for a, n in f["attempts"].items()),
             f"mean {mean_attempts:.4f}; from the `x-switchboard-attempts` answer header"),
@@ -107,7 +112,7 @@ def report(f: dict, load_before: str, load_after: str) -> str:
         lines.append(f"| {t} | {f['resolved_before_reload'].get(t, 0):,} | {f['resolved_after_reload'].get(t, 0):,} |")
     lines += [
         "",
-        f"## The flap schedule (one turn: {cycle_s:g} s; {f['flap_phases'] + 1} phases run)",
+        f"## The flap schedule (one turn: {cycle_s:g} s; {f['flap_phases']} phases completed)",
         "",
         "`flaky` goes through these phases in turn (set at run time through the mock's `/__config`).",
         "Requests sent counts requests sent by clients during the phase; flaky received counts the",
@@ -134,9 +139,9 @@ def report(f: dict, load_before: str, load_after: str) -> str:
         "not committed), the short form of this run failed as it should: 3 VM restarts",
         "(`vm_reload_success`), 335 requests refused while the reload backed off",
         "(`vm_reload_backoff`), 349 client-visible 503s, 10 crash lines, and 3 requests without an",
-        "answer within the client's 30 s: requests in flight on a VM when it crashed were left",
-        "hanging by Envoy 1.40. That is why the no-answer figure has a client timeout, and why a VM",
-        "crash costs more than its restart count suggests.",
+        "answer within the client's 30 s, most likely requests in flight on a VM when it crashed,",
+        "which Envoy 1.40 left hanging. That is why the no-answer figure has a client timeout, and",
+        "why a VM crash costs more than its restart count suggests.",
         "",
     ]
     return "\n".join(lines)

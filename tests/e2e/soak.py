@@ -157,7 +157,8 @@ class Soak:
     max_seconds: float = 600.0
     outcomes: list[Outcome] = field(default_factory=list)
     issued: int = 0
-    phase: str = ""
+    # The phase requests are sent in; the conductor sets each (the first before any request).
+    phase: str = FLAP[0][0]
     reloaded: bool = False
     reload_result: bool | None = None
     reload_at: int | None = None
