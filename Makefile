@@ -9,10 +9,14 @@ MOCK := target/release/mock-provider
 # The .wasm must stay small: Envoy compiles it on every worker at start and reload.
 WASM_MAX_BYTES := 600000
 
-.PHONY: run test setup build lint unit e2e wasm-size resilience-report bench profile clean
+.PHONY: run run-ecds test setup build lint unit e2e wasm-size resilience-report soak bench profile clean
 
 run: build
 	$(PY) scripts/run_demo.py
+
+# The demo with its plugin config hot-reloaded from envoy/ecds/switchboard.yaml (ECDS).
+run-ecds: build
+	$(PY) scripts/run_demo.py envoy/ecds.yaml
 
 test: build lint unit wasm-size e2e
 
@@ -59,6 +63,11 @@ profile: build
 
 resilience-report: build
 	$(PY) scripts/resilience_report.py
+
+# At least 20,000 requests over three targets, one flapping, with a config reload half-way:
+# writes docs/reliability.md (a short form runs in `make test`: tests/e2e/test_soak.py).
+soak: build
+	$(PY) scripts/soak.py
 
 clean:
 	cargo clean
