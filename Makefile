@@ -49,9 +49,13 @@ wasm-size: build
 e2e: build
 	$(PY) -m pytest tests/e2e -q -p no:cacheprovider
 
+# Envoy-bound: Envoy on CPU 0, wrk and the lean upstream on CPU 1 (docs/benchmarks.md says how).
+# `BENCH_QUICK=1 make bench` is a short run for development, written to target/bench-quick.md.
 bench: build
 	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
+	@command -v taskset >/dev/null || (apt-get update -qq && apt-get install -y -qq util-linux)
 	cargo build --release --target wasm32-wasip1 -p noop-filter
+	cargo build --release -p lean-upstream
 	$(PY) scripts/bench.py
 
 # The filter built with per-host-call timing, in its own target dir so the real .wasm stays.
