@@ -3,6 +3,7 @@
 //! Nothing here calls proxy-wasm. Time and randomness are passed in, so every decision
 //! can be reproduced in a unit test.
 
+pub mod admission;
 pub mod batch;
 pub mod config;
 pub mod conversation;
