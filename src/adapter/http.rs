@@ -196,19 +196,7 @@ impl Http {
             return self.reply(&reply);
         }
         log_attempt(config, decision.target, 1, &decision.outbound);
-        let start = Start::routed(
-            endpoint,
-            decision.plan,
-            decision.stream,
-            decision.conversation,
-        );
-        let replay = Replay {
-            endpoint,
-            headers,
-            body,
-            layout: decision.layout,
-            stored_path: None,
-        };
+        let (start, replay) = decision.into_flight(endpoint, headers, body);
         self.start_flight(config, start, replay, now)
     }
 
