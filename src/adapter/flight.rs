@@ -7,6 +7,7 @@ use crate::core::config::Config;
 use crate::core::flight::{
     AnswerFacts, Attempt, CallAnswer, Effect, Effects, Flow, Machine, Replay, Start,
 };
+use crate::core::routing::state::RoutingState;
 use proxy_wasm::types::Action;
 use std::rc::Rc;
 
@@ -159,6 +160,14 @@ pub fn on_destroyed(rt: &Runtime, context_id: u32) {
     }
 }
 
+/// The stream whose machine's effects are being applied.
+struct Stream<'a> {
+    rt: &'a Runtime,
+    context_id: u32,
+    /// The host time, read once per callback and only if needed.
+    clock: &'a Clock,
+}
+
 /// Applies effects in order; a call-out's fate (dispatched or refused) is an event whose own
 /// effects follow.
 fn apply<'c>(
@@ -169,88 +178,91 @@ fn apply<'c>(
     mut fx: Effects<'c>,
     clock: &Clock,
 ) {
+    let stream = Stream {
+        rt,
+        context_id,
+        clock,
+    };
     while !fx.is_empty() {
         let mut next = Effects::new();
         for effect in fx.take() {
-            apply_one(rt, context_id, config, machine, effect, clock, &mut next);
+            stream.apply_one(config, machine, effect, &mut next);
         }
         fx = next;
     }
 }
 
-fn apply_one<'c>(
-    rt: &Runtime,
-    context_id: u32,
-    config: &'c Config,
-    machine: &mut Machine,
-    effect: Effect<'c>,
-    clock: &Clock,
-    next: &mut Effects<'c>,
-) {
-    match effect {
-        Effect::Attempt(attempt) => dispatch(rt, context_id, config, machine, attempt, clock, next),
-        Effect::ArmTimer { due_ms, token } => rt.add_timer(due_ms, context_id, token),
-        Effect::Record {
-            target,
-            health: Some(outcome),
-            ..
-        } => rt.record(config, target, outcome, || clock.now_ms()),
-        Effect::Record { health: None, .. } => {}
-        Effect::Samples {
-            target,
-            sample,
-            now_ms,
-        } => rt.add_samples(config, target, sample, now_ms),
-        Effect::Pin {
-            virtual_model,
-            session,
-            window,
-            target,
-        } => {
-            use crate::core::routing::state::RoutingState;
-            rt.pin(virtual_model, session, window, target);
-        }
-        Effect::Deliver(delivery) => {
-            if delivery.drop_content_length {
-                host::remove_response_header("content-length");
+impl Stream<'_> {
+    fn apply_one<'c>(
+        &self,
+        config: &'c Config,
+        machine: &mut Machine,
+        effect: Effect<'c>,
+        next: &mut Effects<'c>,
+    ) {
+        let rt = self.rt;
+        match effect {
+            Effect::Attempt(attempt) => self.dispatch(config, machine, attempt, next),
+            Effect::ArmTimer { due_ms, token } => rt.add_timer(due_ms, self.context_id, token),
+            Effect::Record {
+                target,
+                health: Some(outcome),
+                ..
+            } => rt.record(config, target, outcome, || self.clock.now_ms()),
+            Effect::Record { health: None, .. } => {}
+            Effect::Samples {
+                target,
+                sample,
+                now_ms,
+            } => rt.add_samples(config, target, sample, now_ms),
+            Effect::Pin {
+                virtual_model,
+                session,
+                window,
+                target,
+            } => rt.pin(virtual_model, session, window, target),
+            Effect::Deliver(delivery) => {
+                if delivery.drop_content_length {
+                    host::remove_response_header("content-length");
+                }
+                for (name, value) in delivery.headers.pairs() {
+                    host::set_response_header(name, value);
+                }
             }
-            for (name, value) in delivery.headers.pairs() {
-                host::set_response_header(name, value);
+            Effect::Reply(reply) => {
+                host::send_reply(reply.ending.status, reply.headers(), &reply.body)
             }
+            Effect::Fail(failure) => host::send_reply(
+                failure.error.status,
+                failure.headers(),
+                failure.error.body.as_bytes(),
+            ),
+            Effect::ReplaceBody { len, with } => host::replace_response_body(len, &with),
         }
-        Effect::Reply(reply) => host::send_reply(reply.ending.status, reply.headers(), &reply.body),
-        Effect::Fail(failure) => host::send_reply(
-            failure.error.status,
-            failure.headers(),
-            failure.error.body.as_bytes(),
-        ),
-        Effect::ReplaceBody { len, with } => host::replace_response_body(len, &with),
     }
-}
 
-/// Makes an attempt's call-out and tells the machine how it went. The router's attempt was
-/// already written into the request.
-fn dispatch<'c>(
-    rt: &Runtime,
-    context_id: u32,
-    config: &'c Config,
-    machine: &mut Machine,
-    attempt: Attempt<'c>,
-    clock: &Clock,
-    next: &mut Effects<'c>,
-) {
-    let Some(call) = attempt.call else {
-        return;
-    };
-    super::http::log_attempt(config, attempt.target, attempt.number, &call.outbound);
-    let token = machine
-        .call_request(&call, &config.header_names)
-        .and_then(|r| host::dispatch(r.cluster, r.headers, r.body, r.timeout_ms));
-    match token {
-        Some(token) => {
-            rt.add_call(token, context_id, call.id);
-            machine.on_dispatched(call.id, next);
+    /// Makes an attempt's call-out and tells the machine how it went. The router's attempt
+    /// was already written into the request.
+    fn dispatch<'c>(
+        &self,
+        config: &'c Config,
+        machine: &mut Machine,
+        attempt: Attempt<'c>,
+        next: &mut Effects<'c>,
+    ) {
+        let Some(call) = attempt.call else {
+            return;
+        };
+        super::http::log_attempt(config, attempt.target, attempt.number, &call.outbound);
+        let token = machine
+            .call_request(&call, &config.header_names)
+            .and_then(|r| host::dispatch(r.cluster, r.headers, r.body, r.timeout_ms));
+        match token {
+            Some(token) => {
+                self.rt.add_call(token, self.context_id, call.id);
+                machine.on_dispatched(call.id, next);
+            }
+            None => machine.on_dispatch_refused(config, call.id, self.clock.now_ms(), next),
         }
-        None => machine.on_dispatch_refused(config, call.id, clock.now_ms(), next),
     }
 }
