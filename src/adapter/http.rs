@@ -1,12 +1,14 @@
 //! The per-request context: pauses an LLM request until its body is in, asks the core where it
-//! goes, writes the decision into the request, and hands the response side to its [`Flight`].
+//! goes, writes the decision into the request, and hands the response side to its flight
+//! machine ([`super::flight`]).
 //!
 //! Headers of an LLM request are paused until the body has arrived (Envoy must run with
 //! `allow_on_headers_stop_iteration: true`).
 
-use super::flight::{Flight, Replay, Start};
+use super::flight;
 use super::host::{self, Headers};
 use super::runtime::Runtime;
+use crate::core::admission::{admit, route_stored, Admission, StoredPath};
 use crate::core::batch;
 use crate::core::config::{Config, HeaderNames, ModelId, Tier};
 use crate::core::decision::{
@@ -14,16 +16,11 @@ use crate::core::decision::{
 };
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
-use crate::core::fallback::Attempts;
-use crate::core::outbound::{outbound, ClientRequest, Outbound};
-use crate::core::request::check_content_encoding;
-use crate::core::request::Layout;
-use crate::core::responses::continuation::{is_plain_token, stored_origin, stored_path};
-use crate::core::responses::id::PREFIX;
+use crate::core::flight::{Replay, Start};
+use crate::core::outbound::Outbound;
 use crate::core::routing::classifier::parse_answer;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
-use std::cell::RefCell;
 use std::rc::Rc;
 
 /// Where the request side of a stream is.
@@ -45,8 +42,8 @@ enum Phase {
     },
     /// Batch input being buffered to check it names no virtual model: (path, content type).
     CheckingBatch(String, String),
-    /// Forwarded; the flight owns the rest.
-    Forwarded(Rc<RefCell<Flight>>),
+    /// Forwarded; its flight machine, in the runtime's map, owns the rest.
+    Forwarded,
     /// Switchboard answered it with a local reply.
     Replied,
 }
@@ -199,138 +196,50 @@ impl Http {
             return self.reply(&reply);
         }
         log_attempt(config, decision.target, 1, &decision.outbound);
-        let plan = decision.plan;
-        let start = Start {
-            virtual_model: plan.virtual_model,
-            attempts: Attempts::new(plan.candidates, plan.pinned),
-            stream: decision.stream,
-            sticky: plan.sticky,
-            now_ms: now,
-            mint_ids: endpoint == Endpoint::Responses && plan.virtual_model.is_some(),
-            anthropic_errors: endpoint.speaks_anthropic(),
-            conversation: decision.conversation,
-        };
-        let replay = Replay {
-            endpoint,
-            headers,
-            body,
-            layout: decision.layout,
-            stored_path: None,
-        };
-        self.start_flight(config, start, replay)
+        let (start, replay) = decision.into_flight(endpoint, headers, body);
+        self.start_flight(config, start, replay, now)
     }
 
-    /// Hands the request to its flight; the replay is kept only when another attempt is
-    /// possible.
-    fn start_flight(&mut self, config: &Rc<Config>, start: Start, replay: Replay) -> Action {
-        let now = start.now_ms;
-        let replay =
-            Flight::may_try_again(config, start.virtual_model, &start.attempts).then_some(replay);
-        let flight = Rc::new(RefCell::new(Flight::new(
-            self.context_id,
-            Rc::clone(config),
-            start,
-            replay,
-        )));
-        Flight::arm_fallback_timeout(&flight, &self.runtime, now);
-        self.phase = Phase::Forwarded(flight);
+    /// Hands the request to its flight machine.
+    fn start_flight(
+        &mut self,
+        config: &Rc<Config>,
+        start: Start,
+        replay: Replay,
+        now: u64,
+    ) -> Action {
+        let config = Rc::clone(config);
+        flight::start(&self.runtime, self.context_id, config, start, replay, now);
+        self.phase = Phase::Forwarded;
         Action::Continue
     }
 
-    /// `GET`/`DELETE /v1/responses/{id}`, `GET .../input_items`, `POST .../cancel` with an id
-    /// Switchboard minted: only to the target that stored it, with the provider's id in the
-    /// path; retries there, no fallback (TrueFoundry virtual models, "Responses API
-    /// conversations").
-    fn route_minted(
+    /// A retrieve, input-items list, cancel or delete of a stored response: to the target
+    /// holding it, with the provider's id in the path; retries there, no fallback
+    /// ([`route_stored`]).
+    fn forward_stored(
         &mut self,
         config: &Rc<Config>,
         headers: Headers,
-        id: &str,
-        suffix: &str,
+        path: &StoredPath,
     ) -> Action {
-        match stored_origin(config, &config.response_keys, id, &headers) {
-            Ok((index, target, origin)) => {
-                let stored = format!("/responses/{}{suffix}", origin.provider_id);
-                self.route_stored(config, headers, (index, target), stored, true)
-            }
-            Err(reply) => self.reply(&reply),
-        }
-    }
-
-    /// The same paths with a raw provider id, when `stored_responses_virtual_model` says which
-    /// virtual model's targets hold them (Zuplo model load balancing, "Stored responses").
-    /// Ids other than plain tokens are not routed, so the path cannot be bent.
-    fn route_raw(
-        &mut self,
-        config: &Rc<Config>,
-        headers: Headers,
-        index: usize,
-        (id, suffix): (&str, &str),
-    ) -> Action {
-        if !is_plain_token(id) {
-            // Not routed: never let the client's own cluster header pick a cluster.
-            if headers.get(&config.header_names.cluster).is_some() {
-                host::remove_request_header(&config.header_names.cluster);
-            }
-            return Action::Continue;
-        }
         let now = host::now_ms();
         let (rng, runtime) = (&mut self.rng, &*self.runtime);
-        let decided = runtime.with_health(config, now, |health| {
-            decide_stored_path(config, index, &headers, health, runtime, rng)
-        });
-        match decided {
-            Ok(target) => {
-                let stored = format!("/responses/{id}{suffix}");
-                self.route_stored(config, headers, (index, target), stored, false)
-            }
-            Err(reply) => self.reply(&reply),
-        }
-    }
-
-    /// Sends a stored-response request to `target` of virtual model `index`, at `stored`
-    /// (the path after the version prefix); a minted id's answer gets minted ids back.
-    fn route_stored(
-        &mut self,
-        config: &Rc<Config>,
-        headers: Headers,
-        (index, target): (usize, ModelId),
-        stored: String,
-        minted: bool,
-    ) -> Action {
-        let client = ClientRequest {
-            endpoint: Endpoint::Responses,
-            headers: &headers,
-            body: None,
-            stored_path: Some(&stored),
+        let pick = |index| {
+            runtime.with_health(config, now, |health| {
+                decide_stored_path(config, index, &headers, health, runtime, rng)
+            })
         };
-        let Some(out) = outbound(config, config.virtual_models.get(index), target, &client) else {
-            return self.reply(&ErrorReply::no_target_available(
-                "the stored response's model",
-            ));
+        let route = match route_stored(config, &headers, path, pick) {
+            Ok(route) => route,
+            Err(reply) => return self.reply(&reply),
         };
-        if let Err(reply) = Self::apply(&out, &[], &headers, &config.header_names) {
+        if let Err(reply) = Self::apply(&route.outbound, &[], &headers, &config.header_names) {
             return self.reply(&reply);
         }
-        log_attempt(config, target, 1, &out);
-        let start = Start {
-            virtual_model: Some(index),
-            attempts: Attempts::new(vec![target], true),
-            stream: false,
-            sticky: None,
-            now_ms: host::now_ms(),
-            mint_ids: minted,
-            anthropic_errors: false,
-            conversation: minted,
-        };
-        let replay = Replay {
-            endpoint: Endpoint::Responses,
-            headers,
-            body: Vec::new(),
-            layout: Layout::default(),
-            stored_path: Some(stored),
-        };
-        self.start_flight(config, start, replay)
+        log_attempt(config, route.target, 1, &route.outbound);
+        let replay = route.replay(headers);
+        self.start_flight(config, route.start, replay, now)
     }
 
     /// Writes the router's attempt into the request: body edits, then path, authority and
@@ -424,7 +333,15 @@ impl Context for Http {
             }
             return;
         }
-        self.runtime.call_finished(token, num_headers, body_size);
+        flight::on_call_response(&self.runtime, token, num_headers, body_size);
+    }
+}
+
+impl Drop for Http {
+    fn drop(&mut self) {
+        if let Phase::Forwarded = self.phase {
+            flight::on_destroyed(&self.runtime, self.context_id);
+        }
     }
 }
 
@@ -439,59 +356,37 @@ impl HttpContext for Http {
         // One host call for every header: cheaper than several lookups, and these are the
         // client's headers as sent, which a retry or fallback replays.
         let headers = host::request_headers();
-        let path = headers.get_str(":path").unwrap_or_default();
-        let method = headers.get_str(":method").unwrap_or_default();
-        if method == "GET" && matches!(path.split('?').next(), Some("/v1/models" | "/models")) {
-            // The filter answers the model list itself: the names clients may call.
-            host::send_reply(
-                200,
-                vec![("content-type", "application/json")],
-                config.models_list_json.as_bytes(),
-            );
-            self.phase = Phase::Replied;
-            return Action::Pause;
-        }
-        if let Some((id, suffix)) = stored_path(path) {
-            let id = id.to_string();
-            if id.starts_with(PREFIX) {
-                return self.route_minted(&config, headers, &id, suffix);
+        match admit(&config, &headers, end_of_stream) {
+            Admission::Pass { strip_cluster } => {
+                if strip_cluster {
+                    host::remove_request_header(&config.header_names.cluster);
+                }
+                Action::Continue
             }
-            if let Some(index) = config.stored_responses_virtual_model {
-                return self.route_raw(&config, headers, index, (&id, suffix));
+            Admission::ModelList(json) => {
+                let headers = vec![("content-type", "application/json")];
+                host::send_reply(200, headers, json.as_bytes());
+                self.phase = Phase::Replied;
+                Action::Pause
             }
-        }
-        let endpoint = Endpoint::from_path(path).filter(|_| method == "POST");
-        let Some(endpoint) = endpoint else {
-            // Never let a client pick the cluster through the route's cluster_header.
-            if headers.get(&config.header_names.cluster).is_some() {
-                host::remove_request_header(&config.header_names.cluster);
+            Admission::Refuse { error, endpoint } => {
+                self.anthropic = endpoint.is_some_and(Endpoint::speaks_anthropic);
+                self.reply(&error)
             }
-            if method == "POST"
-                && !end_of_stream
-                && !config.virtual_models.is_empty()
-                && batch::is_batch_path(path)
-            {
-                let content_type = headers.get_str("content-type").unwrap_or_default();
-                self.phase = Phase::CheckingBatch(path.to_string(), content_type.to_string());
-                return Action::Pause;
+            Admission::Inspect(endpoint) => {
+                self.anthropic = endpoint.speaks_anthropic();
+                self.phase = Phase::Inspecting(endpoint, headers);
+                Action::Pause
             }
-            return Action::Continue;
-        };
-        self.anthropic = endpoint.speaks_anthropic();
-        if end_of_stream {
-            return self.reply(&ErrorReply::body_required());
+            Admission::CheckBatch { path, content_type } => {
+                if headers.get(&config.header_names.cluster).is_some() {
+                    host::remove_request_header(&config.header_names.cluster);
+                }
+                self.phase = Phase::CheckingBatch(path, content_type);
+                Action::Pause
+            }
+            Admission::Stored(path) => self.forward_stored(&config, headers, &path),
         }
-        if let Err(reply) = check_content_encoding(&headers) {
-            return self.reply(&reply);
-        }
-        let declared = headers
-            .get_str("content-length")
-            .and_then(|v| v.trim().parse::<usize>().ok());
-        if declared.is_some_and(|n| n > config.max_request_body_bytes) {
-            return self.reply(&ErrorReply::body_too_large(config.max_request_body_bytes));
-        }
-        self.phase = Phase::Inspecting(endpoint, headers);
-        Action::Pause
     }
 
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
@@ -525,7 +420,7 @@ impl HttpContext for Http {
     fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
         let _span = super::profile::span("on_http_response_headers");
         match &self.phase {
-            Phase::Forwarded(flight) => Flight::on_response_headers(flight, &self.runtime),
+            Phase::Forwarded => flight::on_answer_headers(&self.runtime, self.context_id),
             _ => Action::Continue,
         }
     }
@@ -533,9 +428,7 @@ impl HttpContext for Http {
     fn on_http_response_trailers(&mut self, _num_trailers: usize) -> Action {
         let _span = super::profile::span("on_http_response_trailers");
         match &self.phase {
-            Phase::Forwarded(flight) => flight
-                .try_borrow()
-                .map_or(Action::Continue, |f| f.on_response_trailers()),
+            Phase::Forwarded => flight::on_answer_trailers(&self.runtime, self.context_id),
             _ => Action::Continue,
         }
     }
@@ -543,8 +436,8 @@ impl HttpContext for Http {
     fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
         let _span = super::profile::span("on_http_response_body");
         match &self.phase {
-            Phase::Forwarded(flight) => {
-                Flight::on_response_body(flight, &self.runtime, body_size, end_of_stream)
+            Phase::Forwarded => {
+                flight::on_answer_body(&self.runtime, self.context_id, body_size, end_of_stream)
             }
             _ => Action::Continue,
         }

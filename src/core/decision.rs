@@ -8,6 +8,7 @@
 use crate::core::config::{Config, ModelId, VirtualModel};
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
+use crate::core::flight::{Replay, Start};
 use crate::core::headers::Headers;
 use crate::core::metadata::Metadata;
 use crate::core::outbound::{outbound, ClientRequest, Outbound};
@@ -33,6 +34,27 @@ pub struct Decision<'c> {
     pub stream: bool,
     /// It continues a conversation minted here: its origin failing is a 409, not a fallback.
     pub conversation: bool,
+}
+
+impl Decision<'_> {
+    /// The flight of the request once its first attempt is written into it: how it starts,
+    /// and what it keeps for another attempt (the client's headers and body as sent).
+    pub fn into_flight(
+        self,
+        endpoint: Endpoint,
+        headers: Headers,
+        body: Vec<u8>,
+    ) -> (Start, Replay) {
+        let start = Start::routed(endpoint, self.plan, self.stream, self.conversation);
+        let replay = Replay {
+            endpoint,
+            headers,
+            body,
+            layout: self.layout,
+            stored_path: None,
+        };
+        (start, replay)
+    }
 }
 
 /// Reads a request body the way its endpoint sends it: JSON, or a multipart upload.

@@ -3,6 +3,7 @@
 //! Nothing here calls proxy-wasm. Time and randomness are passed in, so every decision
 //! can be reproduced in a unit test.
 
+pub mod admission;
 pub mod batch;
 pub mod config;
 pub mod conversation;
@@ -10,6 +11,7 @@ pub mod decision;
 pub mod endpoint;
 pub mod errors;
 pub mod fallback;
+pub mod flight;
 pub mod headers;
 pub mod health;
 pub mod metadata;

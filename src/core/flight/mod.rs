@@ -1,0 +1,434 @@
+//! The state machine of one forwarded request: retries, fallbacks and timeouts after its first
+//! attempt left through Envoy's router. Sans-IO: events in, effects out; the host's time and
+//! lazily read facts come in as arguments, so every sequence replays in a unit test.
+//!
+//! The first attempt goes through the router, so a good answer streams to the client as it
+//! arrives. A failed answer is held (headers, body and trailers) while the next attempt is made
+//! as a call-out with the body rewritten for that target; the last attempt's answer then
+//! replaces it (a verified Envoy behaviour: a held answer is replaced by
+//! `send_http_response`). The decisions come from [`Attempts`]; this module sequences them.
+//!
+//! # Events (methods; pass the [`Config`] the machine was started with)
+//! - [`Machine::start`]: the request was routed (its first attempt written into the request).
+//! - [`Machine::on_answer_headers`]: the router's answer headers (status; Envoy's response
+//!   code details read through [`AnswerFacts`] only for a 5xx).
+//! - [`Machine::on_answer_body`], [`Machine::on_answer_trailers`]: the router's answer streams.
+//! - [`Machine::on_dispatched`] / [`Machine::on_dispatch_refused`]: what became of an
+//!   [`Effect::Attempt`]'s call-out.
+//! - [`Machine::on_call_answer`]: a call-out answered (or failed without an answer).
+//! - [`Machine::on_timer`]: an armed timer fired.
+//! - [`Machine::on_destroyed`]: the stream went away.
+//!
+//! Answer events return a [`Flow`] (hold or let through). Every event pushes its
+//! [`Effect`]s into a caller-provided [`Effects`] buffer, to be applied in order: make an
+//! attempt, arm a timer, record an outcome or latency samples, pin a session, deliver, reply,
+//! fail with an error in the client's API shape, replace body bytes.
+//!
+//! # What an adapter does (proxy-wasm's is `src/adapter/flight.rs`)
+//! - Keeps one `Machine` per forwarded stream, with the config it started with, in one map
+//!   owned by the worker; call handles and timers map back to (stream, [`CallId`] / token).
+//! - [`Effect::Attempt`] with a call: dispatch [`Machine::call_request`], then report
+//!   [`Machine::on_dispatched`] or [`Machine::on_dispatch_refused`]; their effects follow
+//!   the batch's. The first attempt (`call: None`) was already written into the request.
+//! - [`Effect::ArmTimer`]: call [`Machine::on_timer`] with the token at or after `due_ms`;
+//!   stale tokens are ignored, so timers never need cancelling.
+//! - [`Effect::Record`] / [`Effect::Samples`]: update the health store ([`record_outcome`],
+//!   [`add_samples`]); a success on a clean record may be skipped.
+//! - [`Effect::Deliver`]: set its headers on the router's answer before it goes on.
+//!   [`Effect::Reply`] / [`Effect::Fail`]: a local reply replacing the held answer.
+//!   [`Effect::ReplaceBody`]: edit the body chunk in hand.
+//! - When the stream goes away, [`Machine::on_destroyed`] (its [`Summary`] is the
+//!   access-log's) and forget the stream's calls and timers.
+
+mod answers;
+mod attempts;
+mod effects;
+mod inputs;
+mod outcome;
+mod records;
+
+pub use effects::{
+    AnswerHeaders, Attempt, AttemptKind, Call, CallId, CallRequest, Delivery, Effect, Effects,
+    Ending, Failure, Flow, Reply, Summary,
+};
+pub use inputs::{AnswerFacts, CallAnswer, Replay, Start};
+pub use outcome::{call_outcome, health_outcome, hint_ms, router_outcome};
+pub use records::{add_samples, record_outcome};
+
+use crate::core::config::{Config, HeaderNames, ModelId, TargetPolicy, DIRECT_POLICY};
+use crate::core::fallback::{AttemptOutcome, Attempts, Step};
+use crate::core::responses::rewrite::AnswerRewriter;
+use crate::core::routing::sticky::Session;
+use crate::core::usage::UsageScanner;
+
+#[derive(Debug, Clone, Copy)]
+enum State {
+    /// The router's attempt is in flight.
+    Routed,
+    /// The router's answer is going to the client.
+    Delivering,
+    /// Waiting out a retry delay before this attempt.
+    Waiting(AttemptKind),
+    /// A call-out attempt is in flight.
+    Calling(CallId),
+    /// The answer has been sent, or the stream is gone; nothing more happens.
+    Done,
+}
+
+/// Timing of an answer as it streams to the client.
+#[derive(Debug, Clone)]
+struct Measure {
+    target: ModelId,
+    started_ms: u64,
+    first_token_ms: Option<u64>,
+    usage: UsageScanner,
+}
+
+/// The state of one forwarded request.
+#[derive(Debug, Clone)]
+pub struct Machine {
+    virtual_model: Option<usize>,
+    attempts: Attempts,
+    /// The target of the router's attempt (the first one).
+    routed_target: Option<ModelId>,
+    /// When the router's attempt left.
+    routed_ms: u64,
+    /// Present only while another attempt is possible.
+    replay: Option<Replay>,
+    state: State,
+    /// The token of the one timer that may still fire; bumped when a timer must not.
+    seq: u64,
+    /// The last call-out's id.
+    calls: CallId,
+    /// The router's failed answer is held, waiting to be replaced.
+    holding: bool,
+    /// The client asked for a streamed answer.
+    stream: bool,
+    /// Start of the call-out in flight.
+    started_ms: u64,
+    /// `fallback_timeout_ms`, when another attempt is possible.
+    fallback_timeout_ms: Option<u64>,
+    /// Whether answers feed latency samples (only when routing uses them).
+    needs_latency: bool,
+    /// Set while a delivered answer is timed for the latency samples.
+    measure: Option<Measure>,
+    /// The sticky session of the request, to pin it where a fallback worked.
+    sticky: Option<Session>,
+    /// Whether answers get Switchboard's response ids.
+    mint_ids: bool,
+    /// Rewrites the delivered answer's ids as it streams.
+    rewriter: Option<AnswerRewriter>,
+    /// Errors Switchboard answers itself go in Anthropic's shape.
+    anthropic_errors: bool,
+    /// It continues a conversation at its origin: the origin failing is a 409.
+    conversation: bool,
+    ending: Option<Ending>,
+    last_switch: Option<AttemptKind>,
+}
+
+/// The policy of `model` as a target of virtual model `vm` (a catalog model called directly
+/// has no retries and no fallback).
+fn policy(config: &Config, vm: Option<usize>, model: ModelId) -> &TargetPolicy {
+    config
+        .virtual_models
+        .get(vm.unwrap_or(usize::MAX))
+        .map_or(&DIRECT_POLICY, |vm| vm.policy(model))
+}
+
+impl Machine {
+    /// A machine whose first attempt has just been handed to the router, at `now_ms`. The
+    /// client's request is kept only when another attempt is possible.
+    pub fn start<'c>(
+        config: &'c Config,
+        start: Start,
+        replay: Replay,
+        now_ms: u64,
+        out: &mut Effects<'c>,
+    ) -> Machine {
+        let vm_index = start.virtual_model;
+        let attempts = Attempts::new(start.candidates, start.pinned);
+        let replay = attempts
+            .may_try_again(|m| policy(config, vm_index, m))
+            .then_some(replay);
+        let vm = vm_index.and_then(|i| config.virtual_models.get(i));
+        let mut m = Machine {
+            virtual_model: vm_index,
+            routed_target: attempts.current(),
+            attempts,
+            routed_ms: now_ms,
+            fallback_timeout_ms: vm
+                .and_then(|vm| vm.fallback_timeout_ms)
+                .filter(|_| replay.is_some()),
+            replay,
+            state: State::Routed,
+            seq: 0,
+            calls: 0,
+            holding: false,
+            stream: start.stream,
+            started_ms: now_ms,
+            needs_latency: vm.is_some_and(|vm| vm.needs_latency()),
+            measure: None,
+            sticky: start.sticky,
+            mint_ids: start.mint_ids,
+            rewriter: None,
+            anthropic_errors: start.anthropic_errors,
+            conversation: start.conversation,
+            ending: None,
+            last_switch: None,
+        };
+        if let Some(target) = m.routed_target {
+            out.push(Effect::Attempt(Attempt {
+                target,
+                number: 1,
+                kind: AttemptKind::First,
+                call: None,
+            }));
+        }
+        // `fallback_timeout_ms` covers the router's attempt too (Zuplo seed, "Failures and
+        // retries"): until its answer starts.
+        m.arm_fallback_timeout(now_ms, out);
+        m
+    }
+
+    /// What the request did so far: for access-log fields at its end.
+    pub fn summary(&self) -> Summary {
+        Summary {
+            virtual_model: self.virtual_model,
+            attempts: self.attempts.total(),
+            ending: self.ending,
+            last_switch: self.last_switch,
+        }
+    }
+
+    /// Whether another attempt could still follow (the client's request is kept for it).
+    pub fn may_try_again(&self) -> bool {
+        self.replay.is_some()
+    }
+
+    /// The router's answer headers arrived with `status`.
+    pub fn on_answer_headers<'c>(
+        &mut self,
+        config: &'c Config,
+        status: u16,
+        facts: &mut dyn AnswerFacts,
+        out: &mut Effects<'c>,
+    ) -> Flow {
+        match self.state {
+            State::Routed => {}
+            // Abandoned after a timeout, yet it answered well first: deliver it, drop the rest.
+            State::Waiting(_) | State::Calling(_) if (200..300).contains(&status) => {
+                let routed = self.routed_target;
+                self.record(config, routed, AttemptOutcome::Status(status), || None, out);
+                self.deliver(config, routed, status, false, out);
+                return Flow::Continue;
+            }
+            // Abandoned and failed (already counted as a timeout): keep it from the client.
+            State::Waiting(_) | State::Calling(_) => {
+                self.holding = true;
+                return Flow::Hold;
+            }
+            State::Delivering | State::Done => return Flow::Continue,
+        }
+        self.seq += 1; // the answer started: the fallback timeout no longer applies
+        let outcome = router_outcome(status, || facts.code_details());
+        let routed = self.routed_target;
+        let hint = |f: &mut dyn AnswerFacts| {
+            let now = f.now_ms();
+            hint_ms(&f.headers(), now)
+        };
+        self.record(config, routed, outcome, || hint(facts), out);
+        let step = self.step(config, outcome);
+        if self.ends_conversation(step, outcome) {
+            self.holding = true;
+            self.reply_unavailable(config, out);
+            return Flow::Hold;
+        }
+        match step {
+            Step::Deliver | Step::GiveUp => {
+                // Envoy's own 503 for an unreachable upstream names no target that answered.
+                let answered = matches!(outcome, AttemptOutcome::Status(_))
+                    .then_some(routed)
+                    .flatten();
+                self.deliver(config, answered, status, step == Step::GiveUp, out);
+                Flow::Continue
+            }
+            Step::Retry { .. } | Step::Fallback { .. } => {
+                self.holding = true;
+                self.next_attempt(config, step, outcome, facts.now_ms(), out);
+                Flow::Hold
+            }
+        }
+    }
+
+    /// A chunk of the router's answer body (`end`: the last one).
+    pub fn on_answer_body<'c>(
+        &mut self,
+        config: &'c Config,
+        end: bool,
+        facts: &mut dyn AnswerFacts,
+        out: &mut Effects<'c>,
+    ) -> Flow {
+        if self.holding {
+            return Flow::Hold;
+        }
+        if self.measure.is_none() && self.rewriter.is_none() {
+            return Flow::Continue;
+        }
+        let chunk = facts.chunk();
+        if let Some(mut m) = self.measure.take() {
+            let now = facts.now_ms();
+            m.usage.feed(&chunk);
+            // Time to the first token, not to a role-only first chunk.
+            if m.usage.has_content() {
+                m.first_token_ms.get_or_insert(now);
+            }
+            if end {
+                let tokens = m.usage.output_tokens();
+                self.add_samples(m.target, m.started_ms, m.first_token_ms, tokens, now, out);
+            } else {
+                self.measure = Some(m);
+            }
+        }
+        self.rewrite_chunk(config, &chunk, end, out);
+        Flow::Continue
+    }
+
+    /// Trailers of the router's answer: a held failed answer stays held.
+    pub fn on_answer_trailers(&self) -> Flow {
+        if self.holding {
+            Flow::Hold
+        } else {
+            Flow::Continue
+        }
+    }
+
+    /// A timer armed with `token` fired at `now_ms`.
+    pub fn on_timer<'c>(
+        &mut self,
+        config: &'c Config,
+        token: u64,
+        now_ms: u64,
+        out: &mut Effects<'c>,
+    ) {
+        if token != self.seq {
+            return;
+        }
+        match self.state {
+            State::Waiting(kind) => {
+                if let Some(target) = self.attempts.current() {
+                    self.dispatch(config, target, kind, now_ms, out);
+                }
+            }
+            // The attempt in flight, the router's or a call-out, did not start answering (a
+            // call-out: did not answer) within fallback_timeout_ms. An abandoned call-out
+            // cannot be cancelled; its late answer no longer matches the state and is ignored.
+            State::Routed | State::Calling(_) => {
+                let target = if matches!(self.state, State::Routed) {
+                    self.routed_target
+                } else {
+                    self.attempts.current()
+                };
+                let outcome = AttemptOutcome::FallbackTimeout;
+                let step = self.step(config, outcome);
+                if step == Step::GiveUp {
+                    return; // nowhere else to go: keep waiting for this one
+                }
+                self.record(config, target, outcome, || None, out);
+                self.next_attempt(config, step, outcome, now_ms, out);
+            }
+            State::Delivering | State::Done => {}
+        }
+    }
+
+    /// The call-out of the [`Effect::Attempt`] `call` left.
+    pub fn on_dispatched<'c>(&mut self, call: CallId, out: &mut Effects<'c>) {
+        if matches!(self.state, State::Calling(c) if c == call) {
+            // `fallback_timeout_ms` covers every attempt (TrueFoundry virtual models,
+            // "Retries and fallbacks"; Zuplo seed, "Failures and retries"). A call's answer
+            // arrives whole, so here it bounds the whole answer.
+            self.arm_fallback_timeout(self.started_ms, out);
+        }
+    }
+
+    /// The host refused the call-out of `call` (unknown cluster, ...): a connection failure,
+    /// and the next step at once.
+    pub fn on_dispatch_refused<'c>(
+        &mut self,
+        config: &'c Config,
+        call: CallId,
+        now_ms: u64,
+        out: &mut Effects<'c>,
+    ) {
+        if !matches!(self.state, State::Calling(c) if c == call) {
+            return;
+        }
+        if let Some(target) = self.attempts.current() {
+            if let Some((next, kind)) = self.after_refusal(config, target, now_ms, out) {
+                self.dispatch(config, next, kind, now_ms, out);
+            }
+        }
+    }
+
+    /// The call-out `call` finished at `now_ms`: its answer, or `None` if it got none.
+    pub fn on_call_answer<'c>(
+        &mut self,
+        config: &'c Config,
+        call: CallId,
+        answer: Option<CallAnswer>,
+        now_ms: u64,
+        out: &mut Effects<'c>,
+    ) {
+        if !matches!(self.state, State::Calling(c) if c == call) {
+            return; // abandoned after a timeout
+        }
+        let outcome = call_outcome(answer.as_ref().map(|a| &a.headers));
+        let hint = || hint_ms(&answer.as_ref()?.headers, now_ms);
+        self.record(config, self.attempts.current(), outcome, hint, out);
+        let step = self.step(config, outcome);
+        if self.ends_conversation(step, outcome) {
+            return self.reply_unavailable(config, out);
+        }
+        match (step, answer, outcome) {
+            (Step::Retry { .. } | Step::Fallback { .. }, _, _) => {
+                self.next_attempt(config, step, outcome, now_ms, out);
+            }
+            (_, Some(answer), AttemptOutcome::Status(status)) => {
+                self.reply(config, status, answer, step == Step::GiveUp, now_ms, out);
+            }
+            _ => self.reply_unavailable(config, out),
+        }
+    }
+
+    /// The stream went away: nothing more happens (a late answer or timer is ignored).
+    pub fn on_destroyed(&mut self) -> Summary {
+        self.state = State::Done;
+        self.replay = None;
+        self.summary()
+    }
+
+    /// The call-out of an [`Effect::Attempt`], ready to dispatch: the client's headers with
+    /// the outbound changes, and the body for that target.
+    pub fn call_request<'a>(
+        &'a self,
+        call: &'a Call<'_>,
+        names: &HeaderNames,
+    ) -> Option<CallRequest<'a>> {
+        let replay = self.replay.as_ref()?;
+        let headers = call
+            .outbound
+            .call_headers(&replay.headers, names, &call.content_length);
+        Some(CallRequest {
+            cluster: call.outbound.cluster,
+            headers,
+            body: call.body.as_deref().unwrap_or(&replay.body),
+            timeout_ms: call.timeout_ms,
+        })
+    }
+}
+
+#[cfg(test)]
+mod sim;
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod twins;
