@@ -24,6 +24,14 @@ import urllib3
 ROOT = Path(__file__).resolve().parents[2]
 ENVOY_BIN = Path(os.environ.get("SWITCHBOARD_ENVOY", ROOT / ".venv" / "bin" / "envoy"))
 WASM = ROOT / "target" / "wasm32-wasip1" / "release" / "switchboard.wasm"
+# The native build: Envoy finds `libswitchboard.so` for a dynamic module named "switchboard"
+# in $ENVOY_DYNAMIC_MODULES_SEARCH_PATH.
+NATIVE_DIR = ROOT / "target" / "native"
+NATIVE_MODULE = NATIVE_DIR / "libswitchboard.so"
+# Which build Envoy runs: "wasm" (the .wasm in Envoy's V8) or "native" (the dynamic module).
+BUILD = os.environ.get("SWITCHBOARD_BUILD", "wasm")
+if BUILD not in ("wasm", "native"):
+    raise RuntimeError(f"SWITCHBOARD_BUILD must be wasm or native, not {BUILD!r}")
 MOCK_PROVIDER = ROOT / "target" / "release" / "mock-provider"
 CLUSTER_HEADER = "x-switchboard-cluster"
 # Envoy's own request buffer limit must exceed the filter's, so the filter answers the 413.
@@ -245,6 +253,34 @@ def replace_file(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def native_filter(plugin_config: dict | str) -> dict:
+    """The Switchboard HTTP filter entry of the native build: the same plugin config, as the
+    dynamic module filter's `filter_config` string."""
+    value = plugin_config if isinstance(plugin_config, str) else json.dumps(plugin_config)
+    return {
+        "name": "switchboard",
+        "typed_config": {
+            "@type": NATIVE_FILTER_TYPE,
+            "dynamic_module_config": {"name": "switchboard"},
+            "filter_name": "switchboard",
+            "filter_config": {"@type": "type.googleapis.com/google.protobuf.StringValue", "value": value},
+        },
+    }
+
+
+NATIVE_FILTER_TYPE = "type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter"
+
+
+def switchboard_filter(plugin_config: dict | str) -> dict:
+    """The Switchboard filter entry of the build under test."""
+    return native_filter(plugin_config) if BUILD == "native" else wasm_filter(plugin_config)
+
+
+def build_artifact() -> Path:
+    """The file Envoy loads for the build under test."""
+    return NATIVE_MODULE if BUILD == "native" else WASM
+
+
 def bootstrap(listen_port: int, admin_port: int, clusters: dict[str, int], http_filters: list[dict],
               passthrough: str, locality: dict | None = None) -> dict:
     """An Envoy bootstrap: one listener whose route sends to the cluster the filter names.
@@ -385,12 +421,13 @@ def start_envoy(config: dict | str, concurrency: int = 2, expect_failure: bool =
     """Starts Envoy and waits until it is ready (or, with `expect_failure`, has exited).
 
     `config` is a bootstrap dict, or YAML text with `ports` = (listener, admin) given.
-    `wasm_log_level` is the level of the filter's own lines; every other component logs
-    warnings only (Envoy's router prints upstream headers, keys included, at debug).
+    `wasm_log_level` is the level of the filter's own lines (Envoy's `wasm` component, or
+    `dynamic_modules` for the native build); every other component logs warnings only
+    (Envoy's router prints upstream headers, keys included, at debug).
     `workdir` (removed when Envoy stops) holds the config and log; one is made if not given.
     """
     envoy_bin = require(ENVOY_BIN, "Envoy")
-    require(WASM, "switchboard.wasm")
+    require(build_artifact(), f"the {BUILD} build")
     workdir = workdir or tempfile.TemporaryDirectory(prefix="switchboard-envoy-")
     if isinstance(config, dict):
         config_path = Path(workdir.name) / "envoy.json"
@@ -403,11 +440,13 @@ def start_envoy(config: dict | str, concurrency: int = 2, expect_failure: bool =
         listener, admin = ports
     log_path = Path(workdir.name) / "envoy.log"
     args = [str(envoy_bin), "-c", str(config_path), "--concurrency", str(concurrency),
-            "--disable-hot-restart", "--log-level", "warning", "--component-log-level", f"wasm:{wasm_log_level}",
+            "--disable-hot-restart", "--log-level", "warning", "--component-log-level",
+            f"wasm:{wasm_log_level},dynamic_modules:{wasm_log_level}",
             # Tests read the log while Envoy runs: flush it within 100 ms, not 10 s.
             "--file-flush-interval-msec", "100",
             "--log-path", str(log_path)]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {**os.environ, "ENVOY_DYNAMIC_MODULES_SEARCH_PATH": str(NATIVE_DIR)}
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     envoy = Envoy(proc=proc, port=listener, admin_port=admin, log_path=log_path, workdir=workdir,
                   concurrency=concurrency)
     deadline = time.monotonic() + timeout

@@ -1,0 +1,542 @@
+//! One HTTP stream: holds an LLM request until its body is in, asks the core where it goes,
+//! writes the decision into the request, and hands the response side to its [`Flight`].
+//!
+//! Envoy runs a stream's hooks on one worker thread. A call into Envoy can run this filter's
+//! hooks again before it returns (a local reply passes through the response hooks; resuming
+//! the request can make the router answer at once), so such calls are not made while the
+//! filter is borrowed: the filter queues them as [`After`] and the hook makes them after.
+
+use super::flight::{Flight, Start};
+use super::host::{BodyAt, Side, Stream};
+use super::plugin::{Plugin, Routing};
+use super::store;
+use crate::core::batch;
+use crate::core::config::{HeaderNames, ModelId, Tier};
+use crate::core::decision::{
+    classifier_call, decide_stored_path, decide_with_tier, ClassifierCall, Decision,
+};
+use crate::core::endpoint::Endpoint;
+use crate::core::errors::ErrorReply;
+use crate::core::fallback::Attempts;
+use crate::core::headers::Headers;
+use crate::core::outbound::{outbound, ClientRequest, Outbound};
+use crate::core::request::check_content_encoding;
+use crate::core::responses::continuation::{is_plain_token, stored_origin, stored_path};
+use crate::core::responses::id::PREFIX;
+use crate::core::routing::classifier::parse_answer;
+use std::sync::Arc;
+
+/// What a hook tells Envoy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Go on with the next filter.
+    Continue,
+    /// Stop here (and, in a body hook, keep the data in Envoy's buffer) until resumed.
+    Stop,
+}
+
+/// A call into Envoy to make once the hook has let go of the filter.
+pub enum After {
+    /// Resume the request stopped earlier.
+    ContinueRequest,
+    /// Answer the client locally.
+    Reply {
+        status: u16,
+        headers: Vec<(String, String)>,
+        body: Vec<u8>,
+    },
+}
+
+/// Where the request side of a stream is.
+enum Phase {
+    /// Not an LLM request: Switchboard leaves it alone.
+    PassThrough,
+    /// An LLM request whose body is being buffered, with its headers as the client sent them.
+    Inspecting(Endpoint, Headers),
+    /// Waiting for a complexity virtual model's classifier model to name the tier.
+    Classifying {
+        endpoint: Endpoint,
+        headers: Headers,
+        body: Vec<u8>,
+        call: u64,
+    },
+    /// Batch input being buffered to check it names no virtual model: (path, content type).
+    CheckingBatch(String, String),
+    /// Forwarded; the flight owns the rest.
+    Forwarded(Box<Flight>),
+    /// Switchboard answered it with a local reply.
+    Replied,
+}
+
+/// One per HTTP stream.
+pub struct Filter {
+    plugin: Arc<Plugin>,
+    rng: fastrand::Rng,
+    phase: Phase,
+    /// The client calls an Anthropic API: errors go in Anthropic's shape.
+    anthropic: bool,
+    /// Calls to make once the current hook has let go of the filter.
+    pub after: Vec<After>,
+}
+
+impl Filter {
+    /// A filter for one stream of `plugin`'s config.
+    pub fn new(plugin: Arc<Plugin>) -> Filter {
+        Filter {
+            plugin,
+            rng: fastrand::Rng::with_seed(fastrand::u64(..)),
+            phase: Phase::PassThrough,
+            anthropic: false,
+            after: Vec::new(),
+        }
+    }
+
+    /// Queues a local reply.
+    fn send(&mut self, status: u16, headers: Vec<(String, String)>, body: Vec<u8>) {
+        self.after.push(After::Reply {
+            status,
+            headers,
+            body,
+        });
+    }
+
+    /// Answers with an error in the client's API shape and ends the request side.
+    fn reply(&mut self, reply: &ErrorReply) -> Verdict {
+        if let Some(note) = &reply.operator_note {
+            log::warn!("{note}");
+        }
+        let shaped;
+        let reply = if self.anthropic {
+            shaped = reply.in_anthropic_shape();
+            &shaped
+        } else {
+            reply
+        };
+        let json = vec![("content-type".to_string(), "application/json".to_string())];
+        self.send(reply.status, json, reply.body.clone().into_bytes());
+        self.phase = Phase::Replied;
+        Verdict::Stop
+    }
+
+    /// The request headers arrived.
+    pub fn on_request_headers(&mut self, s: &mut Stream, end_of_stream: bool) -> Verdict {
+        let plugin = Arc::clone(&self.plugin);
+        let config = &plugin.config;
+        // One call for every header: these are the client's headers as sent, which a retry or
+        // fallback replays.
+        let headers = s.headers(Side::Request);
+        let path = headers.get_str(":path").unwrap_or_default();
+        let method = headers.get_str(":method").unwrap_or_default();
+        if method == "GET" && matches!(path.split('?').next(), Some("/v1/models" | "/models")) {
+            // The filter answers the model list itself: the names clients may call.
+            let json = vec![("content-type".to_string(), "application/json".to_string())];
+            self.send(200, json, config.models_list_json.clone().into_bytes());
+            self.phase = Phase::Replied;
+            return Verdict::Stop;
+        }
+        if let Some((id, suffix)) = stored_path(path) {
+            let id = id.to_string();
+            if id.starts_with(PREFIX) {
+                return self.route_minted(s, headers, &id, suffix);
+            }
+            if let Some(index) = config.stored_responses_virtual_model {
+                return self.route_raw(s, headers, index, (&id, suffix));
+            }
+        }
+        let Some(endpoint) = Endpoint::from_path(path).filter(|_| method == "POST") else {
+            // Never let a client pick the cluster through the route's cluster_header.
+            if headers.get(&config.header_names.cluster).is_some() {
+                s.remove_header(Side::Request, &config.header_names.cluster);
+            }
+            if method == "POST"
+                && !end_of_stream
+                && !config.virtual_models.is_empty()
+                && batch::is_batch_path(path)
+            {
+                let content_type = headers.get_str("content-type").unwrap_or_default();
+                self.phase = Phase::CheckingBatch(path.to_string(), content_type.to_string());
+                return Verdict::Stop;
+            }
+            return Verdict::Continue;
+        };
+        self.anthropic = endpoint.speaks_anthropic();
+        if end_of_stream {
+            return self.reply(&ErrorReply::body_required());
+        }
+        if let Err(reply) = check_content_encoding(&headers) {
+            return self.reply(&reply);
+        }
+        let declared = headers
+            .get_str("content-length")
+            .and_then(|v| v.trim().parse::<usize>().ok());
+        if declared.is_some_and(|n| n > config.max_request_body_bytes) {
+            return self.reply(&ErrorReply::body_too_large(config.max_request_body_bytes));
+        }
+        self.phase = Phase::Inspecting(endpoint, headers);
+        Verdict::Stop
+    }
+
+    /// A chunk of the request body arrived (`size` bytes held so far, this chunk included).
+    pub fn on_request_body(&mut self, s: &mut Stream, size: usize, end: bool) -> Verdict {
+        let limit = self.plugin.config.max_request_body_bytes;
+        match self.phase {
+            Phase::CheckingBatch(..) if size > limit => {
+                // Larger than the limit: passed on unchecked rather than refused.
+                self.phase = Phase::PassThrough;
+                Verdict::Continue
+            }
+            Phase::CheckingBatch(..) if !end => Verdict::Stop,
+            Phase::CheckingBatch(..) => self.finish_batch(s, BodyAt::BufferAndChunk),
+            Phase::Inspecting(..) if size > limit => self.reply(&ErrorReply::body_too_large(limit)),
+            Phase::Inspecting(..) if !end => Verdict::Stop,
+            Phase::Inspecting(..) => self.route(s, BodyAt::BufferAndChunk),
+            Phase::Forwarded(_) | Phase::PassThrough => Verdict::Continue,
+            Phase::Classifying { .. } | Phase::Replied => Verdict::Stop,
+        }
+    }
+
+    /// The request's trailers arrived: a body that ends with trailers never sees the end of
+    /// stream in the body hook.
+    pub fn on_request_trailers(&mut self, s: &mut Stream) -> Verdict {
+        match self.phase {
+            Phase::CheckingBatch(..) => self.finish_batch(s, BodyAt::Buffer),
+            Phase::Inspecting(..) => self.route(s, BodyAt::Buffer),
+            Phase::Classifying { .. } | Phase::Replied => Verdict::Stop,
+            Phase::Forwarded(_) | Phase::PassThrough => Verdict::Continue,
+        }
+    }
+
+    /// Checks the whole buffered batch input.
+    fn finish_batch(&mut self, s: &mut Stream, at: BodyAt) -> Verdict {
+        let Phase::CheckingBatch(path, content_type) =
+            std::mem::replace(&mut self.phase, Phase::PassThrough)
+        else {
+            return Verdict::Continue;
+        };
+        let body = s.body(Side::Request, at);
+        match batch::check(&path, &content_type, &body, &self.plugin.config) {
+            Ok(()) => Verdict::Continue,
+            Err(reply) => self.reply(&reply),
+        }
+    }
+
+    /// Routes the fully buffered request, or answers it with an error.
+    fn route(&mut self, s: &mut Stream, at: BodyAt) -> Verdict {
+        let Phase::Inspecting(endpoint, headers) =
+            std::mem::replace(&mut self.phase, Phase::Replied)
+        else {
+            return Verdict::Continue;
+        };
+        let body = s.body(Side::Request, at);
+        let plugin = Arc::clone(&self.plugin);
+        // A complexity model with a classifier asks it first; its call has its own timeout,
+        // after which the heuristic decides.
+        if let Some(call) = classifier_call(&plugin.config, endpoint, &body, &headers) {
+            if let Some(id) = Self::call_classifier(s, &plugin, &call) {
+                self.phase = Phase::Classifying {
+                    endpoint,
+                    headers,
+                    body,
+                    call: id,
+                };
+                return Verdict::Stop;
+            }
+        }
+        self.decide_and_forward(s, at, endpoint, headers, body, None)
+    }
+
+    /// Asks the classifier model for the tier, in that model's own request shape.
+    fn call_classifier(s: &mut Stream, plugin: &Plugin, call: &ClassifierCall) -> Option<u64> {
+        let config = &plugin.config;
+        let out = call.outbound(config)?;
+        let length = call.body.len().to_string();
+        let headers = out.call_headers(&call.headers, &config.header_names, &length);
+        s.callout(out.cluster, &headers, &call.body, call.timeout_ms)
+    }
+
+    /// A call-out this stream made answered (`headers` empty: it failed).
+    pub fn on_callout_done(&mut self, s: &mut Stream, id: u64, headers: Headers, body: Vec<u8>) {
+        if matches!(&self.phase, Phase::Classifying { call, .. } if *call == id) {
+            let Phase::Classifying {
+                endpoint,
+                headers: client,
+                body: client_body,
+                ..
+            } = std::mem::replace(&mut self.phase, Phase::Replied)
+            else {
+                return;
+            };
+            // No answer (timeout, failure) or no tier in it: the heuristic decides.
+            let tier = (!headers.is_empty()).then(|| parse_answer(&body)).flatten();
+            let verdict =
+                self.decide_and_forward(s, BodyAt::Buffer, endpoint, client, client_body, tier);
+            if verdict == Verdict::Continue {
+                self.after.push(After::ContinueRequest);
+            }
+            return;
+        }
+        if let Phase::Forwarded(flight) = &mut self.phase {
+            flight.on_callout_done(s, &self.plugin, id, headers, body, &mut self.after);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn decide_and_forward(
+        &mut self,
+        s: &mut Stream,
+        at: BodyAt,
+        endpoint: Endpoint,
+        headers: Headers,
+        body: Vec<u8>,
+        tier: Option<Tier>,
+    ) -> Verdict {
+        let plugin = Arc::clone(&self.plugin);
+        let config = &plugin.config;
+        let now = super::now_ms();
+        let rng = &mut self.rng;
+        let decided = store::with_health(plugin.id, config, now, |health| {
+            let routing = Routing {
+                plugin: &plugin,
+                stream: s,
+            };
+            decide_with_tier(
+                config, endpoint, &body, &headers, health, &routing, tier, rng,
+            )
+        });
+        match decided {
+            Ok(decision) => self.forward(s, at, &plugin, endpoint, decision, body, headers, now),
+            Err(reply) => self.reply(&reply),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn forward(
+        &mut self,
+        s: &mut Stream,
+        at: BodyAt,
+        plugin: &Arc<Plugin>,
+        endpoint: Endpoint,
+        decision: Decision<'_>,
+        body: Vec<u8>,
+        headers: Headers,
+        now: u64,
+    ) -> Verdict {
+        let config = &plugin.config;
+        if let Err(reply) = apply(
+            s,
+            at,
+            &decision.outbound,
+            &body,
+            &headers,
+            &config.header_names,
+        ) {
+            return self.reply(&reply);
+        }
+        log_attempt(plugin, decision.target, 1, &decision.outbound);
+        let plan = decision.plan;
+        let start = Start {
+            virtual_model: plan.virtual_model,
+            attempts: Attempts::new(plan.candidates, plan.pinned),
+            stream: decision.stream,
+            now_ms: now,
+            mint_ids: endpoint == Endpoint::Responses && plan.virtual_model.is_some(),
+            anthropic_errors: endpoint.speaks_anthropic(),
+            conversation: decision.conversation,
+        };
+        self.start_flight(start)
+    }
+
+    /// Hands the request to its flight.
+    fn start_flight(&mut self, start: Start) -> Verdict {
+        self.phase = Phase::Forwarded(Box::new(Flight::new(start)));
+        Verdict::Continue
+    }
+
+    /// `GET`/`DELETE /v1/responses/{id}`, `GET .../input_items`, `POST .../cancel` with an id
+    /// Switchboard minted: only to the target that stored it, with the provider's id in the
+    /// path; no fallback (TrueFoundry virtual models, "Responses API conversations").
+    fn route_minted(
+        &mut self,
+        s: &mut Stream,
+        headers: Headers,
+        id: &str,
+        suffix: &str,
+    ) -> Verdict {
+        let plugin = Arc::clone(&self.plugin);
+        let config = &plugin.config;
+        match stored_origin(config, &config.response_keys, id, &headers) {
+            Ok((index, target, origin)) => {
+                let stored = format!("/responses/{}{suffix}", origin.provider_id);
+                self.route_stored(s, &plugin, headers, (index, target), stored, true)
+            }
+            Err(reply) => self.reply(&reply),
+        }
+    }
+
+    /// The same paths with a raw provider id, when `stored_responses_virtual_model` says which
+    /// virtual model's targets hold them (Zuplo model load balancing, "Stored responses").
+    /// Ids other than plain tokens are not routed, so the path cannot be bent.
+    fn route_raw(
+        &mut self,
+        s: &mut Stream,
+        headers: Headers,
+        index: usize,
+        (id, suffix): (&str, &str),
+    ) -> Verdict {
+        let plugin = Arc::clone(&self.plugin);
+        let config = &plugin.config;
+        if !is_plain_token(id) {
+            // Not routed: never let the client's own cluster header pick a cluster.
+            if headers.get(&config.header_names.cluster).is_some() {
+                s.remove_header(Side::Request, &config.header_names.cluster);
+            }
+            return Verdict::Continue;
+        }
+        let now = super::now_ms();
+        let rng = &mut self.rng;
+        let decided = store::with_health(plugin.id, config, now, |health| {
+            let routing = Routing {
+                plugin: &plugin,
+                stream: s,
+            };
+            decide_stored_path(config, index, &headers, health, &routing, rng)
+        });
+        match decided {
+            Ok(target) => {
+                let stored = format!("/responses/{id}{suffix}");
+                self.route_stored(s, &plugin, headers, (index, target), stored, false)
+            }
+            Err(reply) => self.reply(&reply),
+        }
+    }
+
+    /// Sends a stored-response request to `target` of virtual model `index`, at `stored`
+    /// (the path after the version prefix); a minted id's answer gets minted ids back.
+    fn route_stored(
+        &mut self,
+        s: &mut Stream,
+        plugin: &Arc<Plugin>,
+        headers: Headers,
+        (index, target): (usize, ModelId),
+        stored: String,
+        minted: bool,
+    ) -> Verdict {
+        let config = &plugin.config;
+        let client = ClientRequest {
+            endpoint: Endpoint::Responses,
+            headers: &headers,
+            body: None,
+            stored_path: Some(&stored),
+        };
+        let Some(out) = outbound(config, config.virtual_models.get(index), target, &client) else {
+            return self.reply(&ErrorReply::no_target_available(
+                "the stored response's model",
+            ));
+        };
+        if let Err(reply) = apply(s, BodyAt::Buffer, &out, &[], &headers, &config.header_names) {
+            return self.reply(&reply);
+        }
+        log_attempt(plugin, target, 1, &out);
+        let start = Start {
+            virtual_model: Some(index),
+            attempts: Attempts::new(vec![target], true),
+            stream: false,
+            now_ms: super::now_ms(),
+            mint_ids: minted,
+            anthropic_errors: false,
+            conversation: minted,
+        };
+        self.start_flight(start)
+    }
+
+    /// The response headers arrived.
+    pub fn on_response_headers(&mut self, s: &mut Stream) -> Verdict {
+        match &mut self.phase {
+            Phase::Forwarded(flight) => {
+                flight.on_response_headers(s, &self.plugin, &mut self.after)
+            }
+            _ => Verdict::Continue,
+        }
+    }
+
+    /// A chunk of the response body arrived.
+    pub fn on_response_body(&mut self, s: &mut Stream, end: bool) -> Verdict {
+        match &mut self.phase {
+            Phase::Forwarded(flight) => flight.on_response_body(s, &self.plugin, end),
+            _ => Verdict::Continue,
+        }
+    }
+
+    /// The response trailers arrived.
+    pub fn on_response_trailers(&mut self) -> Verdict {
+        match &self.phase {
+            Phase::Forwarded(flight) => flight.on_response_trailers(),
+            _ => Verdict::Continue,
+        }
+    }
+}
+
+/// Writes the router's attempt into the request: the body for the target, then path,
+/// authority and headers, and the cluster header last; then has Envoy pick the route again
+/// with the final headers.
+fn apply(
+    s: &mut Stream,
+    at: BodyAt,
+    out: &Outbound<'_>,
+    body: &[u8],
+    headers: &Headers,
+    names: &HeaderNames,
+) -> Result<(), ErrorReply> {
+    if out.edits.is_some() {
+        let edited = out
+            .body(body)
+            .ok_or_else(|| ErrorReply::invalid_json("the body could not be rewritten"))?;
+        if !s.replace_body(Side::Request, at, &edited) {
+            return Err(ErrorReply::invalid_json("the body could not be rewritten"));
+        }
+        // The body is now whole and of known length: send it that way upstream.
+        let chunked = headers.get("transfer-encoding").is_some();
+        if chunked {
+            s.remove_header(Side::Request, "transfer-encoding");
+        }
+        if chunked || edited.len() != body.len() || headers.get("content-length").is_none() {
+            s.set_header(
+                Side::Request,
+                "content-length",
+                edited.len().to_string().as_bytes(),
+            );
+        }
+    }
+    if let Some(path) = &out.path {
+        s.set_header(Side::Request, ":path", path.as_bytes());
+    }
+    if let Some(authority) = out.authority {
+        s.set_header(Side::Request, ":authority", authority.as_bytes());
+    }
+    for name in &out.remove {
+        s.remove_header(Side::Request, name);
+    }
+    for (name, value) in &out.set {
+        s.set_header(Side::Request, name, value.as_bytes());
+    }
+    s.set_header(Side::Request, &names.cluster, out.cluster.as_bytes());
+    // Unlike proxy-wasm, a dynamic module's header writes leave the cached route in place.
+    s.clear_route_cache();
+    Ok(())
+}
+
+/// One debug line per attempt: where it goes, never a header value (they may be keys).
+pub fn log_attempt(plugin: &Plugin, target: ModelId, n: u32, out: &Outbound<'_>) {
+    if log::log_enabled!(log::Level::Debug) {
+        let name = plugin.config.model(target).map_or("?", |m| m.name.as_str());
+        let authority = out.authority.unwrap_or("(client's authority)");
+        // Without the query: a client may put a key there.
+        let path = out.path.as_deref().map_or("(client's path)", |p| {
+            p.split_once('?').map_or(p, |(before, _)| before)
+        });
+        log::debug!(
+            "attempt {n} at {name}: cluster {}, {authority} {path}",
+            out.cluster
+        );
+    }
+}
