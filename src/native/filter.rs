@@ -147,6 +147,7 @@ impl Filter {
             // Never let a client pick the cluster through the route's cluster_header.
             if headers.get(&config.header_names.cluster).is_some() {
                 s.remove_header(Side::Request, &config.header_names.cluster);
+                s.clear_route_cache();
             }
             if method == "POST"
                 && !end_of_stream
@@ -389,6 +390,7 @@ impl Filter {
             // Not routed: never let the client's own cluster header pick a cluster.
             if headers.get(&config.header_names.cluster).is_some() {
                 s.remove_header(Side::Request, &config.header_names.cluster);
+                s.clear_route_cache();
             }
             return Verdict::Continue;
         }

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import requests
 import urllib3
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 ENVOY_BIN = Path(os.environ.get("SWITCHBOARD_ENVOY", ROOT / ".venv" / "bin" / "envoy"))
@@ -276,6 +277,25 @@ def switchboard_filter(plugin_config: dict | str) -> dict:
     return native_filter(plugin_config) if BUILD == "native" else wasm_filter(plugin_config)
 
 
+def to_native(config: dict) -> dict:
+    """`config` with every Switchboard Wasm filter (one loading switchboard.wasm) replaced by
+    the native build's filter with the same plugin config; other filters stay as they are."""
+    def walk(node):
+        if isinstance(node, list):
+            return [walk(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        typed = node.get("typed_config")
+        if isinstance(typed, dict) and typed.get("@type") == WASM_FILTER_TYPE:
+            plugin = typed.get("config", {})
+            code = plugin.get("vm_config", {}).get("code", {}).get("local", {}).get("filename", "")
+            if code.endswith("switchboard.wasm"):
+                value = plugin.get("configuration", {}).get("value", "")
+                return {**native_filter(value), "name": node.get("name", "switchboard")}
+        return {k: walk(v) for k, v in node.items()}
+    return walk(config)
+
+
 def build_artifact() -> Path:
     """The file Envoy loads for the build under test."""
     return NATIVE_MODULE if BUILD == "native" else WASM
@@ -418,7 +438,8 @@ def wasm_memory_kb(pid: int) -> int | None:
 def start_envoy(config: dict | str, concurrency: int = 2, expect_failure: bool = False,
                 timeout: float = 30.0, ports: tuple[int, int] | None = None,
                 wasm_log_level: str = "info", workdir: tempfile.TemporaryDirectory | None = None) -> Envoy:
-    """Starts Envoy and waits until it is ready (or, with `expect_failure`, has exited).
+    """Starts Envoy and waits until it is ready (or, with `expect_failure`, has exited). With
+    the native build, the Switchboard Wasm filter of `config` is swapped for the native one.
 
     `config` is a bootstrap dict, or YAML text with `ports` = (listener, admin) given.
     `wasm_log_level` is the level of the filter's own lines (Envoy's `wasm` component, or
@@ -428,6 +449,13 @@ def start_envoy(config: dict | str, concurrency: int = 2, expect_failure: bool =
     """
     envoy_bin = require(ENVOY_BIN, "Envoy")
     require(build_artifact(), f"the {BUILD} build")
+    if BUILD == "native":
+        # The same config with the native module in the Wasm filter's place (YAML text is
+        # parsed and written back as JSON, which is YAML too).
+        if isinstance(config, dict):
+            config = to_native(config)
+        else:
+            config = json.dumps(to_native(yaml.safe_load(config)), indent=1)
     workdir = workdir or tempfile.TemporaryDirectory(prefix="switchboard-envoy-")
     if isinstance(config, dict):
         config_path = Path(workdir.name) / "envoy.json"
