@@ -17,6 +17,8 @@ pub const ABI_VERSION: &CStr = c"v0.2.0";
 pub type ConfigEnvoyPtr = *mut c_void;
 /// Envoy's per-stream object (`DynamicModuleHttpFilter`).
 pub type FilterEnvoyPtr = *mut c_void;
+/// A scheduler Envoy allocates for one stream; the module deletes it.
+pub type SchedulerPtr = *mut c_void;
 
 /// Bytes owned by Envoy, valid until the end of the current hook unless changed.
 #[repr(C)]
@@ -231,6 +233,12 @@ callbacks! {
         filter: FilterEnvoyPtr, id_out: *mut u64, cluster: ModuleBuffer,
         headers: *mut ModuleHeader, headers_len: usize, body: ModuleBuffer, timeout_ms: u64,
     ) -> u32;
+    /// A handle that posts events to this stream's worker from any thread.
+    fn http_filter_scheduler_new(filter: FilterEnvoyPtr) -> SchedulerPtr;
+    /// Posts `event_id` to `on_http_filter_scheduled` on the stream's worker.
+    fn http_filter_scheduler_commit(scheduler: SchedulerPtr, event_id: u64);
+    /// Frees a scheduler.
+    fn http_filter_scheduler_delete(scheduler: SchedulerPtr);
     /// Resumes a request stopped in a hook.
     fn http_filter_continue_decoding(filter: FilterEnvoyPtr);
 }

@@ -6,7 +6,7 @@
 //! the request can make the router answer at once), so such calls are not made while the
 //! filter is borrowed: the filter queues them as [`After`] and the hook makes them after.
 
-use super::flight::{Flight, Start};
+use super::flight::Flight;
 use super::host::{BodyAt, Side, Stream};
 use super::plugin::{Plugin, Routing};
 use super::store;
@@ -17,10 +17,10 @@ use crate::core::decision::{
 };
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
-use crate::core::fallback::Attempts;
+use crate::core::flight::{Replay, Start};
 use crate::core::headers::Headers;
 use crate::core::outbound::{outbound, ClientRequest, Outbound};
-use crate::core::request::check_content_encoding;
+use crate::core::request::{check_content_encoding, Layout};
 use crate::core::responses::continuation::{is_plain_token, stored_origin, stored_path};
 use crate::core::responses::id::PREFIX;
 use crate::core::routing::classifier::parse_answer;
@@ -255,8 +255,8 @@ impl Filter {
         s.callout(out.cluster, &headers, &call.body, call.timeout_ms)
     }
 
-    /// A call-out this stream made answered (`headers` empty: it failed).
-    pub fn on_callout_done(&mut self, s: &mut Stream, id: u64, headers: Headers, body: Vec<u8>) {
+    /// A call-out this stream made finished: `answer` is `None` when it got none.
+    pub fn on_callout_done(&mut self, s: &mut Stream, id: u64, answer: Option<(Headers, Vec<u8>)>) {
         if matches!(&self.phase, Phase::Classifying { call, .. } if *call == id) {
             let Phase::Classifying {
                 endpoint,
@@ -268,7 +268,7 @@ impl Filter {
                 return;
             };
             // No answer (timeout, failure) or no tier in it: the heuristic decides.
-            let tier = (!headers.is_empty()).then(|| parse_answer(&body)).flatten();
+            let tier = answer.and_then(|(_, body)| parse_answer(&body));
             let verdict =
                 self.decide_and_forward(s, BodyAt::Buffer, endpoint, client, client_body, tier);
             if verdict == Verdict::Continue {
@@ -277,7 +277,14 @@ impl Filter {
             return;
         }
         if let Phase::Forwarded(flight) = &mut self.phase {
-            flight.on_callout_done(s, &self.plugin, id, headers, body, &mut self.after);
+            flight.on_callout_done(s, &self.plugin, id, answer, &mut self.after);
+        }
+    }
+
+    /// An event this stream's scheduler posted: a timer of its flight.
+    pub fn on_scheduled(&mut self, s: &mut Stream, token: u64) {
+        if let Phase::Forwarded(flight) = &mut self.phase {
+            flight.on_timer(s, &self.plugin, token, &mut self.after);
         }
     }
 
@@ -334,22 +341,32 @@ impl Filter {
             return self.reply(&reply);
         }
         log_attempt(plugin, decision.target, 1, &decision.outbound);
-        let plan = decision.plan;
-        let start = Start {
-            virtual_model: plan.virtual_model,
-            attempts: Attempts::new(plan.candidates, plan.pinned),
-            stream: decision.stream,
-            now_ms: now,
-            mint_ids: endpoint == Endpoint::Responses && plan.virtual_model.is_some(),
-            anthropic_errors: endpoint.speaks_anthropic(),
-            conversation: decision.conversation,
+        let start = Start::routed(
+            endpoint,
+            decision.plan,
+            decision.stream,
+            decision.conversation,
+        );
+        let replay = Replay {
+            endpoint,
+            headers,
+            body,
+            layout: decision.layout,
+            stored_path: None,
         };
-        self.start_flight(start)
+        self.start_flight(s, plugin, (start, replay), now)
     }
 
     /// Hands the request to its flight.
-    fn start_flight(&mut self, start: Start) -> Verdict {
-        self.phase = Phase::Forwarded(Box::new(Flight::new(start)));
+    fn start_flight(
+        &mut self,
+        s: &mut Stream,
+        plugin: &Plugin,
+        request: (Start, Replay),
+        now: u64,
+    ) -> Verdict {
+        let flight = Flight::start(s, plugin, request, now, &mut self.after);
+        self.phase = Phase::Forwarded(Box::new(flight));
         Verdict::Continue
     }
 
@@ -439,16 +456,15 @@ impl Filter {
             return self.reply(&reply);
         }
         log_attempt(plugin, target, 1, &out);
-        let start = Start {
-            virtual_model: Some(index),
-            attempts: Attempts::new(vec![target], true),
-            stream: false,
-            now_ms: super::now_ms(),
-            mint_ids: minted,
-            anthropic_errors: false,
-            conversation: minted,
+        let replay = Replay {
+            endpoint: Endpoint::Responses,
+            headers,
+            body: Vec::new(),
+            layout: Layout::default(),
+            stored_path: Some(stored),
         };
-        self.start_flight(start)
+        let start = Start::stored(index, target, minted);
+        self.start_flight(s, plugin, (start, replay), super::now_ms())
     }
 
     /// The response headers arrived.
@@ -464,7 +480,9 @@ impl Filter {
     /// A chunk of the response body arrived.
     pub fn on_response_body(&mut self, s: &mut Stream, end: bool) -> Verdict {
         match &mut self.phase {
-            Phase::Forwarded(flight) => flight.on_response_body(s, &self.plugin, end),
+            Phase::Forwarded(flight) => {
+                flight.on_response_body(s, &self.plugin, end, &mut self.after)
+            }
             _ => Verdict::Continue,
         }
     }

@@ -264,25 +264,29 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
 ) {
     // SAFETY: as above; the arrays are this hook's.
     unsafe {
-        let (headers, body) = if result == ffi::callout_result::SUCCESS {
-            host::callout_answer(headers, headers_len, chunks, chunks_len)
-        } else {
-            Default::default()
-        };
+        let answer = (result == ffi::callout_result::SUCCESS)
+            .then(|| host::callout_answer(headers, headers_len, chunks, chunks_len));
         on_filter(envoy, filter, |f, s| {
-            f.on_callout_done(s, callout_id, headers, body);
+            f.on_callout_done(s, callout_id, answer);
             Verdict::Continue
         });
     }
 }
 
-/// An event this stream's scheduler posted.
+/// An event this stream's scheduler posted: a timer's token.
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
-    _envoy: FilterEnvoyPtr,
-    _filter: *const c_void,
-    _event_id: u64,
+    envoy: FilterEnvoyPtr,
+    filter: *const c_void,
+    event_id: u64,
 ) {
+    // SAFETY: as above.
+    unsafe {
+        on_filter(envoy, filter, |f, s| {
+            f.on_scheduled(s, event_id);
+            Verdict::Continue
+        });
+    }
 }
 
 #[no_mangle]

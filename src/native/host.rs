@@ -5,7 +5,7 @@
 
 use super::ffi::{
     attribute, body, callout_init, header_map, Api, EnvoyBuffer, EnvoyHeader, FilterEnvoyPtr,
-    ModuleBuffer, ModuleHeader,
+    ModuleBuffer, ModuleHeader, SchedulerPtr,
 };
 use crate::core::headers::Headers;
 
@@ -59,6 +59,11 @@ impl Stream {
     /// The stream behind `ptr`.
     pub fn new(api: &'static Api, ptr: FilterEnvoyPtr) -> Stream {
         Stream { api, ptr }
+    }
+
+    /// Envoy's callbacks.
+    pub fn api(&self) -> &'static Api {
+        self.api
     }
 
     /// The first value of a header, as Envoy holds it.
@@ -307,6 +312,13 @@ impl Stream {
     pub fn clear_route_cache(&mut self) {
         // SAFETY: a plain call on the stream.
         unsafe { (self.api.http_clear_route_cache)(self.ptr) }
+    }
+
+    /// A handle that wakes this stream's worker from another thread; the caller deletes it
+    /// ([`super::timer::Wake`]).
+    pub fn new_scheduler(&mut self) -> SchedulerPtr {
+        // SAFETY: a plain call on the stream.
+        unsafe { (self.api.http_filter_scheduler_new)(self.ptr) }
     }
 
     /// Resumes the request after a hook stopped it.

@@ -15,6 +15,7 @@ mod host;
 mod logger;
 mod plugin;
 mod store;
+mod timer;
 
 use std::sync::OnceLock;
 

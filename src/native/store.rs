@@ -6,6 +6,7 @@
 //! like shared data it outlives config reloads.
 
 use crate::core::config::{Config, ModelId};
+use crate::core::flight;
 use crate::core::health::record::{HealthRecord, Outcome};
 use crate::core::health::sla::LatencySample;
 use crate::core::health::store::{self, Store, WriteError};
@@ -141,24 +142,19 @@ pub fn record(plugin: u64, config: &Config, model: ModelId, outcome: Outcome, no
     if outcome == Outcome::Success && clean() {
         return;
     }
-    if let Some(m) = config.model(model) {
-        update(plugin, config, model, |r| {
-            r.record(outcome, now_ms, &m.health)
-        });
-    }
+    let written = flight::record_outcome(&Shared, config, model, outcome, now_ms);
+    keep_in_view(plugin, model, written);
 }
 
 /// Adds the latency samples of a successful answer to a target's record.
-pub fn add_samples(plugin: u64, config: &Config, model: ModelId, sample: LatencySample, now: u64) {
-    update(plugin, config, model, |r| sample.add_to(r, now));
+pub fn add_samples(plugin: u64, config: &Config, model: ModelId, sample: &LatencySample, now: u64) {
+    let written = flight::add_samples(&Shared, config, model, sample, now);
+    keep_in_view(plugin, model, written);
 }
 
-/// Changes a target's shared record and keeps this worker's view in step with it.
-fn update(plugin: u64, config: &Config, model: ModelId, change: impl Fn(&mut HealthRecord)) {
-    let Some(m) = config.model(model) else {
-        return;
-    };
-    if let Some(record) = store::update(&Shared, &store::key(&m.name), change) {
+/// Keeps this worker's view in step with a record it wrote.
+fn keep_in_view(plugin: u64, model: ModelId, written: Option<HealthRecord>) {
+    if let Some(record) = written {
         with_view(plugin, |v| {
             if let Some(slot) = v.records.get_mut(model.0) {
                 *slot = record;
