@@ -24,6 +24,8 @@ use crate::core::request::{check_content_encoding, Layout};
 use crate::core::responses::continuation::{is_plain_token, stored_origin, stored_path};
 use crate::core::responses::id::PREFIX;
 use crate::core::routing::classifier::parse_answer;
+use crate::core::routing::state::RoutingState;
+use crate::core::routing::HealthInput;
 use std::sync::Arc;
 
 /// What a hook tells Envoy.
@@ -246,6 +248,22 @@ impl Filter {
         self.decide_and_forward(s, at, endpoint, headers, body, None)
     }
 
+    /// Runs a routing decision at `now` with what it consults: the health view, the shared
+    /// routing state and this stream's RNG.
+    fn with_routing<T>(
+        &mut self,
+        s: &Stream,
+        plugin: &Plugin,
+        now: u64,
+        decide: impl FnOnce(&HealthInput<'_>, &dyn RoutingState, &mut fastrand::Rng) -> T,
+    ) -> T {
+        let rng = &mut self.rng;
+        store::with_health(plugin.id, &plugin.config, now, |health| {
+            let routing = Routing { plugin, stream: s };
+            decide(health, &routing, rng)
+        })
+    }
+
     /// Asks the classifier model for the tier, in that model's own request shape.
     fn call_classifier(s: &mut Stream, plugin: &Plugin, call: &ClassifierCall) -> Option<u64> {
         let config = &plugin.config;
@@ -301,14 +319,9 @@ impl Filter {
         let plugin = Arc::clone(&self.plugin);
         let config = &plugin.config;
         let now = super::now_ms();
-        let rng = &mut self.rng;
-        let decided = store::with_health(plugin.id, config, now, |health| {
-            let routing = Routing {
-                plugin: &plugin,
-                stream: s,
-            };
+        let decided = self.with_routing(s, &plugin, now, |health, routing, rng| {
             decide_with_tier(
-                config, endpoint, &body, &headers, health, &routing, tier, rng,
+                config, endpoint, &body, &headers, health, routing, tier, rng,
             )
         });
         match decided {
@@ -411,14 +424,8 @@ impl Filter {
             }
             return Verdict::Continue;
         }
-        let now = super::now_ms();
-        let rng = &mut self.rng;
-        let decided = store::with_health(plugin.id, config, now, |health| {
-            let routing = Routing {
-                plugin: &plugin,
-                stream: s,
-            };
-            decide_stored_path(config, index, &headers, health, &routing, rng)
+        let decided = self.with_routing(s, &plugin, super::now_ms(), |health, routing, rng| {
+            decide_stored_path(config, index, &headers, health, routing, rng)
         });
         match decided {
             Ok(target) => {

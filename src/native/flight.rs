@@ -11,6 +11,7 @@ use super::host::{Side, Stream};
 use super::plugin::Plugin;
 use super::store::{self, Shared};
 use super::timer::{self, Wake};
+use crate::core::config::Config;
 use crate::core::flight::{
     AnswerFacts, CallAnswer, CallId, Effect, Effects, Flow, Machine, Replay, Start,
 };
@@ -90,16 +91,9 @@ impl Flight {
             .header(Side::Response, ":status")
             .and_then(|v| std::str::from_utf8(v).ok()?.parse::<u16>().ok())
             .unwrap_or(502);
-        let mut out = Effects::new();
-        let mut facts = Facts {
-            stream: s,
-            now: None,
-        };
-        let flow = self
-            .machine
-            .on_answer_headers(&plugin.config, status, &mut facts, &mut out);
-        self.apply(s, plugin, out, after);
-        verdict(flow)
+        self.answer_event(s, plugin, after, |m, config, facts, out| {
+            m.on_answer_headers(config, status, facts, out)
+        })
     }
 
     /// A chunk of the router's answer.
@@ -110,14 +104,26 @@ impl Flight {
         end: bool,
         after: &mut Vec<After>,
     ) -> Verdict {
+        self.answer_event(s, plugin, after, |m, config, facts, out| {
+            m.on_answer_body(config, end, facts, out)
+        })
+    }
+
+    /// Runs an event of the router's answer on the machine, with the answer's facts read
+    /// from Envoy only if it asks, and applies its effects.
+    fn answer_event<'c>(
+        &mut self,
+        s: &mut Stream,
+        plugin: &'c Plugin,
+        after: &mut Vec<After>,
+        event: impl FnOnce(&mut Machine, &'c Config, &mut Facts<'_>, &mut Effects<'c>) -> Flow,
+    ) -> Verdict {
         let mut out = Effects::new();
         let mut facts = Facts {
             stream: s,
             now: None,
         };
-        let flow = self
-            .machine
-            .on_answer_body(&plugin.config, end, &mut facts, &mut out);
+        let flow = event(&mut self.machine, &plugin.config, &mut facts, &mut out);
         self.apply(s, plugin, out, after);
         verdict(flow)
     }
