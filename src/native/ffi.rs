@@ -312,6 +312,42 @@ callbacks! {
     ) -> u32;
 }
 
+/// Keeps this library loaded for the life of the process, whatever Envoy does with its
+/// handle: Envoy closes a module when its last filter config goes, but the module's timer
+/// thread and thread-local values outlive any one config. True if it is pinned.
+pub fn pin_module() -> bool {
+    #[repr(C)]
+    struct DlInfo {
+        fname: *const c_char,
+        fbase: *mut c_void,
+        sname: *const c_char,
+        saddr: *mut c_void,
+    }
+    extern "C" {
+        fn dladdr(addr: *const c_void, info: *mut DlInfo) -> i32;
+        fn dlopen(filename: *const c_char, flags: i32) -> *mut c_void;
+    }
+    // glibc's and musl's values.
+    const RTLD_LAZY: i32 = 0x1;
+    const RTLD_NOLOAD: i32 = 0x4;
+    const RTLD_NODELETE: i32 = 0x1000;
+    let mut info = DlInfo {
+        fname: std::ptr::null(),
+        fbase: std::ptr::null_mut(),
+        sname: std::ptr::null(),
+        saddr: std::ptr::null_mut(),
+    };
+    // SAFETY: `dladdr` fills `info` for an address inside this library; `dlopen` with
+    // RTLD_NOLOAD only finds the already loaded library (by its own file name) and marks it
+    // never to be unloaded; the extra reference it returns is kept on purpose.
+    unsafe {
+        let here = pin_module as *const c_void;
+        dladdr(here, &mut info) != 0
+            && !info.fname.is_null()
+            && !dlopen(info.fname, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE).is_null()
+    }
+}
+
 /// `dlsym` with `RTLD_DEFAULT`: the Envoy binary's exported symbols.
 pub fn lookup_in_process(symbol: &CStr) -> *mut c_void {
     extern "C" {

@@ -94,6 +94,11 @@ pub extern "C" fn envoy_dynamic_module_on_program_init() -> *const c_char {
             Ok(api) => {
                 let _ = super::API.set(api);
                 super::logger::install();
+                if !ffi::pin_module() {
+                    log::warn!(
+                        "could not keep the module loaded: set dynamic_module_config.do_not_close"
+                    );
+                }
                 ffi::ABI_VERSION.as_ptr()
             }
             Err(missing) => {
