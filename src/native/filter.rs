@@ -10,6 +10,7 @@ use super::flight::Flight;
 use super::host::{BodyAt, Side, Stream};
 use super::plugin::{Plugin, Routing};
 use super::store;
+use crate::core::admission::{admit, route_stored, Admission, StoredPath};
 use crate::core::batch;
 use crate::core::config::{HeaderNames, ModelId, Tier};
 use crate::core::decision::{
@@ -19,10 +20,7 @@ use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
 use crate::core::flight::{Replay, Start};
 use crate::core::headers::Headers;
-use crate::core::outbound::{outbound, ClientRequest, Outbound};
-use crate::core::request::{check_content_encoding, Layout};
-use crate::core::responses::continuation::{is_plain_token, stored_origin, stored_path};
-use crate::core::responses::id::PREFIX;
+use crate::core::outbound::Outbound;
 use crate::core::routing::classifier::parse_answer;
 use crate::core::routing::state::RoutingState;
 use crate::core::routing::HealthInput;
@@ -120,63 +118,45 @@ impl Filter {
         Verdict::Stop
     }
 
-    /// The request headers arrived.
+    /// The request headers arrived: the core says what happens before any body
+    /// ([`admit`]).
     pub fn on_request_headers(&mut self, s: &mut Stream, end_of_stream: bool) -> Verdict {
         let plugin = Arc::clone(&self.plugin);
         let config = &plugin.config;
         // One call for every header: these are the client's headers as sent, which a retry or
         // fallback replays.
         let headers = s.headers(Side::Request);
-        let path = headers.get_str(":path").unwrap_or_default();
-        let method = headers.get_str(":method").unwrap_or_default();
-        if method == "GET" && matches!(path.split('?').next(), Some("/v1/models" | "/models")) {
-            // The filter answers the model list itself: the names clients may call.
-            let json = vec![("content-type".to_string(), "application/json".to_string())];
-            self.send(200, json, config.models_list_json.clone().into_bytes());
-            self.phase = Phase::Replied;
-            return Verdict::Stop;
-        }
-        if let Some((id, suffix)) = stored_path(path) {
-            let id = id.to_string();
-            if id.starts_with(PREFIX) {
-                return self.route_minted(s, headers, &id, suffix);
+        match admit(config, &headers, end_of_stream) {
+            Admission::Pass { strip_cluster } => {
+                if strip_cluster {
+                    strip_client_cluster(s, &config.header_names);
+                }
+                Verdict::Continue
             }
-            if let Some(index) = config.stored_responses_virtual_model {
-                return self.route_raw(s, headers, index, (&id, suffix));
+            Admission::ModelList(json) => {
+                let json_type = vec![("content-type".to_string(), "application/json".to_string())];
+                self.send(200, json_type, json.as_bytes().to_vec());
+                self.phase = Phase::Replied;
+                Verdict::Stop
             }
-        }
-        let Some(endpoint) = Endpoint::from_path(path).filter(|_| method == "POST") else {
-            // Never let a client pick the cluster through the route's cluster_header.
-            if headers.get(&config.header_names.cluster).is_some() {
-                s.remove_header(Side::Request, &config.header_names.cluster);
-                s.clear_route_cache();
+            Admission::Refuse { error, endpoint } => {
+                self.anthropic = endpoint.is_some_and(Endpoint::speaks_anthropic);
+                self.reply(&error)
             }
-            if method == "POST"
-                && !end_of_stream
-                && !config.virtual_models.is_empty()
-                && batch::is_batch_path(path)
-            {
-                let content_type = headers.get_str("content-type").unwrap_or_default();
-                self.phase = Phase::CheckingBatch(path.to_string(), content_type.to_string());
-                return Verdict::Stop;
+            Admission::Inspect(endpoint) => {
+                self.anthropic = endpoint.speaks_anthropic();
+                self.phase = Phase::Inspecting(endpoint, headers);
+                Verdict::Stop
             }
-            return Verdict::Continue;
-        };
-        self.anthropic = endpoint.speaks_anthropic();
-        if end_of_stream {
-            return self.reply(&ErrorReply::body_required());
+            Admission::CheckBatch { path, content_type } => {
+                if headers.get(&config.header_names.cluster).is_some() {
+                    strip_client_cluster(s, &config.header_names);
+                }
+                self.phase = Phase::CheckingBatch(path, content_type);
+                Verdict::Stop
+            }
+            Admission::Stored(path) => self.forward_stored(s, &plugin, headers, &path),
         }
-        if let Err(reply) = check_content_encoding(&headers) {
-            return self.reply(&reply);
-        }
-        let declared = headers
-            .get_str("content-length")
-            .and_then(|v| v.trim().parse::<usize>().ok());
-        if declared.is_some_and(|n| n > config.max_request_body_bytes) {
-            return self.reply(&ErrorReply::body_too_large(config.max_request_body_bytes));
-        }
-        self.phase = Phase::Inspecting(endpoint, headers);
-        Verdict::Stop
     }
 
     /// A chunk of the request body arrived (`size` bytes held so far, this chunk included).
@@ -354,20 +334,8 @@ impl Filter {
             return self.reply(&reply);
         }
         log_attempt(plugin, decision.target, 1, &decision.outbound);
-        let start = Start::routed(
-            endpoint,
-            decision.plan,
-            decision.stream,
-            decision.conversation,
-        );
-        let replay = Replay {
-            endpoint,
-            headers,
-            body,
-            layout: decision.layout,
-            stored_path: None,
-        };
-        self.start_flight(s, plugin, (start, replay), now)
+        let request = decision.into_flight(endpoint, headers, body);
+        self.start_flight(s, plugin, request, now)
     }
 
     /// Hands the request to its flight.
@@ -383,95 +351,43 @@ impl Filter {
         Verdict::Continue
     }
 
-    /// `GET`/`DELETE /v1/responses/{id}`, `GET .../input_items`, `POST .../cancel` with an id
-    /// Switchboard minted: only to the target that stored it, with the provider's id in the
-    /// path; no fallback (TrueFoundry virtual models, "Responses API conversations").
-    fn route_minted(
-        &mut self,
-        s: &mut Stream,
-        headers: Headers,
-        id: &str,
-        suffix: &str,
-    ) -> Verdict {
-        let plugin = Arc::clone(&self.plugin);
-        let config = &plugin.config;
-        match stored_origin(config, &config.response_keys, id, &headers) {
-            Ok((index, target, origin)) => {
-                let stored = format!("/responses/{}{suffix}", origin.provider_id);
-                self.route_stored(s, &plugin, headers, (index, target), stored, true)
-            }
-            Err(reply) => self.reply(&reply),
-        }
-    }
-
-    /// The same paths with a raw provider id, when `stored_responses_virtual_model` says which
-    /// virtual model's targets hold them (Zuplo model load balancing, "Stored responses").
-    /// Ids other than plain tokens are not routed, so the path cannot be bent.
-    fn route_raw(
-        &mut self,
-        s: &mut Stream,
-        headers: Headers,
-        index: usize,
-        (id, suffix): (&str, &str),
-    ) -> Verdict {
-        let plugin = Arc::clone(&self.plugin);
-        let config = &plugin.config;
-        if !is_plain_token(id) {
-            // Not routed: never let the client's own cluster header pick a cluster.
-            if headers.get(&config.header_names.cluster).is_some() {
-                s.remove_header(Side::Request, &config.header_names.cluster);
-                s.clear_route_cache();
-            }
-            return Verdict::Continue;
-        }
-        let decided = self.with_routing(s, &plugin, super::now_ms(), |health, routing, rng| {
-            decide_stored_path(config, index, &headers, health, routing, rng)
-        });
-        match decided {
-            Ok(target) => {
-                let stored = format!("/responses/{id}{suffix}");
-                self.route_stored(s, &plugin, headers, (index, target), stored, false)
-            }
-            Err(reply) => self.reply(&reply),
-        }
-    }
-
-    /// Sends a stored-response request to `target` of virtual model `index`, at `stored`
-    /// (the path after the version prefix); a minted id's answer gets minted ids back.
-    fn route_stored(
+    /// A retrieve, input-items list, cancel or delete of a stored response: to the target
+    /// holding it, with the provider's id in the path; retries there, no fallback
+    /// ([`route_stored`]).
+    fn forward_stored(
         &mut self,
         s: &mut Stream,
         plugin: &Arc<Plugin>,
         headers: Headers,
-        (index, target): (usize, ModelId),
-        stored: String,
-        minted: bool,
+        path: &StoredPath,
     ) -> Verdict {
         let config = &plugin.config;
-        let client = ClientRequest {
-            endpoint: Endpoint::Responses,
-            headers: &headers,
-            body: None,
-            stored_path: Some(&stored),
+        let now = super::now_ms();
+        let picked = {
+            let pick = |index| {
+                self.with_routing(s, plugin, now, |health, routing, rng| {
+                    decide_stored_path(config, index, &headers, health, routing, rng)
+                })
+            };
+            route_stored(config, &headers, path, pick)
         };
-        let Some(out) = outbound(config, config.virtual_models.get(index), target, &client) else {
-            return self.reply(&ErrorReply::no_target_available(
-                "the stored response's model",
-            ));
+        let route = match picked {
+            Ok(route) => route,
+            Err(reply) => return self.reply(&reply),
         };
-        if let Err(reply) = apply(s, BodyAt::Buffer, &out, &[], &headers, &config.header_names) {
-            return self.reply(&reply);
+        if let Err(e) = apply(
+            s,
+            BodyAt::Buffer,
+            &route.outbound,
+            &[],
+            &headers,
+            &config.header_names,
+        ) {
+            return self.reply(&e);
         }
-        log_attempt(plugin, target, 1, &out);
-        let replay = Replay {
-            endpoint: Endpoint::Responses,
-            headers,
-            body: Vec::new(),
-            layout: Layout::default(),
-            stored_path: Some(stored),
-        };
-        let start = Start::stored(index, target, minted);
-        self.start_flight(s, plugin, (start, replay), super::now_ms())
+        log_attempt(plugin, route.target, 1, &route.outbound);
+        let replay = route.replay(headers);
+        self.start_flight(s, plugin, (route.start, replay), now)
     }
 
     /// The response headers arrived.
@@ -501,6 +417,14 @@ impl Filter {
             _ => Verdict::Continue,
         }
     }
+}
+
+/// Drops the client's cluster header and has Envoy pick the route again: never let a client
+/// pick the cluster through the route's `cluster_header`.
+fn strip_client_cluster(s: &mut Stream, names: &HeaderNames) {
+    s.remove_header(Side::Request, &names.cluster);
+    // Unlike proxy-wasm, a dynamic module's header writes leave the cached route in place.
+    s.clear_route_cache();
 }
 
 /// Writes the router's attempt into the request: the body for the target, then path,

@@ -9,6 +9,7 @@ use super::ffi::{self, status, Api, ConfigEnvoyPtr, EnvoyBuffer, EnvoyHeader, Fi
 use super::filter::{After, Filter, Verdict};
 use super::host::{self, Side, Stream};
 use super::plugin::Plugin;
+use crate::core::config::ConfigVersion;
 use std::cell::RefCell;
 use std::ffi::{c_char, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -128,17 +129,21 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
         };
         // SAFETY: Envoy's buffer, valid during this hook.
         let json = unsafe { config.bytes() };
+        let version = ConfigVersion::of(json);
         match Plugin::load(api, json) {
             Ok(plugin) => {
+                // One line for the whole Envoy: the config is shared by every worker.
                 log::info!(
-                    "loaded {} models and {} virtual models",
+                    "loaded config {version}: {} models and {} virtual models",
                     plugin.config.models.len(),
                     plugin.config.virtual_models.len()
                 );
                 Arc::into_raw(Arc::new(plugin)).cast()
             }
             Err(e) => {
-                log::error!("invalid plugin configuration: {e}");
+                // Null makes Envoy refuse the config; on an ECDS update the previous one keeps
+                // serving.
+                log::error!("invalid plugin configuration: {e} (config {version} refused)");
                 std::ptr::null()
             }
         }

@@ -33,6 +33,9 @@ NATIVE_MODULE = NATIVE_DIR / "libswitchboard.so"
 BUILD = os.environ.get("SWITCHBOARD_BUILD", "wasm")
 if BUILD not in ("wasm", "native"):
     raise RuntimeError(f"SWITCHBOARD_BUILD must be wasm or native, not {BUILD!r}")
+# Envoy's line when it refuses an ECDS update because the filter refused its plugin config.
+ECDS_REJECTED = ("Filesystem config update rejected: Failed to create filter config: Failed to initialize dynamic module"
+                 if BUILD == "native" else "Filesystem config update rejected: Unable to create Wasm plugin switchboard")
 MOCK_PROVIDER = ROOT / "target" / "release" / "mock-provider"
 CLUSTER_HEADER = "x-switchboard-cluster"
 # Envoy's own request buffer limit must exceed the filter's, so the filter answers the 413.
@@ -232,10 +235,11 @@ def config_version(plugin_config: dict | str) -> str:
 
 
 def ecds_resource(plugin_config: dict | str, wasm_path: Path = WASM, failure_policy: str | None = None) -> dict:
-    """The file an ECDS filter reads: one TypedExtensionConfig holding `wasm_filter`."""
+    """The file an ECDS filter reads: one TypedExtensionConfig holding `wasm_filter` (the
+    native filter for the native build, which has no VM and so no `failure_policy`)."""
     entry = wasm_filter(plugin_config, wasm_path, failure_policy)
-    return {"resources": [{"@type": "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig",
-                           "name": entry["name"], "typed_config": entry["typed_config"]}]}
+    return for_build({"resources": [{"@type": "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig",
+                                     "name": entry["name"], "typed_config": entry["typed_config"]}]})
 
 
 def ecds_filter(path: Path) -> dict:
@@ -272,14 +276,11 @@ def native_filter(plugin_config: dict | str) -> dict:
 NATIVE_FILTER_TYPE = "type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter"
 
 
-def switchboard_filter(plugin_config: dict | str) -> dict:
-    """The Switchboard filter entry of the build under test."""
-    return native_filter(plugin_config) if BUILD == "native" else wasm_filter(plugin_config)
-
-
 def to_native(config: dict) -> dict:
-    """`config` with every Switchboard Wasm filter (one loading switchboard.wasm) replaced by
-    the native build's filter with the same plugin config; other filters stay as they are."""
+    """`config` (a bootstrap, or an ECDS file) with every Switchboard Wasm filter (one loading
+    switchboard.wasm) replaced by the native build's filter with the same plugin config, and
+    the Wasm filter's type in `config_discovery.type_urls` by the native one; other filters
+    stay as they are."""
     def walk(node):
         if isinstance(node, list):
             return [walk(item) for item in node]
@@ -291,9 +292,25 @@ def to_native(config: dict) -> dict:
             code = plugin.get("vm_config", {}).get("code", {}).get("local", {}).get("filename", "")
             if code.endswith("switchboard.wasm"):
                 value = plugin.get("configuration", {}).get("value", "")
-                return {**native_filter(value), "name": node.get("name", "switchboard")}
+                return {**node, "typed_config": native_filter(value)["typed_config"]}
+        if "type_urls" in node:
+            node = {**node, "type_urls": [NATIVE_FILTER_TYPE if t == WASM_FILTER_TYPE else t
+                                          for t in node["type_urls"]]}
         return {k: walk(v) for k, v in node.items()}
     return walk(config)
+
+
+def plugin_config_of(typed_config: dict) -> dict:
+    """Where the plugin config text sits in a Switchboard filter's `typed_config` (either
+    build): the dict whose "value" it is."""
+    if typed_config.get("@type") == NATIVE_FILTER_TYPE:
+        return typed_config["filter_config"]
+    return typed_config["config"]["configuration"]
+
+
+def for_build(config: dict) -> dict:
+    """`config` for the build under test: as it is for Wasm, `to_native` of it for native."""
+    return to_native(config) if BUILD == "native" else config
 
 
 def build_artifact() -> Path:
@@ -377,12 +394,17 @@ class Envoy:
 
     def wait_loaded(self, version: str, log_from: int = 0, timeout: float = 30.0) -> None:
         """Waits until the main thread and every worker logged loading config `version` after
-        offset `log_from` of the log (each loads its own copy of the plugin)."""
-        pattern = re.compile(r"\]\[(\d+)\]\[\w+\]\[wasm\].*loaded config " + version)
+        offset `log_from` of the log (each loads its own copy of the plugin). The native
+        module loads a config once, on the main thread, for every worker: Envoy then hands the
+        new filter factory to each worker's event loop, which this waits a moment for."""
+        component, threads_needed = ("dynamic_modules", 1) if BUILD == "native" else ("wasm", self.concurrency + 1)
+        pattern = re.compile(r"\]\[(\d+)\]\[\w+\]\[" + component + r"\].*loaded config " + version)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             threads = {m.group(1) for m in pattern.finditer(self.log()[log_from:])}
-            if len(threads) >= self.concurrency + 1:
+            if len(threads) >= threads_needed:
+                if BUILD == "native":
+                    time.sleep(0.2)
                 return
             time.sleep(0.05)
         raise HarnessError(f"config {version} not loaded by every thread in {timeout} s:\n{self.log()[-3000:]}")
@@ -452,10 +474,8 @@ def start_envoy(config: dict | str, concurrency: int = 2, expect_failure: bool =
     if BUILD == "native":
         # The same config with the native module in the Wasm filter's place (YAML text is
         # parsed and written back as JSON, which is YAML too).
-        if isinstance(config, dict):
-            config = to_native(config)
-        else:
-            config = json.dumps(to_native(yaml.safe_load(config)), indent=1)
+        config = for_build(config) if isinstance(config, dict) else json.dumps(
+            to_native(yaml.safe_load(config)), indent=1)
     workdir = workdir or tempfile.TemporaryDirectory(prefix="switchboard-envoy-")
     if isinstance(config, dict):
         config_path = Path(workdir.name) / "envoy.json"
