@@ -9,7 +9,7 @@ MOCK := target/release/mock-provider
 # The .wasm must stay small: Envoy compiles it on every worker at start and reload.
 WASM_MAX_BYTES := 600000
 
-.PHONY: run run-ecds test setup build lint unit e2e wasm-size resilience-report soak bench profile clean
+.PHONY: run run-ecds test setup build lint unit e2e e2e-wasm e2e-native wasm-size resilience-report soak bench profile clean
 
 run: build
 	$(PY) scripts/run_demo.py
@@ -31,6 +31,8 @@ $(VENV)/.installed: requirements-dev.txt
 
 build: setup
 	cargo build --release --target wasm32-wasip1 --lib
+	# The native build, an Envoy 1.40 dynamic module from the same core: target/native/libswitchboard.so
+	cargo build --profile native --lib
 	cargo build --release -p mock-provider -p switchboard-cli
 
 lint: setup
@@ -46,8 +48,14 @@ wasm-size: build
 	@size=$$(stat -c %s $(WASM)); echo "switchboard.wasm: $$size bytes (limit $(WASM_MAX_BYTES))"; \
 	  test $$size -le $(WASM_MAX_BYTES)
 
-e2e: build
-	$(PY) -m pytest tests/e2e -q -p no:cacheprovider
+# The end-to-end suite runs once per build: the .wasm in Envoy's V8, then the native module.
+e2e: e2e-wasm e2e-native
+
+e2e-wasm: build
+	SWITCHBOARD_BUILD=wasm $(PY) -m pytest tests/e2e -q -p no:cacheprovider
+
+e2e-native: build
+	SWITCHBOARD_BUILD=native $(PY) -m pytest tests/e2e -q -p no:cacheprovider
 
 # Envoy-bound: Envoy on CPU 0, wrk and the lean upstream on CPU 1 (docs/benchmarks.md says how).
 # `BENCH_QUICK=1 make bench` is a short run for development, written to target/bench-quick.md.

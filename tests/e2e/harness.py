@@ -20,10 +20,22 @@ from pathlib import Path
 
 import requests
 import urllib3
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 ENVOY_BIN = Path(os.environ.get("SWITCHBOARD_ENVOY", ROOT / ".venv" / "bin" / "envoy"))
 WASM = ROOT / "target" / "wasm32-wasip1" / "release" / "switchboard.wasm"
+# The native build: Envoy finds `libswitchboard.so` for a dynamic module named "switchboard"
+# in $ENVOY_DYNAMIC_MODULES_SEARCH_PATH.
+NATIVE_DIR = ROOT / "target" / "native"
+NATIVE_MODULE = NATIVE_DIR / "libswitchboard.so"
+# Which build Envoy runs: "wasm" (the .wasm in Envoy's V8) or "native" (the dynamic module).
+BUILD = os.environ.get("SWITCHBOARD_BUILD", "wasm")
+if BUILD not in ("wasm", "native"):
+    raise RuntimeError(f"SWITCHBOARD_BUILD must be wasm or native, not {BUILD!r}")
+# Envoy's line when it refuses an ECDS update because the filter refused its plugin config.
+ECDS_REJECTED = ("Filesystem config update rejected: Failed to create filter config: Failed to initialize dynamic module"
+                 if BUILD == "native" else "Filesystem config update rejected: Unable to create Wasm plugin switchboard")
 MOCK_PROVIDER = ROOT / "target" / "release" / "mock-provider"
 CLUSTER_HEADER = "x-switchboard-cluster"
 # Envoy's own request buffer limit must exceed the filter's, so the filter answers the 413.
@@ -223,10 +235,11 @@ def config_version(plugin_config: dict | str) -> str:
 
 
 def ecds_resource(plugin_config: dict | str, wasm_path: Path = WASM, failure_policy: str | None = None) -> dict:
-    """The file an ECDS filter reads: one TypedExtensionConfig holding `wasm_filter`."""
+    """The file an ECDS filter reads: one TypedExtensionConfig holding `wasm_filter` (the
+    native filter for the native build, which has no VM and so no `failure_policy`)."""
     entry = wasm_filter(plugin_config, wasm_path, failure_policy)
-    return {"resources": [{"@type": "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig",
-                           "name": entry["name"], "typed_config": entry["typed_config"]}]}
+    return for_build({"resources": [{"@type": "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig",
+                                     "name": entry["name"], "typed_config": entry["typed_config"]}]})
 
 
 def ecds_filter(path: Path) -> dict:
@@ -243,6 +256,66 @@ def replace_file(path: Path, text: str) -> None:
     tmp = path.parent / f".{path.name}.next"
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def native_filter(plugin_config: dict | str) -> dict:
+    """The Switchboard HTTP filter entry of the native build: the same plugin config, as the
+    dynamic module filter's `filter_config` string."""
+    value = plugin_config if isinstance(plugin_config, str) else json.dumps(plugin_config)
+    return {
+        "name": "switchboard",
+        "typed_config": {
+            "@type": NATIVE_FILTER_TYPE,
+            "dynamic_module_config": {"name": "switchboard"},
+            "filter_name": "switchboard",
+            "filter_config": {"@type": "type.googleapis.com/google.protobuf.StringValue", "value": value},
+        },
+    }
+
+
+NATIVE_FILTER_TYPE = "type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter"
+
+
+def to_native(config: dict) -> dict:
+    """`config` (a bootstrap, or an ECDS file) with every Switchboard Wasm filter (one loading
+    switchboard.wasm) replaced by the native build's filter with the same plugin config, and
+    the Wasm filter's type in `config_discovery.type_urls` by the native one; other filters
+    stay as they are."""
+    def walk(node):
+        if isinstance(node, list):
+            return [walk(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        typed = node.get("typed_config")
+        if isinstance(typed, dict) and typed.get("@type") == WASM_FILTER_TYPE:
+            plugin = typed.get("config", {})
+            code = plugin.get("vm_config", {}).get("code", {}).get("local", {}).get("filename", "")
+            if code.endswith("switchboard.wasm"):
+                value = plugin.get("configuration", {}).get("value", "")
+                return {**node, "typed_config": native_filter(value)["typed_config"]}
+        if "type_urls" in node:
+            node = {**node, "type_urls": [NATIVE_FILTER_TYPE if t == WASM_FILTER_TYPE else t
+                                          for t in node["type_urls"]]}
+        return {k: walk(v) for k, v in node.items()}
+    return walk(config)
+
+
+def plugin_config_of(typed_config: dict) -> dict:
+    """Where the plugin config text sits in a Switchboard filter's `typed_config` (either
+    build): the dict whose "value" it is."""
+    if typed_config.get("@type") == NATIVE_FILTER_TYPE:
+        return typed_config["filter_config"]
+    return typed_config["config"]["configuration"]
+
+
+def for_build(config: dict) -> dict:
+    """`config` for the build under test: as it is for Wasm, `to_native` of it for native."""
+    return to_native(config) if BUILD == "native" else config
+
+
+def build_artifact() -> Path:
+    """The file Envoy loads for the build under test."""
+    return NATIVE_MODULE if BUILD == "native" else WASM
 
 
 def bootstrap(listen_port: int, admin_port: int, clusters: dict[str, int], http_filters: list[dict],
@@ -321,12 +394,17 @@ class Envoy:
 
     def wait_loaded(self, version: str, log_from: int = 0, timeout: float = 30.0) -> None:
         """Waits until the main thread and every worker logged loading config `version` after
-        offset `log_from` of the log (each loads its own copy of the plugin)."""
-        pattern = re.compile(r"\]\[(\d+)\]\[\w+\]\[wasm\].*loaded config " + version)
+        offset `log_from` of the log (each loads its own copy of the plugin). The native
+        module loads a config once, on the main thread, for every worker: Envoy then hands the
+        new filter factory to each worker's event loop, which this waits a moment for."""
+        component, threads_needed = ("dynamic_modules", 1) if BUILD == "native" else ("wasm", self.concurrency + 1)
+        pattern = re.compile(r"\]\[(\d+)\]\[\w+\]\[" + component + r"\].*loaded config " + version)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             threads = {m.group(1) for m in pattern.finditer(self.log()[log_from:])}
-            if len(threads) >= self.concurrency + 1:
+            if len(threads) >= threads_needed:
+                if BUILD == "native":
+                    time.sleep(0.2)
                 return
             time.sleep(0.05)
         raise HarnessError(f"config {version} not loaded by every thread in {timeout} s:\n{self.log()[-3000:]}")
@@ -382,15 +460,22 @@ def wasm_memory_kb(pid: int) -> int | None:
 def start_envoy(config: dict | str, concurrency: int = 2, expect_failure: bool = False,
                 timeout: float = 30.0, ports: tuple[int, int] | None = None,
                 wasm_log_level: str = "info", workdir: tempfile.TemporaryDirectory | None = None) -> Envoy:
-    """Starts Envoy and waits until it is ready (or, with `expect_failure`, has exited).
+    """Starts Envoy and waits until it is ready (or, with `expect_failure`, has exited). With
+    the native build, the Switchboard Wasm filter of `config` is swapped for the native one.
 
     `config` is a bootstrap dict, or YAML text with `ports` = (listener, admin) given.
-    `wasm_log_level` is the level of the filter's own lines; every other component logs
-    warnings only (Envoy's router prints upstream headers, keys included, at debug).
+    `wasm_log_level` is the level of the filter's own lines (Envoy's `wasm` component, or
+    `dynamic_modules` for the native build); every other component logs warnings only
+    (Envoy's router prints upstream headers, keys included, at debug).
     `workdir` (removed when Envoy stops) holds the config and log; one is made if not given.
     """
     envoy_bin = require(ENVOY_BIN, "Envoy")
-    require(WASM, "switchboard.wasm")
+    require(build_artifact(), f"the {BUILD} build")
+    if BUILD == "native":
+        # The same config with the native module in the Wasm filter's place (YAML text is
+        # parsed and written back as JSON, which is YAML too).
+        config = for_build(config) if isinstance(config, dict) else json.dumps(
+            to_native(yaml.safe_load(config)), indent=1)
     workdir = workdir or tempfile.TemporaryDirectory(prefix="switchboard-envoy-")
     if isinstance(config, dict):
         config_path = Path(workdir.name) / "envoy.json"
@@ -403,11 +488,13 @@ def start_envoy(config: dict | str, concurrency: int = 2, expect_failure: bool =
         listener, admin = ports
     log_path = Path(workdir.name) / "envoy.log"
     args = [str(envoy_bin), "-c", str(config_path), "--concurrency", str(concurrency),
-            "--disable-hot-restart", "--log-level", "warning", "--component-log-level", f"wasm:{wasm_log_level}",
+            "--disable-hot-restart", "--log-level", "warning", "--component-log-level",
+            f"wasm:{wasm_log_level},dynamic_modules:{wasm_log_level}",
             # Tests read the log while Envoy runs: flush it within 100 ms, not 10 s.
             "--file-flush-interval-msec", "100",
             "--log-path", str(log_path)]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {**os.environ, "ENVOY_DYNAMIC_MODULES_SEARCH_PATH": str(NATIVE_DIR)}
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     envoy = Envoy(proc=proc, port=listener, admin_port=admin, log_path=log_path, workdir=workdir,
                   concurrency=concurrency)
     deadline = time.monotonic() + timeout

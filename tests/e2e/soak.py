@@ -58,8 +58,10 @@ FLAP = [
     ("healthy", {}, 2),
     ("503 on half the requests", {"fail_status": 503, "fail_rate": 0.5}, 1),
 ]
-# Log lines of a Wasm VM that crashed (a trap, a panic) or of a stream failed because of it.
-CRASH = re.compile(r"panicked at|Uncaught|wasm_fail_stream|Function: proxy_on_\w+ failed")
+# Log lines of a Wasm VM that crashed (a trap, a panic) or of a stream failed because of it,
+# and the native module's line for a panic its hook caught.
+CRASH = re.compile(r"panicked at|Uncaught|wasm_fail_stream|Function: proxy_on_\w+ failed|"
+                   r"a Switchboard hook panicked")
 
 
 def plugin_config(weights: dict[str, int]) -> dict:

@@ -16,11 +16,14 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from dockerfile import stages
 from harness import ROOT, WASM
 from test_envoy_configs import assert_valid, validate
+
+pytestmark = pytest.mark.wasm_only(reason="the compose demo runs the .wasm build")
 
 COMPOSE = ROOT / "docker-compose.yml"
 DEMO = ROOT / "envoy" / "demo.yaml"

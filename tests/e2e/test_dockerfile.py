@@ -17,10 +17,13 @@ import subprocess
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 
 from dockerfile import IMAGE_REF, Stage, ignore_patterns, ignored, stages, workdir
 from harness import MOCK_PROVIDER, ROOT, WASM
+
+pytestmark = pytest.mark.wasm_only(reason="the Docker images package the .wasm build")
 
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
 COMPOSE_ENVOY = ROOT / "deploy" / "compose" / "envoy.yaml"

@@ -18,6 +18,7 @@ from pathlib import Path
 import anthropic
 import openai
 import requests
+import pytest
 import yaml
 
 import providers_config
@@ -28,6 +29,9 @@ from istio_model import (WASM_TYPE, bootstrap, bootstrap_override, config_patche
 from test_envoy_configs import assert_valid, validate
 from test_real_providers import (ANTHROPIC, AZURE, CHAT, OPENAI, accepted, assert_azure_shape,
                                  assert_openai_shape)
+
+pytestmark = pytest.mark.wasm_only(
+    reason="Istio installs the .wasm (WasmPlugin, EnvoyFilter); the native module is not for Istio")
 
 KEYS = {"OPENAI_API_KEY": OPENAI[1], "AZURE_OPENAI_API_KEY": AZURE[1], "ANTHROPIC_API_KEY": ANTHROPIC[1]}
 

@@ -22,7 +22,9 @@ from pathlib import Path
 import requests
 import yaml
 
-from harness import ROOT, WASM, HarnessError, config_version, free_ports, replace_file, start_envoy
+from harness import (BUILD, ECDS_REJECTED, ROOT, WASM, HarnessError, config_version, for_build, free_ports,
+                     plugin_config_of, replace_file,
+                     start_envoy)
 
 CHAT = "reload/chat"
 SLOW = "reload/slow"
@@ -210,7 +212,7 @@ def test_three_reloads_under_load_lose_no_request(stack):
     # The invalid config: refused with its field path, and config 2 kept serving.
     assert (f"invalid plugin configuration: {INVALID_PATH}: expected an integer from 0 to 10, got -1 "
             f"(config {config_version(INVALID)} refused)") in log
-    wait_for(lambda: "Filesystem config update rejected: Unable to create Wasm plugin switchboard" in envoy.log(),
+    wait_for(lambda: ECDS_REJECTED in envoy.log(),
              2, "Envoy's rejection line")
     after_refusal = load.within(refused_at, failing_at)
     assert len(after_refusal) >= 10 and resolved(after_refusal) == {"b/gpt-4o"}
@@ -252,7 +254,7 @@ def shipped_ecds(tmp_path: Path, ports: dict[str, int]) -> tuple[str, int, int, 
     shutil.copy(ROOT / source["path"], ecds)
     source.update(path=str(ecds), watched_directory={"path": str(ecds.parent)})
     text = ecds.read_text().replace("target/wasm32-wasip1/release/switchboard.wasm", str(WASM))
-    ecds.write_text(text)
+    ecds.write_text(json.dumps(for_build(yaml.safe_load(text))) if BUILD == "native" else text)
     return json.dumps(bootstrap), listen, admin, ecds
 
 
@@ -276,13 +278,13 @@ def test_shipped_ecds_example_serves_and_reloads(stack, tmp_path: Path):
 
     assert {chat() for _ in range(20)} <= {"openai-east/gpt-4o", "azure-east/gpt-4o"}
     resource = yaml.safe_load(ecds.read_text())
-    value = resource["resources"][0]["typed_config"]["config"]["configuration"]["value"]
+    value = plugin_config_of(resource["resources"][0]["typed_config"])["value"]
     plugin = json.loads(value)
     targets = plugin["virtual_models"][0]["routing_config"]["load_balance_targets"]
     assert [(t["target"], t["weight"]) for t in targets] == [("openai-east/gpt-4o", 80), ("azure-east/gpt-4o", 20)]
     targets[0]["weight"], targets[1]["weight"] = 0, 100
     value = json.dumps(plugin)
-    resource["resources"][0]["typed_config"]["config"]["configuration"]["value"] = value
+    plugin_config_of(resource["resources"][0]["typed_config"])["value"] = value
     log_from = len(envoy.log())
     replace_file(ecds, yaml.safe_dump(resource))
     # Every thread has the new config once each logged its version (a request alone could land
