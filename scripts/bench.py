@@ -4,7 +4,7 @@ Envoy under test runs with `--concurrency 1` on CPU 0; wrk and a lean upstream
 (`tools/lean-upstream`, fixed answers from one epoll loop) run on CPU 1, so Envoy is the
 bottleneck and a filter's cost shows in throughput. For each scenario the configurations (plain
 Envoy, the no-op Wasm filter and its two floors, Switchboard's `.wasm`, and Switchboard's native
-module when `target/release/libswitchboard.so` exists) are loaded in turns, round after round,
+module when `target/native/libswitchboard.so` exists) are loaded in turns, round after round,
 and the report gives medians of per-round ratios with their range, Envoy's and the upstream's
 CPU per request, p50/p99, errors and RSS, and each target's verdict from this run.
 
@@ -38,11 +38,11 @@ import requests
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
-from harness import (ENVOY_BIN, WASM, bootstrap, free_ports, start_envoy, stop_process,  # noqa: E402
+from harness import (ENVOY_BIN, NATIVE_MODULE, WASM, bootstrap, free_ports, start_envoy, stop_process,  # noqa: E402
                      wasm_filter, wasm_memory_kb)
 
 NOOP_WASM = ROOT / "target" / "wasm32-wasip1" / "release" / "noop_filter.wasm"
-NATIVE_SO = ROOT / "target" / "release" / "libswitchboard.so"
+NATIVE_SO = NATIVE_MODULE  # target/native/libswitchboard.so (`make build`)
 LEAN_UPSTREAM = ROOT / "target" / "release" / "lean-upstream"
 QUICK = os.environ.get("BENCH_QUICK", "") not in ("", "0")
 OUT = ROOT / "target" / "bench-quick.md" if QUICK else ROOT / "docs" / "benchmarks.md"
@@ -420,7 +420,7 @@ def ratio_lines(r: dict) -> list[str]:
                      f" per request over plain **{cpu_over(nat, plain):+.1f} µs** ({cpu_over_range(nat, plain)});"
                      f" native / Switchboard .wasm {round_ratio(nat, sb):.3f}")
     else:
-        lines.append("- native: not built (no target/release/libswitchboard.so)")
+        lines.append("- native: not built (no target/native/libswitchboard.so)")
     if "switchboard, baseline" in r:
         base = r["switchboard, baseline"]
         lines.append(f"- A/B: Switchboard / baseline build {round_ratio(sb, base):.3f} ({ratio_range(sb, base)});"
