@@ -4,7 +4,13 @@
 request (valgrind's callgrind, instrumentation switched on only after a warm-up), the same on a
 quiet or a loaded machine, so an A/B of a change can be read while other work runs:
 
-    .venv/bin/python scripts/instructions.py [plain] [no-op] [calls] [switchboard] [PATH.wasm ...]
+    .venv/bin/python scripts/instructions.py [plain] [no-op] [calls] [switchboard] [native] [PATH.wasm ...]
+
+`native` loads `libswitchboard.so` from `INSTR_NATIVE_DIR` (default target/native); for
+attribution by function build it with symbols in its own directory and point there:
+`CARGO_PROFILE_NATIVE_DEBUG=1 CARGO_PROFILE_NATIVE_STRIP=none cargo build --profile native
+--lib --target-dir target/callgrind-native`, `INSTR_NATIVE_DIR=target/callgrind-native/native`,
+then `callgrind_annotate` the output file the script names (`INSTR_KEEP=1` keeps it).
 
 Each configuration is one Envoy (`--concurrency 1`) under callgrind in front of the lean
 upstream; the 1.5 KB chat of `make bench` (2 weighted targets) is sent N times over one
@@ -33,11 +39,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
-from bench import NOOP_WASM, SCENARIOS, Upstream, chat_body, plugin_config  # noqa: E402
-from harness import ENVOY_BIN, WASM, bootstrap, free_ports, stop_process, wasm_filter  # noqa: E402
+from bench import NOOP_WASM, SCENARIOS, Upstream, chat_body, native_filter, plugin_config  # noqa: E402
+from harness import ENVOY_BIN, NATIVE_DIR, WASM, bootstrap, free_ports, stop_process, wasm_filter  # noqa: E402
 
 REQUESTS = int(os.environ.get("INSTR_REQUESTS", "200"))
 WARMUP = 30
+NATIVE_SO_DIR = Path(os.environ.get("INSTR_NATIVE_DIR", str(NATIVE_DIR))).resolve()
 START_TIMEOUT_S = 900  # V8 compiles the module under valgrind: minutes on a busy machine
 
 
@@ -64,6 +71,8 @@ def filters_for(name: str) -> list[dict]:
     config = {**plugin_config(2), "health_view_ms": 10_000}
     if name == "switchboard":
         return [wasm_filter(config)]
+    if name == "native":
+        return [native_filter(config)]
     return [wasm_filter(config, Path(name).resolve())]
 
 
@@ -113,6 +122,8 @@ def kind(obj: str, fn: str) -> str:
         address = int(fn, 16) if re.fullmatch(r"0x[0-9a-fA-F]+", fn) else 0
         return ("V8 generated code (the filter's Wasm, stubs)" if address >= 1 << 32
                 else "Envoy binary, unnamed part (allocator, copies)")
+    if base == "libswitchboard.so":
+        return "Switchboard native module"
     if base.startswith(("libc.", "libc-", "ld-linux", "libm.", "libpthread")):
         return "C library"
     return "other"
@@ -131,7 +142,8 @@ def measure(name: str, upstream: Upstream) -> dict[str, float]:
                              f"--callgrind-out-file={out}", real_envoy(), "-c", str(work / "envoy.json"),
                              "--concurrency", "1", "--disable-hot-restart", "--log-level", "warning",
                              "--log-path", str(work / "envoy.log")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "ENVOY_DYNAMIC_MODULES_SEARCH_PATH": str(NATIVE_SO_DIR)})
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
@@ -160,6 +172,7 @@ def measure(name: str, upstream: Upstream) -> dict[str, float]:
         send(REQUESTS)
         subprocess.run(["callgrind_control", "-d", str(proc.pid)], capture_output=True, check=True, timeout=300)
         dumps = sorted(work.glob("callgrind.out*"), key=lambda p: p.stat().st_mtime)
+        print(f"  callgrind output: {dumps[-1]}", flush=True)
         return {k: ir / REQUESTS for k, ir in self_cost_by_object(dumps[-1]).items()}
     finally:
         stop_process(proc)
@@ -167,7 +180,11 @@ def measure(name: str, upstream: Upstream) -> dict[str, float]:
 
 def main() -> int:
     names = sys.argv[1:] or ["plain", "no-op", "calls", "switchboard"]
-    for path in (NOOP_WASM, WASM):
+    needed = [p for p, used in ((NOOP_WASM, {"no-op", "calls"}), (WASM, {"switchboard"}))
+              if used & set(names)]
+    if "native" in names:
+        needed.append(NATIVE_SO_DIR / "libswitchboard.so")
+    for path in needed:
         if not path.exists():
             print(f"missing {path}: run `make bench` first", file=sys.stderr)
             return 1

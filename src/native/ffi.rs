@@ -81,6 +81,14 @@ pub struct EnvoyHeader {
     pub value: EnvoyBuffer,
 }
 
+impl EnvoyHeader {
+    /// A null header for Envoy to fill in.
+    pub const NULL: EnvoyHeader = EnvoyHeader {
+        key: EnvoyBuffer::NULL,
+        value: EnvoyBuffer::NULL,
+    };
+}
+
 /// A header owned by the module.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]

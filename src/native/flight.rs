@@ -178,9 +178,15 @@ impl Flight {
         mut out: Effects<'c>,
         after: &mut Vec<After>,
     ) {
+        if out.is_empty() {
+            return; // most answer events (every body chunk of a plain answer) have none
+        }
         let config = &plugin.config;
-        let mut pending: VecDeque<Effect<'c>> = out.take().collect();
-        while let Some(effect) = pending.pop_front() {
+        // An attempt's own effects go after every effect already pending; only then is the
+        // queue allocated (most events make no attempt).
+        let mut first = out.take();
+        let mut pending: VecDeque<Effect<'c>> = VecDeque::new();
+        while let Some(effect) = first.next().or_else(|| pending.pop_front()) {
             match effect {
                 Effect::Attempt(attempt) => {
                     // The first attempt is already in the request the router sends.

@@ -9,6 +9,34 @@ use super::ffi::{
 };
 use crate::core::headers::Headers;
 
+/// Headers read without allocating Envoy's array: a chat request carries about a dozen.
+const INLINE_HEADERS: usize = 48;
+/// Body slices read without allocating Envoy's array: a small body is one or two.
+const INLINE_CHUNKS: usize = 8;
+
+/// Headers in the core's (proxy-wasm's) encoding, built in one allocation of the exact size
+/// rather than grown pair by pair.
+fn encode<'a>(pairs: impl Iterator<Item = (&'a [u8], &'a [u8])> + Clone) -> Headers {
+    let le = |n: usize| u32::try_from(n).unwrap_or(u32::MAX).to_le_bytes();
+    let (count, text) = pairs
+        .clone()
+        .fold((0, 0), |(c, t), (k, v)| (c + 1, t + k.len() + v.len() + 2));
+    let mut bytes = Vec::with_capacity(4 + 8 * count + text);
+    bytes.extend_from_slice(&le(count));
+    for (name, value) in pairs.clone() {
+        bytes.extend_from_slice(&le(name.len()));
+        bytes.extend_from_slice(&le(value.len()));
+    }
+    for (name, value) in pairs {
+        bytes.extend_from_slice(name);
+        bytes.push(0);
+        bytes.extend_from_slice(value);
+        bytes.push(0);
+    }
+    // Well formed by construction; a pair list too long for `u32` lengths reads as none.
+    Headers::decode(bytes).unwrap_or_default()
+}
+
 /// One HTTP stream in Envoy, for the duration of a hook.
 pub struct Stream {
     api: &'static Api,
@@ -86,23 +114,25 @@ impl Stream {
 
     /// Every header of one side, pseudo-headers included, copied.
     pub fn headers(&self, side: Side) -> Headers {
+        let mut inline = [EnvoyHeader::NULL; INLINE_HEADERS];
+        let mut spilled;
         // SAFETY: the array has the size Envoy reported, and Envoy fills each entry.
-        let pairs = unsafe {
+        let pairs: &[EnvoyHeader] = unsafe {
             let n = (self.api.http_get_headers_size)(self.ptr, side.headers());
-            let mut out = vec![
-                EnvoyHeader {
-                    key: EnvoyBuffer::NULL,
-                    value: EnvoyBuffer::NULL,
-                };
-                n
-            ];
+            let out = match inline.get_mut(..n) {
+                Some(out) => out,
+                None => {
+                    spilled = vec![EnvoyHeader::NULL; n];
+                    spilled.as_mut_slice()
+                }
+            };
             if n == 0 || !(self.api.http_get_headers)(self.ptr, side.headers(), out.as_mut_ptr()) {
                 return Headers::default();
             }
             out
         };
         // SAFETY: filled in this hook, copied before it returns.
-        Headers::from_pairs(
+        encode(
             pairs
                 .iter()
                 .map(|h| unsafe { (h.key.bytes(), h.value.bytes()) }),
@@ -140,15 +170,24 @@ impl Stream {
 
     /// The slices of one body buffer, appended to `out`.
     fn append_chunks(&self, which: u32, out: &mut Vec<u8>) {
+        let mut inline = [EnvoyBuffer::NULL; INLINE_CHUNKS];
+        let mut spilled;
         // SAFETY: the array has the size Envoy reported; the slices are copied in this hook.
         unsafe {
             let n = (self.api.http_get_body_chunks_size)(self.ptr, which);
             if n == 0 {
                 return;
             }
-            let mut chunks = vec![EnvoyBuffer::NULL; n];
+            let chunks = match inline.get_mut(..n) {
+                Some(chunks) => chunks,
+                None => {
+                    spilled = vec![EnvoyBuffer::NULL; n];
+                    spilled.as_mut_slice()
+                }
+            };
             if (self.api.http_get_body_chunks)(self.ptr, which, chunks.as_mut_ptr()) {
-                for c in &chunks {
+                out.reserve(chunks.iter().map(|c| c.len).sum());
+                for c in chunks.iter() {
                     out.extend_from_slice(c.bytes());
                 }
             }
@@ -175,6 +214,12 @@ impl Stream {
                 self.append_chunks(side.received(), &mut out);
             }
             BodyAt::BufferAndChunk => {
+                // One allocation for both parts.
+                // SAFETY: a plain query.
+                out.reserve(unsafe {
+                    (self.api.http_get_body_size)(self.ptr, side.received())
+                        + (self.api.http_get_body_size)(self.ptr, side.buffered())
+                });
                 self.append_chunks(side.buffered(), &mut out);
                 self.append_chunks(side.received(), &mut out);
             }
@@ -350,7 +395,7 @@ pub unsafe fn callout_answer(
         } else {
             std::slice::from_raw_parts(chunks, chunks_len)
         };
-        let list = Headers::from_pairs(headers.iter().map(|h| (h.key.bytes(), h.value.bytes())));
+        let list = encode(headers.iter().map(|h| (h.key.bytes(), h.value.bytes())));
         let mut body = Vec::with_capacity(chunks.iter().map(|c| c.len).sum());
         for c in chunks {
             body.extend_from_slice(c.bytes());
