@@ -3,6 +3,7 @@
 //! Nothing here calls proxy-wasm. Time and randomness are passed in, so every decision
 //! can be reproduced in a unit test.
 
+pub mod access_log;
 pub mod batch;
 pub mod config;
 pub mod conversation;
@@ -13,6 +14,7 @@ pub mod fallback;
 pub mod headers;
 pub mod health;
 pub mod metadata;
+pub mod metrics;
 pub mod multipart;
 pub mod nfc;
 pub mod outbound;
@@ -20,4 +22,5 @@ pub mod request;
 pub mod responses;
 pub mod routing;
 pub mod status_set;
+pub mod trace;
 pub mod usage;
