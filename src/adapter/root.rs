@@ -5,7 +5,7 @@ use super::flight::Flight;
 use super::host;
 use super::http::Http;
 use super::runtime::Runtime;
-use crate::core::config::Config;
+use crate::core::config::{Config, ConfigVersion};
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::ContextType;
 use std::cell::Cell;
@@ -66,7 +66,9 @@ impl RootContext for Root {
         // `${env:NAME}` in header values: the VM's environment, which Envoy fills from its own
         // with `vm_config.environment_variables.host_env_keys` (read once, here).
         let env = |name: &str| std::env::var(name).ok();
-        match Config::parse_with_env(&host::plugin_configuration(), &env) {
+        let text = host::plugin_configuration();
+        let version = ConfigVersion::of(&text);
+        match Config::parse_with_env(&text, &env) {
             Ok(config) => {
                 // Envoy's node locality, read once: metadata below the header and defaults.
                 // Envoy 1.40 answers `xds.node` in on_configure (the `node` attribute is not
@@ -74,7 +76,7 @@ impl RootContext for Root {
                 let locality = |key: &str| host::property(&["xds", "node", "locality", key]);
                 let config = config.with_gateway_location(locality("region"), locality("zone"));
                 log::info!(
-                    "loaded {} models and {} virtual models",
+                    "loaded config {version}: {} models and {} virtual models",
                     config.models.len(),
                     config.virtual_models.len()
                 );
@@ -83,8 +85,10 @@ impl RootContext for Root {
                 true
             }
             Err(e) => {
-                // Returning false makes Envoy reject the configuration.
-                log::error!("invalid plugin configuration: {e}");
+                // Returning false makes Envoy refuse the configuration. On an ECDS update,
+                // Envoy 1.40 then rejects the update and the previous config keeps serving
+                // (its VMs untouched), so there is nothing to keep here.
+                log::error!("invalid plugin configuration: {e} (config {version} refused)");
                 false
             }
         }

@@ -8,9 +8,11 @@ mod compile;
 mod fields;
 mod routing_config;
 mod upstream;
+mod version;
 
 pub use fields::ConfigError;
 pub use upstream::Upstream;
+pub use version::ConfigVersion;
 
 use crate::core::endpoint::ModelTypes;
 use crate::core::health::policy::{FailureWindow, HealthPolicy};
