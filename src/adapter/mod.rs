@@ -6,6 +6,7 @@
 mod flight;
 mod host;
 mod http;
+mod metrics;
 mod profile;
 mod root;
 mod runtime;

@@ -21,6 +21,7 @@
 use crate::core::config::{Config, ModelId, VirtualModel, Visibility};
 use crate::core::fallback::AttemptOutcome;
 use crate::core::health::record::Standing;
+use crate::core::routing::HealthInput;
 
 /// What Envoy keeps for a metric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -252,6 +253,9 @@ pub struct MetricTable {
 
 const NONE: u32 = u32::MAX;
 
+/// The id the adapter hands back for a metric the host refused to define.
+pub const UNDEFINED: u32 = u32::MAX;
+
 impl MetricTable {
     /// Lays the metrics of `config` out: the version gauge, then each slot's metrics, then
     /// each pair's.
@@ -315,18 +319,23 @@ impl MetricTable {
         if base == NONE {
             return None;
         }
-        self.ids.get(base as usize + pair_offset(m)).copied()
+        self.id_at(base as usize + pair_offset(m))
     }
 
     /// The host id of a per-virtual-model metric.
     pub fn vm(&self, vm: Option<usize>, m: VmMetric) -> Option<u32> {
         let base = *self.vm_base.get(self.slot(vm))?;
-        self.ids.get(base as usize + vm_offset(m)).copied()
+        self.id_at(base as usize + vm_offset(m))
     }
 
     /// The host id of the config version gauge.
     pub fn config_version(&self) -> Option<u32> {
-        self.ids.first().copied()
+        self.id_at(0)
+    }
+
+    /// The host id at `index`; [`UNDEFINED`] (a name the host refused) is none.
+    fn id_at(&self, index: usize) -> Option<u32> {
+        self.ids.get(index).copied().filter(|id| *id != UNDEFINED)
     }
 }
 
@@ -344,6 +353,38 @@ fn slot_targets(config: &Config) -> impl Iterator<Item = Vec<ModelId>> + '_ {
         .map(|(i, _)| ModelId(i))
         .collect();
     vms.chain(std::iter::once(direct))
+}
+
+/// Each pair's `health` gauge as `health` stands: (pair number, host id, value). Pair numbers
+/// run from 0 in table order, so an adapter can keep the last value it wrote of each.
+pub fn health_gauges<'a>(
+    config: &'a Config,
+    health: &'a HealthInput<'_>,
+) -> impl Iterator<Item = (usize, u32, u64)> + 'a {
+    let slots = config.virtual_models.len();
+    slot_targets(config)
+        .enumerate()
+        .flat_map(move |(slot, targets)| {
+            let vm = config.virtual_models.get(slot);
+            let mut seen = Vec::with_capacity(targets.len());
+            targets.into_iter().filter_map(move |m| {
+                if seen.contains(&m) {
+                    return None;
+                }
+                seen.push(m);
+                let standing = match vm {
+                    Some(vm) => health.standing(vm, m),
+                    None => health.records.get(m.0).map_or(Standing::Healthy, |r| {
+                        r.standing(health.now_ms, &health.window)
+                    }),
+                };
+                let index = (slot < slots).then_some(slot);
+                let id = config.metrics.pair(index, m, PairMetric::Health);
+                Some((id, health_value(standing)))
+            })
+        })
+        .enumerate()
+        .filter_map(|(n, (id, value))| Some((n, id?, value)))
 }
 
 /// Every metric of `config` with its kind, in the order of [`MetricTable`]'s indices: what
@@ -463,6 +504,24 @@ pub const BUCKETS: [(&str, &[f64]); 3] = [
         ],
     ),
 ];
+
+/// The `stats_config` block of an Envoy bootstrap with [`STATS_TAGS`] and [`BUCKETS`], as
+/// shipped in every config under `envoy/` (`switchboard stats-config` prints it).
+pub fn stats_config_yaml() -> String {
+    let mut out = String::from("stats_config:\n  stats_tags:\n");
+    for (tag, regex) in STATS_TAGS {
+        out.push_str(&format!("  - tag_name: {tag}\n    regex: '{regex}'\n"));
+    }
+    out.push_str("  histogram_bucket_settings:\n");
+    for (prefix, buckets) in BUCKETS {
+        let list: Vec<String> = buckets.iter().map(|b| format!("{b}")).collect();
+        out.push_str(&format!(
+            "  - match: {{ prefix: {prefix} }}\n    buckets: [{}]\n",
+            list.join(", ")
+        ));
+    }
+    out
+}
 
 #[cfg(test)]
 mod tests {
@@ -585,6 +644,85 @@ mod tests {
         let t = MetricTable::new(&config());
         assert_eq!(t.pair(Some(0), ModelId(0), PairMetric::Requests), None);
         assert_eq!(t.config_version(), None);
+        let refused = MetricTable::new(&config()).with_ids(vec![UNDEFINED; 100]);
+        assert_eq!(refused.config_version(), None);
+        assert_eq!(refused.vm(Some(0), VmMetric::Attempts), None);
+    }
+
+    #[test]
+    fn health_gauges_follow_each_virtual_models_view_of_its_targets() {
+        use crate::core::health::policy::FailureWindow;
+        use crate::core::health::record::HealthRecord;
+        let mut config = config();
+        let n = definitions(&config).len() as u32;
+        config = config.with_metric_ids((0..n).map(|i| 1000 + i).collect());
+        let (defs, _) = defined();
+        let records = vec![
+            HealthRecord::default(),
+            HealthRecord {
+                evicted_until_ms: 5_000,
+                ..HealthRecord::default()
+            },
+        ];
+        let health = HealthInput {
+            records: &records,
+            now_ms: 1_000,
+            window: FailureWindow::default(),
+        };
+        let gauges: Vec<(usize, String, u64)> = health_gauges(&config, &health)
+            .map(|(n, id, v)| (n, defs[(id - 1000) as usize].1.clone(), v))
+            .collect();
+        let vm = "vm.my-group/production-chat";
+        assert_eq!(
+            gauges,
+            [
+                (
+                    0,
+                    format!("switchboard.health.{vm}.target.openai/gpt-4.1:latest"),
+                    0
+                ),
+                (
+                    1,
+                    format!("switchboard.health.{vm}.target.azure-east/gpt-4o"),
+                    2
+                ),
+                (
+                    2,
+                    "switchboard.health.vm.solo.target.azure-east/gpt-4o".into(),
+                    2
+                ),
+                (
+                    3,
+                    "switchboard.health.vm.(direct).target.openai/gpt-4o-mini".into(),
+                    0
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn every_shipped_envoy_bootstrap_carries_the_stats_config() {
+        let block = stats_config_yaml();
+        assert!(
+            block.contains("buckets: [1, 2, 3, 4, 5, 6, 8, 10]"),
+            "{block}"
+        );
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("envoy");
+        let mut checked = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            // A bootstrap has static resources; an ECDS resource file does not.
+            if path.extension().is_some_and(|e| e == "yaml") && text.contains("static_resources:") {
+                assert!(
+                    text.contains(&block),
+                    "{} lacks the stats_config of `switchboard stats-config`",
+                    path.display()
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked >= 3, "{checked}");
     }
 
     #[test]

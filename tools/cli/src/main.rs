@@ -6,6 +6,9 @@
 //! - `switchboard simulate CONFIG --requests N [--model M] [--header k:v]...` runs N decisions
 //!   and prints the resulting split of first attempts.
 //!
+//! - `switchboard stats-config` prints the `stats_config` block every Envoy bootstrap needs to
+//!   turn Switchboard's metric names into `virtual_model`, `target`, `class` and `reason` labels.
+//!
 //! - `switchboard import --from truefoundry|agentgateway|zuplo FILE [--name NAME]` turns a
 //!   seed dialect's virtual-model config into a plugin config (stdout), reporting what it
 //!   could not carry over (stderr).
@@ -29,7 +32,8 @@ const USAGE: &str = "usage:
   switchboard check CONFIG.json
   switchboard explain CONFIG.json REQUEST.json [--header name:value]... [--path /v1/chat/completions]
   switchboard simulate CONFIG.json --requests N [--model NAME] [--header name:value]... [--path P]
-  switchboard import --from truefoundry|agentgateway|zuplo FILE.yaml|FILE.json [--name NAME]";
+  switchboard import --from truefoundry|agentgateway|zuplo FILE.yaml|FILE.json [--name NAME]
+  switchboard stats-config";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -38,6 +42,11 @@ fn main() -> ExitCode {
         Some("explain") => explain(&args[1..]),
         Some("simulate") => simulate(&args[1..]),
         Some("import") => import::run(&args[1..]),
+        Some("stats-config") if args.len() == 1 => {
+            Ok(switchboard::core::metrics::stats_config_yaml()
+                .trim_end()
+                .to_string())
+        }
         _ => Err(USAGE.to_string()),
     };
     match result {
