@@ -6,7 +6,9 @@
 
 use super::flight::{Flight, Replay, Start};
 use super::host::{self, Headers};
+use super::report::{self, PinProbe};
 use super::runtime::Runtime;
+use crate::core::access_log::DecisionFacts;
 use crate::core::batch;
 use crate::core::config::{Config, HeaderNames, ModelId, Tier};
 use crate::core::decision::{
@@ -83,6 +85,9 @@ impl Http {
     fn reply(&mut self, reply: &ErrorReply) -> Action {
         if let Some(note) = &reply.operator_note {
             log::warn!("{note}");
+        } else if reply.status >= 500 {
+            // The request named something routable, yet routing found nowhere to send it.
+            log::warn!("routing failed: {} {}", reply.status, reply.body);
         }
         let shaped;
         let reply = if self.anthropic {
@@ -128,18 +133,25 @@ impl Http {
         body: Vec<u8>,
         tier: Option<Tier>,
     ) -> Action {
-        let now = host::now_ms();
+        let started_ns = host::now_ns();
+        let now = started_ns / 1_000_000;
         let rng = &mut self.rng;
         let runtime = &*self.runtime;
+        let state = PinProbe::new(runtime);
         let decided = runtime.with_health(&config, now, |health| {
             let _span = super::profile::span("core: inspect, decide, rewrite");
             decide_with_tier(
-                &config, endpoint, &body, &headers, health, runtime, tier, rng,
+                &config, endpoint, &body, &headers, health, &state, tier, rng,
             )
         });
         match decided {
             Ok(decision) => {
                 let _span = super::profile::span("forward (own code)");
+                let facts = DecisionFacts {
+                    sticky_hit: state.sticky_hit(),
+                    decision_us: host::now_ns().saturating_sub(started_ns) / 1000,
+                };
+                report::decided(&config, &decision.plan, facts);
                 self.forward(&config, endpoint, decision, body, headers, now)
             }
             Err(reply) => self.reply(&reply),

@@ -8,6 +8,7 @@ mod host;
 mod http;
 mod metrics;
 mod profile;
+mod report;
 mod root;
 mod runtime;
 
