@@ -899,3 +899,6 @@ impl Machine {
         })));
     }
 }
+
+#[cfg(test)]
+mod tests;
