@@ -1,10 +1,11 @@
 //! The per-request context: pauses an LLM request until its body is in, asks the core where it
-//! goes, writes the decision into the request, and hands the response side to its [`Flight`].
+//! goes, writes the decision into the request, and hands the response side to its flight
+//! machine ([`super::flight`]).
 //!
 //! Headers of an LLM request are paused until the body has arrived (Envoy must run with
 //! `allow_on_headers_stop_iteration: true`).
 
-use super::flight::{Flight, Replay, Start};
+use super::flight;
 use super::host::{self, Headers};
 use super::report::{self, PinProbe};
 use super::runtime::Runtime;
@@ -16,7 +17,7 @@ use crate::core::decision::{
 };
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
-use crate::core::fallback::Attempts;
+use crate::core::flight::{Replay, Start};
 use crate::core::outbound::{outbound, ClientRequest, Outbound};
 use crate::core::request::check_content_encoding;
 use crate::core::request::Layout;
@@ -25,7 +26,6 @@ use crate::core::responses::id::PREFIX;
 use crate::core::routing::classifier::parse_answer;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
-use std::cell::RefCell;
 use std::rc::Rc;
 
 /// Where the request side of a stream is.
@@ -47,8 +47,8 @@ enum Phase {
     },
     /// Batch input being buffered to check it names no virtual model: (path, content type).
     CheckingBatch(String, String),
-    /// Forwarded; the flight owns the rest.
-    Forwarded(Rc<RefCell<Flight>>),
+    /// Forwarded; its flight machine, in the runtime's map, owns the rest.
+    Forwarded,
     /// Switchboard answered it with a local reply.
     Replied,
 }
@@ -211,17 +211,12 @@ impl Http {
             return self.reply(&reply);
         }
         log_attempt(config, decision.target, 1, &decision.outbound);
-        let plan = decision.plan;
-        let start = Start {
-            virtual_model: plan.virtual_model,
-            attempts: Attempts::new(plan.candidates, plan.pinned),
-            stream: decision.stream,
-            sticky: plan.sticky,
-            now_ms: now,
-            mint_ids: endpoint == Endpoint::Responses && plan.virtual_model.is_some(),
-            anthropic_errors: endpoint.speaks_anthropic(),
-            conversation: decision.conversation,
-        };
+        let start = Start::routed(
+            endpoint,
+            decision.plan,
+            decision.stream,
+            decision.conversation,
+        );
         let replay = Replay {
             endpoint,
             headers,
@@ -229,23 +224,20 @@ impl Http {
             layout: decision.layout,
             stored_path: None,
         };
-        self.start_flight(config, start, replay)
+        self.start_flight(config, start, replay, now)
     }
 
-    /// Hands the request to its flight; the replay is kept only when another attempt is
-    /// possible.
-    fn start_flight(&mut self, config: &Rc<Config>, start: Start, replay: Replay) -> Action {
-        let now = start.now_ms;
-        let replay =
-            Flight::may_try_again(config, start.virtual_model, &start.attempts).then_some(replay);
-        let flight = Rc::new(RefCell::new(Flight::new(
-            self.context_id,
-            Rc::clone(config),
-            start,
-            replay,
-        )));
-        Flight::arm_fallback_timeout(&flight, &self.runtime, now);
-        self.phase = Phase::Forwarded(flight);
+    /// Hands the request to its flight machine.
+    fn start_flight(
+        &mut self,
+        config: &Rc<Config>,
+        start: Start,
+        replay: Replay,
+        now: u64,
+    ) -> Action {
+        let config = Rc::clone(config);
+        flight::start(&self.runtime, self.context_id, config, start, replay, now);
+        self.phase = Phase::Forwarded;
         Action::Continue
     }
 
@@ -325,16 +317,7 @@ impl Http {
             return self.reply(&reply);
         }
         log_attempt(config, target, 1, &out);
-        let start = Start {
-            virtual_model: Some(index),
-            attempts: Attempts::new(vec![target], true),
-            stream: false,
-            sticky: None,
-            now_ms: host::now_ms(),
-            mint_ids: minted,
-            anthropic_errors: false,
-            conversation: minted,
-        };
+        let start = Start::stored(index, target, minted);
         let replay = Replay {
             endpoint: Endpoint::Responses,
             headers,
@@ -342,7 +325,7 @@ impl Http {
             layout: Layout::default(),
             stored_path: Some(stored),
         };
-        self.start_flight(config, start, replay)
+        self.start_flight(config, start, replay, host::now_ms())
     }
 
     /// Writes the router's attempt into the request: body edits, then path, authority and
@@ -436,7 +419,15 @@ impl Context for Http {
             }
             return;
         }
-        self.runtime.call_finished(token, num_headers, body_size);
+        flight::on_call_response(&self.runtime, token, num_headers, body_size);
+    }
+}
+
+impl Drop for Http {
+    fn drop(&mut self) {
+        if let Phase::Forwarded = self.phase {
+            flight::on_destroyed(&self.runtime, self.context_id);
+        }
     }
 }
 
@@ -537,7 +528,7 @@ impl HttpContext for Http {
     fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
         let _span = super::profile::span("on_http_response_headers");
         match &self.phase {
-            Phase::Forwarded(flight) => Flight::on_response_headers(flight, &self.runtime),
+            Phase::Forwarded => flight::on_answer_headers(&self.runtime, self.context_id),
             _ => Action::Continue,
         }
     }
@@ -545,9 +536,7 @@ impl HttpContext for Http {
     fn on_http_response_trailers(&mut self, _num_trailers: usize) -> Action {
         let _span = super::profile::span("on_http_response_trailers");
         match &self.phase {
-            Phase::Forwarded(flight) => flight
-                .try_borrow()
-                .map_or(Action::Continue, |f| f.on_response_trailers()),
+            Phase::Forwarded => flight::on_answer_trailers(&self.runtime, self.context_id),
             _ => Action::Continue,
         }
     }
@@ -555,8 +544,8 @@ impl HttpContext for Http {
     fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
         let _span = super::profile::span("on_http_response_body");
         match &self.phase {
-            Phase::Forwarded(flight) => {
-                Flight::on_response_body(flight, &self.runtime, body_size, end_of_stream)
+            Phase::Forwarded => {
+                flight::on_answer_body(&self.runtime, self.context_id, body_size, end_of_stream)
             }
             _ => Action::Continue,
         }

@@ -1,7 +1,7 @@
 //! The root context: loads the plugin config once per (re)configuration, creates the
 //! per-request contexts that share it, and runs the timers and calls of the worker's flights.
 
-use super::flight::Flight;
+use super::flight;
 use super::host;
 use super::http::Http;
 use super::runtime::Runtime;
@@ -55,7 +55,7 @@ impl Context for Root {
         _num_trailers: usize,
     ) {
         let _span = super::profile::span("on_http_call_response");
-        self.runtime.call_finished(token, num_headers, body_size);
+        flight::on_call_response(&self.runtime, token, num_headers, body_size);
     }
 }
 
@@ -97,10 +97,10 @@ impl RootContext for Root {
 
     fn on_tick(&mut self) {
         let _span = super::profile::span("on_tick");
-        for (seq, flight) in self.runtime.take_due(host::now_ms()) {
-            let context_id = flight.borrow().context_id;
+        let now = host::now_ms();
+        for (context_id, token) in self.runtime.take_due(now) {
             if host::set_effective_context(context_id) {
-                Flight::on_timer(&flight, &self.runtime, seq);
+                flight::on_timer(&self.runtime, context_id, token, now);
             }
         }
     }

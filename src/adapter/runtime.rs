@@ -1,13 +1,15 @@
 //! Per-worker state shared by the root context and every request context of one plugin: the
-//! cached health view, the retry and timeout timers, and the outstanding HTTP calls.
+//! cached health view, the flight machine of each forwarded request, and the retry and timeout
+//! timers and outstanding HTTP calls that lead back to them.
 //!
 //! proxy-wasm has no per-stream timers, so delays run on the root context's tick; a call made
-//! from the tick reports back to the root. Both find the request's [`Flight`] here, keyed by
-//! call token, and act on its stream after `set_effective_context`.
+//! from the tick reports back to the root. Both find the request by its context id here (one
+//! map of machines; timers and calls name the context), and act on its stream after
+//! `set_effective_context`.
 
-use super::flight::Flight;
 use super::host::{self, SharedData};
 use crate::core::config::{Config, ModelId};
+use crate::core::flight::{self, CallId, Machine};
 use crate::core::health::record::{HealthRecord, Outcome};
 use crate::core::health::sla::LatencySample;
 use crate::core::health::store;
@@ -16,25 +18,37 @@ use crate::core::routing::state::RoutingState;
 use crate::core::routing::HealthInput;
 use hashbrown::HashMap;
 use std::cell::{Cell, RefCell};
-use std::rc::{Rc, Weak};
+use std::rc::Rc;
 
 /// Tick period while timers are pending: the granularity of retry delays and timeouts.
 pub const TICK_MS: u64 = 10;
 
-/// A pending wake-up of a flight.
+/// A pending wake-up of a request's machine.
 struct Timer {
     due_ms: u64,
-    seq: u64,
-    flight: Weak<RefCell<Flight>>,
+    context_id: u32,
+    token: u64,
+}
+
+/// One forwarded request: its machine and the config it was routed with (a reload does not
+/// change a request in flight).
+pub struct Slot {
+    /// The config the request started with.
+    pub config: Rc<Config>,
+    /// Its flight.
+    pub machine: Machine,
 }
 
 /// The worker's shared state.
 #[derive(Default)]
 pub struct Runtime {
     health: RefCell<HealthView>,
+    /// Forwarded requests by context id.
+    flights: RefCell<HashMap<u32, Slot>>,
     timers: RefCell<Vec<Timer>>,
     ticking: Cell<bool>,
-    calls: RefCell<HashMap<u32, Weak<RefCell<Flight>>>>,
+    /// Outstanding call-outs: host token to (context id, the machine's call id).
+    calls: RefCell<HashMap<u32, (u32, CallId)>>,
     cursors: RefCell<HashMap<usize, usize>>,
 }
 
@@ -138,52 +152,77 @@ impl Runtime {
         if outcome == Outcome::Success && clean() {
             return;
         }
-        if let Some(m) = config.model(model) {
-            let now_ms = now_ms();
-            self.update(config, model, |r| r.record(outcome, now_ms, &m.health));
-        }
+        let written = flight::record_outcome(&SharedData, config, model, outcome, now_ms());
+        self.keep_view(model, written);
     }
 
     /// Adds the latency samples of a successful answer to a target's record.
     pub fn add_samples(&self, config: &Config, model: ModelId, sample: LatencySample, now_ms: u64) {
-        self.update(config, model, |r| sample.add_to(r, now_ms));
+        let written = flight::add_samples(&SharedData, config, model, &sample, now_ms);
+        self.keep_view(model, written);
     }
 
-    /// Changes a target's shared record and keeps this worker's view in step with it.
-    fn update(&self, config: &Config, model: ModelId, change: impl Fn(&mut HealthRecord)) {
-        let Some(m) = config.model(model) else {
-            return;
-        };
-        if let Some(record) = store::update(&SharedData, &store::key(&m.name), change) {
+    /// Keeps this worker's view in step with a record just written.
+    fn keep_view(&self, model: ModelId, written: Option<HealthRecord>) {
+        if let Some(record) = written {
             if let Some(slot) = self.health.borrow_mut().records.get_mut(model.0) {
                 *slot = record;
             }
         }
     }
 
-    /// Wakes `flight` at `due_ms` (on a root tick) unless its `seq` has moved on by then.
-    pub fn add_timer(&self, due_ms: u64, seq: u64, flight: &Rc<RefCell<Flight>>) {
+    /// Keeps the flight of stream `context_id`.
+    pub fn add_flight(&self, context_id: u32, slot: Slot) {
+        if let Ok(mut flights) = self.flights.try_borrow_mut() {
+            flights.insert(context_id, slot);
+        }
+    }
+
+    /// Runs `f` on the flight of stream `context_id`, if it has one. Host callbacks never
+    /// nest, so the map is free; a surprise must not abort the VM.
+    pub fn with_flight<T>(&self, context_id: u32, f: impl FnOnce(&mut Slot) -> T) -> Option<T> {
+        let mut flights = self.flights.try_borrow_mut().ok()?;
+        flights.get_mut(&context_id).map(f)
+    }
+
+    /// Forgets stream `context_id`: its flight, timers and outstanding calls (a call whose
+    /// stream went away is never answered to us).
+    pub fn remove_flight(&self, context_id: u32) -> Option<Slot> {
+        if let Ok(mut timers) = self.timers.try_borrow_mut() {
+            if !timers.is_empty() {
+                timers.retain(|t| t.context_id != context_id);
+            }
+        }
+        if let Ok(mut calls) = self.calls.try_borrow_mut() {
+            if !calls.is_empty() {
+                calls.retain(|_, (c, _)| *c != context_id);
+            }
+        }
+        self.flights.try_borrow_mut().ok()?.remove(&context_id)
+    }
+
+    /// Wakes stream `context_id`'s machine at `due_ms` (on a root tick) with `token`.
+    pub fn add_timer(&self, due_ms: u64, context_id: u32, token: u64) {
         self.timers.borrow_mut().push(Timer {
             due_ms,
-            seq,
-            flight: Rc::downgrade(flight),
+            context_id,
+            token,
         });
         if !self.ticking.replace(true) {
             host::set_tick_ms(TICK_MS);
         }
     }
 
-    /// Takes the timers due at `now_ms`; stops ticking when none are left.
-    pub fn take_due(&self, now_ms: u64) -> Vec<(u64, Rc<RefCell<Flight>>)> {
+    /// Takes the timers due at `now_ms` as (context id, token); stops ticking when none are
+    /// left.
+    pub fn take_due(&self, now_ms: u64) -> Vec<(u32, u64)> {
         let mut timers = self.timers.borrow_mut();
         let mut due = Vec::new();
         timers.retain(|t| {
             if t.due_ms > now_ms {
-                return t.flight.strong_count() > 0;
+                return true;
             }
-            if let Some(f) = t.flight.upgrade() {
-                due.push((t.seq, f));
-            }
+            due.push((t.context_id, t.token));
             false
         });
         if timers.is_empty() && self.ticking.replace(false) {
@@ -192,30 +231,13 @@ impl Runtime {
         due
     }
 
-    /// Remembers which flight a call token belongs to.
-    pub fn add_call(&self, token: u32, flight: &Rc<RefCell<Flight>>) {
-        let mut calls = self.calls.borrow_mut();
-        // A call whose stream went away is never answered to us: forget it here.
-        calls.retain(|_, f| f.strong_count() > 0);
-        calls.insert(token, Rc::downgrade(flight));
+    /// Remembers which request and call a host call token belongs to.
+    pub fn add_call(&self, token: u32, context_id: u32, call: CallId) {
+        self.calls.borrow_mut().insert(token, (context_id, call));
     }
 
-    /// A call finished (in the root or in the stream that made it): hands the answer to its
-    /// flight, acting on that flight's stream.
-    pub fn call_finished(&self, token: u32, num_headers: usize, body_size: usize) {
-        // Read the answer before switching streams: it belongs to the context it came to.
-        let (headers, body) = host::call_response(body_size);
-        let Some(flight) = self
-            .calls
-            .borrow_mut()
-            .remove(&token)
-            .and_then(|f| f.upgrade())
-        else {
-            return;
-        };
-        let context_id = flight.try_borrow().map(|f| f.context_id).ok();
-        if context_id.is_some_and(host::set_effective_context) {
-            Flight::on_call_response(&flight, self, token, num_headers, headers, body);
-        }
+    /// The request and call of a finished host call.
+    pub fn take_call(&self, token: u32) -> Option<(u32, CallId)> {
+        self.calls.borrow_mut().remove(&token)
     }
 }

@@ -11,6 +11,7 @@ pub mod decision;
 pub mod endpoint;
 pub mod errors;
 pub mod fallback;
+pub mod flight;
 pub mod headers;
 pub mod health;
 pub mod metadata;
