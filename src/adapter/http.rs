@@ -24,6 +24,8 @@ use crate::core::request::Layout;
 use crate::core::responses::continuation::{is_plain_token, stored_origin, stored_path};
 use crate::core::responses::id::PREFIX;
 use crate::core::routing::classifier::parse_answer;
+use crate::core::routing::{HealthInput, Plan};
+use crate::core::trace::Trace;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
 use std::rc::Rc;
@@ -62,6 +64,8 @@ pub struct Http {
     phase: Phase,
     /// The client calls an Anthropic API: errors go in Anthropic's shape.
     anthropic: bool,
+    /// The routing trace, from the decision until the flight takes it (when asked for).
+    trace: Option<Box<Trace>>,
 }
 
 impl Http {
@@ -79,6 +83,7 @@ impl Http {
             rng,
             phase: Phase::PassThrough,
             anthropic: false,
+            trace: None,
         }
     }
 
@@ -138,12 +143,24 @@ impl Http {
         let rng = &mut self.rng;
         let runtime = &*self.runtime;
         let state = PinProbe::new(runtime);
+        let traced = config
+            .trace
+            .wanted(headers.get(&config.header_names.trace_token));
         let decided = runtime.with_health(&config, now, |health| {
             let _span = super::profile::span("core: inspect, decide, rewrite");
-            decide_with_tier(
+            let decided = decide_with_tier(
                 &config, endpoint, &body, &headers, health, &state, tier, rng,
-            )
+            );
+            let trace = match &decided {
+                Ok(d) if traced => Some(report::trace(
+                    &config, endpoint, &headers, &state, &d.plan, health,
+                )),
+                _ => None,
+            };
+            (decided, trace)
         });
+        let (decided, trace) = decided;
+        self.trace = trace;
         match decided {
             Ok(decision) => {
                 let _span = super::profile::span("forward (own code)");
@@ -236,7 +253,9 @@ impl Http {
         now: u64,
     ) -> Action {
         let config = Rc::clone(config);
-        flight::start(&self.runtime, self.context_id, config, start, replay, now);
+        let trace = self.trace.take();
+        let flight = (start, replay);
+        flight::start(&self.runtime, self.context_id, config, flight, now, trace);
         self.phase = Phase::Forwarded;
         Action::Continue
     }
@@ -272,10 +291,7 @@ impl Http {
         (id, suffix): (&str, &str),
     ) -> Action {
         if !is_plain_token(id) {
-            // Not routed: never let the client's own cluster header pick a cluster.
-            if headers.get(&config.header_names.cluster).is_some() {
-                host::remove_request_header(&config.header_names.cluster);
-            }
+            pass_through(config, &headers);
             return Action::Continue;
         }
         let now = host::now_ms();
@@ -317,6 +333,21 @@ impl Http {
             return self.reply(&reply);
         }
         log_attempt(config, target, 1, &out);
+        let plan = Plan {
+            candidates: vec![target],
+            virtual_model: Some(index),
+            sticky: None,
+            pinned: true,
+        };
+        // Its id names its target: no decision time (0) is recorded.
+        report::decided(config, &plan, DecisionFacts::default());
+        if config
+            .trace
+            .wanted(headers.get(&config.header_names.trace_token))
+        {
+            let health = &HealthInput::NONE;
+            self.trace = Some(Box::new(Trace::of_plan(config, &plan, health, Vec::new())));
+        }
         let start = Start::stored(index, target, minted);
         let replay = Replay {
             endpoint: Endpoint::Responses,
@@ -367,6 +398,20 @@ impl Http {
         }
         host::set_request_header(&names.cluster, out.cluster);
         Ok(())
+    }
+}
+
+/// Lets a request Switchboard does not route go as it came, but for Switchboard's own
+/// headers: a client must never pick the cluster through the route's `cluster_header`, and
+/// the trace token is a secret of this gateway.
+fn pass_through(config: &Config, headers: &Headers) {
+    for name in [
+        &config.header_names.cluster,
+        &config.header_names.trace_token,
+    ] {
+        if headers.get(name).is_some() {
+            host::remove_request_header(name);
+        }
     }
 }
 
@@ -465,10 +510,7 @@ impl HttpContext for Http {
         }
         let endpoint = Endpoint::from_path(path).filter(|_| method == "POST");
         let Some(endpoint) = endpoint else {
-            // Never let a client pick the cluster through the route's cluster_header.
-            if headers.get(&config.header_names.cluster).is_some() {
-                host::remove_request_header(&config.header_names.cluster);
-            }
+            pass_through(&config, &headers);
             if method == "POST"
                 && !end_of_stream
                 && !config.virtual_models.is_empty()

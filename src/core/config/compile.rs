@@ -134,6 +134,7 @@ pub(super) fn compile(
     let response_keys = compile_response_keys(&mut root, env)?;
     let trace = compile_trace(&mut root, env)?;
     let filter_state = root.opt_bool("filter_state")?.unwrap_or(true);
+    let usage_metrics = root.opt_bool("usage_metrics")?.unwrap_or(false);
     let stored_responses_virtual_model = match root.opt_str("stored_responses_virtual_model")? {
         None => None,
         Some(name) => match names.get(name) {
@@ -176,6 +177,7 @@ pub(super) fn compile(
         metrics: crate::core::metrics::MetricTable::default(),
         trace,
         filter_state,
+        usage_metrics,
         names,
     };
     config.metrics = crate::core::metrics::MetricTable::new(&config);
@@ -533,7 +535,9 @@ mod tests {
         let c =
             Config::parse(with(r#""trace": {"always": true}, "filter_state": false"#).as_bytes())
                 .unwrap();
-        assert!(c.trace.always && !c.filter_state);
+        assert!(c.trace.always && !c.filter_state && !c.usage_metrics);
+        let c = Config::parse(with(r#""usage_metrics": true"#).as_bytes()).unwrap();
+        assert!(c.usage_metrics);
         let env = |name: &str| (name == "TRACE").then(|| "0123456789abcdef-trace".to_string());
         let c = Config::parse_with_env(
             with(r#""trace": {"token": "${env:TRACE}"}"#).as_bytes(),

@@ -484,6 +484,10 @@ pub struct Config {
     /// `filter_state` (default true): each routed request writes its routing facts as Envoy
     /// filter state (`wasm.switchboard.*`) for the access log.
     pub filter_state: bool,
+    /// `usage_metrics` (default false): every successful answer's body is read as it passes
+    /// for the token, time-to-first-token and time-per-token metrics (answers of virtual
+    /// models whose routing uses latency are read anyway).
+    pub usage_metrics: bool,
     names: HashMap<String, NameEntry>,
 }
 

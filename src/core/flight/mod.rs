@@ -31,9 +31,9 @@ mod records;
 pub use answer::{call_outcome, health_outcome, hint_ms, router_outcome};
 pub use effects::{
     AnswerHeaders, Attempt, AttemptKind, Call, CallId, CallRequest, Delivery, Effect, Effects,
-    Ending, Failure, Flow, Reply, Summary,
+    Ending, Failure, Flow, Reply, Summary, Tokens,
 };
-pub use records::{add_samples, record_outcome};
+pub use records::{add_samples, record_noting_eviction, record_outcome};
 
 use crate::core::config::{Config, HeaderNames, ModelId, TargetPolicy, DIRECT_POLICY};
 use crate::core::endpoint::Endpoint;
@@ -186,9 +186,14 @@ pub struct Machine {
     started_ms: u64,
     /// `fallback_timeout_ms`, when another attempt is possible.
     fallback_timeout_ms: Option<u64>,
-    /// Whether answers feed latency samples (only when routing uses them).
+    /// Whether answers feed latency samples into health (only when routing uses them).
     needs_latency: bool,
-    /// Set while a delivered answer is timed for the latency samples.
+    /// Whether successful answers are timed and their usage read: for the latency samples,
+    /// or for the metrics when the config asks (`usage_metrics`). Otherwise a plain answer's
+    /// body streams past unread.
+    measures: bool,
+    /// Set while a successful answer is timed and its usage read, for the latency samples
+    /// and the metrics.
     measure: Option<Measure>,
     /// The sticky session of the request, to pin it where a fallback worked.
     sticky: Option<Session>,
@@ -245,6 +250,7 @@ impl Machine {
             stream: start.stream,
             started_ms: now_ms,
             needs_latency: vm.is_some_and(|vm| vm.needs_latency()),
+            measures: config.usage_metrics || vm.is_some_and(|vm| vm.needs_latency()),
             measure: None,
             sticky: start.sticky,
             mint_ids: start.mint_ids,
@@ -361,8 +367,8 @@ impl Machine {
                 m.first_token_ms.get_or_insert(now);
             }
             if end {
-                let tokens = m.usage.output_tokens();
-                self.add_samples(m.target, m.started_ms, m.first_token_ms, tokens, now, out);
+                let times = (m.started_ms, m.first_token_ms, now);
+                self.add_samples(m.target, times, &m.usage, out);
             } else {
                 self.measure = Some(m);
             }
@@ -459,7 +465,7 @@ impl Machine {
         if self.state != State::Calling(call) {
             return; // abandoned after a timeout
         }
-        let outcome = call_outcome(answer.as_ref().map(|a| &a.headers));
+        let outcome = call_outcome(answer.as_ref());
         let hint = || hint_ms(&answer.as_ref()?.headers, now_ms);
         self.record(config, self.attempts.current(), outcome, hint, out);
         let step = self.step(config, outcome);
@@ -693,15 +699,14 @@ impl Machine {
         self.holding = false;
         // No attempt follows: free the client's body now rather than when a long stream ends.
         self.replay = None;
-        if let Some(target) = answered_by.filter(|_| (200..300).contains(&status)) {
-            if self.needs_latency {
-                self.measure = Some(Measure {
-                    target,
-                    started_ms: self.routed_ms,
-                    first_token_ms: None,
-                    usage: UsageScanner::default(),
-                });
-            }
+        let measured = answered_by.filter(|_| self.measures && (200..300).contains(&status));
+        if let Some(target) = measured {
+            self.measure = Some(Measure {
+                target,
+                started_ms: self.routed_ms,
+                first_token_ms: None,
+                usage: UsageScanner::default(),
+            });
         }
         // Minted ids are longer than the provider's: the length is no longer known.
         let rewrite = self.mint_ids && answered_by.is_some();
@@ -785,24 +790,27 @@ impl Machine {
         }
     }
 
-    /// The TTFT and TPOT samples of a successful answer by `target` that ended at `now_ms`.
+    /// The TTFT and TPOT samples and the token usage of a successful answer by `target`,
+    /// timed (started, first token, ended) in milliseconds.
     fn add_samples<'c>(
         &self,
         target: ModelId,
-        started_ms: u64,
-        first_token_ms: Option<u64>,
-        tokens: u64,
-        now_ms: u64,
+        (started_ms, first_token_ms, now_ms): (u64, Option<u64>, u64),
+        usage: &UsageScanner,
         out: &mut Effects<'c>,
     ) {
         let first = first_token_ms.map(|t| t.saturating_sub(started_ms));
         let total = now_ms.saturating_sub(started_ms);
-        let sample = LatencySample::of(self.stream, first, total, tokens);
-        if !sample.is_empty() {
+        let sample = LatencySample::of(self.stream, first, total, usage.output_tokens());
+        let (prompt, completion) = usage.reported();
+        let tokens = Tokens { prompt, completion };
+        if !sample.is_empty() || tokens != Tokens::default() {
             out.push(Effect::Samples {
                 target,
                 sample,
                 now_ms,
+                tokens,
+                for_routing: self.needs_latency,
             });
         }
     }
@@ -842,12 +850,11 @@ impl Machine {
         let target = self.attempts.current();
         if let Some(t) = target.filter(|_| (200..300).contains(&status)) {
             self.pin_session(config, out);
-            if self.needs_latency {
+            if self.measures {
                 let mut usage = UsageScanner::default();
                 usage.feed(&answer.body);
                 // The whole answer arrived at once: no time to first token here.
-                let (started, tokens) = (self.started_ms, usage.output_tokens());
-                self.add_samples(t, started, None, tokens, now_ms, out);
+                self.add_samples(t, (self.started_ms, None, now_ms), &usage, out);
             }
         }
         self.state = State::Done;
