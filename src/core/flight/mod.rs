@@ -901,4 +901,8 @@ impl Machine {
 }
 
 #[cfg(test)]
+mod sim;
+#[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod twins;
