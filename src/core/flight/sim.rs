@@ -6,6 +6,8 @@
 
 use super::*;
 use crate::core::decision::decide;
+use crate::core::endpoint::Endpoint;
+use crate::core::headers::Headers;
 use crate::core::health::record::{HealthRecord, Outcome};
 use crate::core::health::store::{self, MemoryStore};
 use crate::core::routing::state::{LocalState, RoutingState};

@@ -1,6 +1,8 @@
 //! The machine driven event by event with a fake clock: each effect it asks for, in order.
 
 use super::*;
+use crate::core::endpoint::Endpoint;
+use crate::core::headers::Headers;
 use crate::core::health::record::Outcome;
 use crate::core::request::inspect;
 
