@@ -23,121 +23,43 @@
 //! [`Effect`]s into a caller-provided [`Effects`] buffer, to be applied in order: make an
 //! attempt, arm a timer, record an outcome or latency samples, pin a session, deliver, reply,
 //! fail with an error in the client's API shape, replace body bytes.
+//!
+//! # What an adapter does (proxy-wasm's is `src/adapter/flight.rs`)
+//! - Keeps one `Machine` per forwarded stream, with the config it started with, in one map
+//!   owned by the worker; call handles and timers map back to (stream, [`CallId`] / token).
+//! - [`Effect::Attempt`] with a call: dispatch [`Machine::call_request`], then report
+//!   [`Machine::on_dispatched`] or [`Machine::on_dispatch_refused`]; their effects follow
+//!   the batch's. The first attempt (`call: None`) was already written into the request.
+//! - [`Effect::ArmTimer`]: call [`Machine::on_timer`] with the token at or after `due_ms`;
+//!   stale tokens are ignored, so timers never need cancelling.
+//! - [`Effect::Record`] / [`Effect::Samples`]: update the health store ([`record_outcome`],
+//!   [`add_samples`]); a success on a clean record may be skipped.
+//! - [`Effect::Deliver`]: set its headers on the router's answer before it goes on.
+//!   [`Effect::Reply`] / [`Effect::Fail`]: a local reply replacing the held answer.
+//!   [`Effect::ReplaceBody`]: edit the body chunk in hand.
+//! - When the stream goes away, [`Machine::on_destroyed`] (its [`Summary`] is the
+//!   access-log's) and forget the stream's calls and timers.
 
-mod answer;
+mod answers;
+mod attempts;
 mod effects;
+mod inputs;
+mod outcome;
 mod records;
 
-pub use answer::{call_outcome, health_outcome, hint_ms, router_outcome};
 pub use effects::{
     AnswerHeaders, Attempt, AttemptKind, Call, CallId, CallRequest, Delivery, Effect, Effects,
     Ending, Failure, Flow, Reply, Summary, Tokens,
 };
+pub use inputs::{AnswerFacts, CallAnswer, Replay, Start};
+pub use outcome::{call_outcome, health_outcome, hint_ms, router_outcome};
 pub use records::{add_samples, record_noting_eviction, record_outcome};
 
 use crate::core::config::{Config, HeaderNames, ModelId, TargetPolicy, DIRECT_POLICY};
-use crate::core::endpoint::Endpoint;
-use crate::core::errors::ErrorReply;
 use crate::core::fallback::{AttemptOutcome, Attempts, Step};
-use crate::core::headers::Headers;
-use crate::core::health::sla::LatencySample;
-use crate::core::outbound::{outbound, ClientRequest};
-use crate::core::request::Layout;
 use crate::core::responses::rewrite::AnswerRewriter;
-use crate::core::responses::{rewrite_whole, TurnMinter};
 use crate::core::routing::sticky::Session;
-use crate::core::routing::Plan;
 use crate::core::usage::UsageScanner;
-
-/// Facts about the answer in hand that may cost the host a call to read: the machine asks
-/// only when a rule needs one (a plain 2xx answer needs none).
-pub trait AnswerFacts {
-    /// The host's time, in milliseconds.
-    fn now_ms(&mut self) -> u64;
-    /// Envoy's response code details of the router's answer (`response.code_details`).
-    fn code_details(&mut self) -> Option<String>;
-    /// Every header of the router's answer.
-    fn headers(&mut self) -> Headers;
-    /// The body chunk in hand.
-    fn chunk(&mut self) -> Vec<u8>;
-}
-
-/// How a request was routed, as its flight starts.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Start {
-    /// The virtual model, if one was called.
-    pub virtual_model: Option<usize>,
-    /// The candidates, best first; the first is the router's attempt.
-    pub candidates: Vec<ModelId>,
-    /// Pinned to the first candidate: retries only, no fallback.
-    pub pinned: bool,
-    /// The client asked for a streamed answer.
-    pub stream: bool,
-    /// Its sticky session, if any.
-    pub sticky: Option<Session>,
-    /// A Responses API answer of a virtual model: its ids are minted as it streams.
-    pub mint_ids: bool,
-    /// Errors Switchboard answers itself go in Anthropic's shape.
-    pub anthropic_errors: bool,
-    /// It continues a conversation at its origin: the origin failing is a 409.
-    pub conversation: bool,
-}
-
-impl Start {
-    /// The start of a request routed by [`crate::core::decision::decide`].
-    pub fn routed(endpoint: Endpoint, plan: Plan, stream: bool, conversation: bool) -> Self {
-        Start {
-            mint_ids: endpoint == Endpoint::Responses && plan.virtual_model.is_some(),
-            virtual_model: plan.virtual_model,
-            candidates: plan.candidates,
-            pinned: plan.pinned,
-            stream,
-            sticky: plan.sticky,
-            anthropic_errors: endpoint.speaks_anthropic(),
-            conversation,
-        }
-    }
-
-    /// The start of a stored-response request (retrieve, input items, cancel, delete) sent to
-    /// `target` of virtual model `index`: retries there, no fallback; a minted id's answer
-    /// gets minted ids back, and its origin failing is a 409.
-    pub fn stored(index: usize, target: ModelId, minted: bool) -> Self {
-        Start {
-            virtual_model: Some(index),
-            candidates: vec![target],
-            pinned: true,
-            stream: false,
-            sticky: None,
-            mint_ids: minted,
-            anthropic_errors: false,
-            conversation: minted,
-        }
-    }
-}
-
-/// What the request needs for another attempt.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Replay {
-    /// The endpoint called.
-    pub endpoint: Endpoint,
-    /// The client's body.
-    pub body: Vec<u8>,
-    /// Where its parts sit, to rewrite it for another target.
-    pub layout: Layout,
-    /// The client's request headers.
-    pub headers: Headers,
-    /// A stored response's path after the version prefix, with the provider's id.
-    pub stored_path: Option<String>,
-}
-
-/// A call-out's answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CallAnswer {
-    /// Its headers, `:status` included.
-    pub headers: Headers,
-    /// Its whole body.
-    pub body: Vec<u8>,
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -192,8 +114,7 @@ pub struct Machine {
     /// or for the metrics when the config asks (`usage_metrics`). Otherwise a plain answer's
     /// body streams past unread.
     measures: bool,
-    /// Set while a successful answer is timed and its usage read, for the latency samples
-    /// and the metrics.
+    /// Set while a successful answer is timed and its usage read.
     measure: Option<Measure>,
     /// The sticky session of the request, to pin it where a fallback worked.
     sticky: Option<Session>,
@@ -508,404 +429,11 @@ impl Machine {
             timeout_ms: call.timeout_ms,
         })
     }
-
-    fn arm_fallback_timeout<'c>(&mut self, from_ms: u64, out: &mut Effects<'c>) {
-        self.seq += 1;
-        if let Some(ms) = self.fallback_timeout_ms {
-            out.push(Effect::ArmTimer {
-                due_ms: from_ms.saturating_add(ms),
-                token: self.seq,
-            });
-        }
-    }
-
-    /// The next step after the attempt in flight ended with `outcome`.
-    fn step(&mut self, config: &Config, outcome: AttemptOutcome) -> Step {
-        let vm = self.virtual_model;
-        let step = self.attempts.after(outcome, |m| policy(config, vm, m));
-        match step {
-            // Without the request kept for replay there is no other attempt to make.
-            Step::Retry { .. } | Step::Fallback { .. } if self.replay.is_none() => Step::GiveUp,
-            other => other,
-        }
-    }
-
-    /// Whether a pinned conversation's origin failed with nothing left to try: a 409
-    /// rather than its error (TrueFoundry virtual models, "Responses API conversations").
-    fn ends_conversation(&self, step: Step, outcome: AttemptOutcome) -> bool {
-        matches!(step, Step::Deliver | Step::GiveUp)
-            && self.conversation_pinned()
-            && outcome.is_target_down()
-    }
-
-    /// Records an attempt's outcome for `target`.
-    fn record<'c>(
-        &self,
-        config: &'c Config,
-        target: Option<ModelId>,
-        outcome: AttemptOutcome,
-        hint: impl FnOnce() -> Option<u64>,
-        out: &mut Effects<'c>,
-    ) {
-        let Some((target, model)) = target.and_then(|t| Some((t, config.model(t)?))) else {
-            return;
-        };
-        out.push(Effect::Record {
-            target,
-            outcome,
-            health: health_outcome(model, outcome, hint),
-        });
-    }
-
-    /// Starts the attempt `step` asks for, now or after its delay.
-    fn next_attempt<'c>(
-        &mut self,
-        config: &'c Config,
-        step: Step,
-        outcome: AttemptOutcome,
-        now_ms: u64,
-        out: &mut Effects<'c>,
-    ) {
-        match step {
-            Step::Retry { delay_ms, .. } if delay_ms > 0 => self.wait(
-                AttemptKind::Retry(outcome),
-                now_ms.saturating_add(delay_ms),
-                out,
-            ),
-            Step::Retry { target, .. } => {
-                self.dispatch(config, target, AttemptKind::Retry(outcome), now_ms, out)
-            }
-            Step::Fallback { target } => {
-                self.dispatch(config, target, AttemptKind::Fallback(outcome), now_ms, out)
-            }
-            Step::Deliver | Step::GiveUp => {}
-        }
-    }
-
-    /// Waits for a retry's delay.
-    fn wait<'c>(&mut self, kind: AttemptKind, due_ms: u64, out: &mut Effects<'c>) {
-        self.last_switch = Some(kind);
-        self.state = State::Waiting(kind);
-        self.seq += 1;
-        out.push(Effect::ArmTimer {
-            due_ms,
-            token: self.seq,
-        });
-    }
-
-    /// Makes an attempt at `target` with a call-out; one that cannot be built counts as a
-    /// refused call (a connection failure) and moves on to the next step at once.
-    fn dispatch<'c>(
-        &mut self,
-        config: &'c Config,
-        mut target: ModelId,
-        mut kind: AttemptKind,
-        now_ms: u64,
-        out: &mut Effects<'c>,
-    ) {
-        loop {
-            self.last_switch = Some(kind);
-            if let Some(call) = self.call(config, target) {
-                self.state = State::Calling(call.id);
-                self.started_ms = now_ms;
-                out.push(Effect::Attempt(Attempt {
-                    target,
-                    number: self.attempts.total(),
-                    kind,
-                    call: Some(Box::new(call)),
-                }));
-                return;
-            }
-            match self.after_refusal(config, target, now_ms, out) {
-                Some((next, k)) => (target, kind) = (next, k),
-                None => return,
-            }
-        }
-    }
-
-    /// After an attempt at `target` was refused: the next target to call at once, if any (a
-    /// retry with a delay waits for it, even at the same target).
-    fn after_refusal<'c>(
-        &mut self,
-        config: &'c Config,
-        target: ModelId,
-        now_ms: u64,
-        out: &mut Effects<'c>,
-    ) -> Option<(ModelId, AttemptKind)> {
-        let outcome = AttemptOutcome::ConnectFailure;
-        self.record(config, Some(target), outcome, || None, out);
-        match self.step(config, outcome) {
-            Step::Retry { delay_ms, .. } if delay_ms > 0 => {
-                self.wait(
-                    AttemptKind::Retry(outcome),
-                    now_ms.saturating_add(delay_ms),
-                    out,
-                );
-                None
-            }
-            Step::Retry { target, .. } => Some((target, AttemptKind::Retry(outcome))),
-            Step::Fallback { target } => Some((target, AttemptKind::Fallback(outcome))),
-            Step::Deliver | Step::GiveUp => {
-                self.reply_unavailable(config, out);
-                None
-            }
-        }
-    }
-
-    /// The call-out of an attempt at `target`: the outbound request the core builds for it,
-    /// as the router's attempt got its own.
-    fn call<'c>(&mut self, config: &'c Config, target: ModelId) -> Option<Call<'c>> {
-        let replay = self.replay.as_ref()?;
-        let vm = self
-            .virtual_model
-            .and_then(|i| config.virtual_models.get(i));
-        let client = ClientRequest {
-            endpoint: replay.endpoint,
-            headers: &replay.headers,
-            // A stored-response request has no body to rewrite: it goes as the client sent it.
-            body: replay
-                .stored_path
-                .is_none()
-                .then_some((replay.body.as_slice(), &replay.layout)),
-            stored_path: replay.stored_path.as_deref(),
-        };
-        let outbound = outbound(config, vm, target, &client)?;
-        let body = match &outbound.edits {
-            Some(edits) => Some(edits.apply(&replay.body)?),
-            None => None,
-        };
-        let length = body.as_ref().map_or(replay.body.len(), Vec::len);
-        self.calls += 1;
-        Some(Call {
-            id: self.calls,
-            outbound,
-            body,
-            content_length: length.to_string(),
-            timeout_ms: config.attempt_timeout_ms,
-        })
-    }
-
-    /// Lets the router's answer through, with the resolved-model and attempts headers.
-    fn deliver<'c>(
-        &mut self,
-        config: &'c Config,
-        answered_by: Option<ModelId>,
-        status: u16,
-        gave_up: bool,
-        out: &mut Effects<'c>,
-    ) {
-        self.state = State::Delivering;
-        self.seq += 1;
-        self.holding = false;
-        // No attempt follows: free the client's body now rather than when a long stream ends.
-        self.replay = None;
-        let measured = answered_by.filter(|_| self.measures && (200..300).contains(&status));
-        if let Some(target) = measured {
-            self.measure = Some(Measure {
-                target,
-                started_ms: self.routed_ms,
-                first_token_ms: None,
-                usage: UsageScanner::default(),
-            });
-        }
-        // Minted ids are longer than the provider's: the length is no longer known.
-        let rewrite = self.mint_ids && answered_by.is_some();
-        if rewrite {
-            self.rewriter = Some(AnswerRewriter::new());
-        }
-        let ending = self.end(answered_by, status, gave_up);
-        out.push(Effect::Deliver(Delivery {
-            ending,
-            headers: self.answer_headers(config, answered_by, gave_up),
-            drop_content_length: rewrite,
-        }));
-    }
-
-    fn end(&mut self, target: Option<ModelId>, status: u16, gave_up: bool) -> Ending {
-        let ending = Ending {
-            target,
-            status,
-            attempts: self.attempts.total(),
-            gave_up,
-        };
-        self.ending = Some(ending);
-        ending
-    }
-
-    /// The headers Switchboard adds to the answer the client gets.
-    fn answer_headers<'c>(
-        &self,
-        config: &'c Config,
-        answered_by: Option<ModelId>,
-        gave_up: bool,
-    ) -> AnswerHeaders<'c> {
-        let names = &config.header_names;
-        let total = self.attempts.total();
-        AnswerHeaders {
-            resolved_model: answered_by
-                .and_then(|t| config.model(t))
-                .map(|m| (names.resolved_model.as_str(), m.name.as_str())),
-            attempts: (gave_up || total > 1).then(|| (names.attempts.as_str(), total.to_string())),
-        }
-    }
-
-    /// The minter of answers by `target` to this request.
-    fn minter<'c>(&self, config: &'c Config, target: ModelId) -> Option<TurnMinter<'c>> {
-        let vm = config.virtual_models.get(self.virtual_model?)?;
-        Some(TurnMinter {
-            keys: &config.response_keys,
-            virtual_model: &vm.name,
-            model: &config.model(target)?.name,
-        })
-    }
-
-    /// Rewrites the ids in a chunk of the delivered answer.
-    fn rewrite_chunk<'c>(
-        &mut self,
-        config: &'c Config,
-        chunk: &[u8],
-        end: bool,
-        out: &mut Effects<'c>,
-    ) {
-        let Some(mut rewriter) = self.rewriter.take() else {
-            return;
-        };
-        let answered_by = self.ending.and_then(|e| e.target);
-        let Some(mut minter) = answered_by.and_then(|t| self.minter(config, t)) else {
-            return;
-        };
-        let mut with = Vec::with_capacity(chunk.len() + 128);
-        rewriter.feed(chunk, &mut minter, &mut with);
-        if end {
-            rewriter.finish(&mut with);
-        }
-        if with != chunk {
-            out.push(Effect::ReplaceBody {
-                len: chunk.len(),
-                with,
-            });
-        }
-        if !end {
-            self.rewriter = Some(rewriter);
-        }
-    }
-
-    /// The TTFT and TPOT samples and the token usage of a successful answer by `target`,
-    /// timed (started, first token, ended) in milliseconds.
-    fn add_samples<'c>(
-        &self,
-        target: ModelId,
-        (started_ms, first_token_ms, now_ms): (u64, Option<u64>, u64),
-        usage: &UsageScanner,
-        out: &mut Effects<'c>,
-    ) {
-        let first = first_token_ms.map(|t| t.saturating_sub(started_ms));
-        let total = now_ms.saturating_sub(started_ms);
-        let sample = LatencySample::of(self.stream, first, total, usage.output_tokens());
-        let (prompt, completion) = usage.reported();
-        let tokens = Tokens { prompt, completion };
-        if !sample.is_empty() || tokens != Tokens::default() {
-            out.push(Effect::Samples {
-                target,
-                sample,
-                now_ms,
-                tokens,
-                for_routing: self.needs_latency,
-            });
-        }
-    }
-
-    /// After a fallback answered well, keeps the request's sticky session on that target for
-    /// the rest of its window (TrueFoundry seed, "Fallback during a sticky session").
-    fn pin_session<'c>(&self, config: &'c Config, out: &mut Effects<'c>) {
-        let (Some(session), Some(target)) = (self.sticky, self.attempts.current()) else {
-            return;
-        };
-        if Some(target) == self.routed_target {
-            return;
-        }
-        let vm = self
-            .virtual_model
-            .and_then(|i| config.virtual_models.get(i));
-        if let (Some(vm), Some(model)) = (vm, config.model(target)) {
-            out.push(Effect::Pin {
-                virtual_model: &vm.name,
-                session: session.hash,
-                window: session.window,
-                target: &model.name,
-            });
-        }
-    }
-
-    /// Answers the client with a call-out's answer.
-    fn reply<'c>(
-        &mut self,
-        config: &'c Config,
-        status: u16,
-        answer: CallAnswer,
-        gave_up: bool,
-        now_ms: u64,
-        out: &mut Effects<'c>,
-    ) {
-        let target = self.attempts.current();
-        if let Some(t) = target.filter(|_| (200..300).contains(&status)) {
-            self.pin_session(config, out);
-            if self.measures {
-                let mut usage = UsageScanner::default();
-                usage.feed(&answer.body);
-                // The whole answer arrived at once: no time to first token here.
-                self.add_samples(t, (self.started_ms, None, now_ms), &usage, out);
-            }
-        }
-        self.state = State::Done;
-        let minted = match target.filter(|_| self.mint_ids) {
-            Some(t) => self
-                .minter(config, t)
-                .map(|mut m| rewrite_whole(&answer.body, &mut m)),
-            None => None,
-        };
-        let ending = self.end(target, status, gave_up);
-        out.push(Effect::Reply(Box::new(Reply {
-            ending,
-            added: self.answer_headers(config, target, gave_up),
-            answer: answer.headers,
-            body: minted.unwrap_or(answer.body),
-        })));
-    }
-
-    /// Whether the request continues a Responses conversation at its origin.
-    fn conversation_pinned(&self) -> bool {
-        self.conversation && self.attempts.pinned()
-    }
-
-    /// Answers 503 when the last attempt got no answer at all. A pinned conversation's origin
-    /// that failed gets 409 instead: another target would not hold the conversation, so there
-    /// is no fallback (TrueFoundry virtual models, "Responses API conversations").
-    fn reply_unavailable<'c>(&mut self, config: &'c Config, out: &mut Effects<'c>) {
-        let name = self
-            .attempts
-            .current()
-            .and_then(|t| config.model(t))
-            .map(|m| m.name.as_str());
-        let error = if self.conversation_pinned() {
-            ErrorReply::origin_unavailable(name.unwrap_or("the model"))
-        } else {
-            ErrorReply::no_target_available(name.unwrap_or("the requested model"))
-        };
-        let error = if self.anthropic_errors {
-            error.in_anthropic_shape()
-        } else {
-            error
-        };
-        self.state = State::Done;
-        let ending = self.end(None, error.status, true);
-        out.push(Effect::Fail(Box::new(Failure {
-            ending,
-            error,
-            added: self.answer_headers(config, None, true),
-        })));
-    }
 }
 
 #[cfg(test)]
+mod sim;
+#[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod twins;

@@ -1,6 +1,8 @@
 //! The machine driven event by event with a fake clock: each effect it asks for, in order.
 
 use super::*;
+use crate::core::endpoint::Endpoint;
+use crate::core::headers::Headers;
 use crate::core::health::record::Outcome;
 use crate::core::request::inspect;
 
@@ -324,6 +326,18 @@ fn the_fallback_call_goes_with_the_targets_own_host_path_model_and_credentials_r
 
 const BODY_FOR_TWO: &str = r#"{"model":"two-up","messages":[{"role":"user","content":"hi"}]}"#;
 
+/// `json` ([`TWO`] or a variant) with a third target, "three" on cluster c3.
+fn three(json: &str) -> String {
+    json.replace(
+        r#"{"target": "two", "weight": 0}"#,
+        r#"{"target": "two", "weight": 0}, {"target": "three", "weight": 0}"#,
+    )
+    .replace(
+        r#""authority": "two.example"}"#,
+        r#""authority": "two.example"}, {"name": "three", "cluster": "c3", "model": "three-up"}"#,
+    )
+}
+
 /// `fallback_timeout_ms` of 500 on [`TWO`].
 fn with_fallback_timeout() -> Config {
     config(&TWO.replace(
@@ -346,6 +360,29 @@ fn a_timer_whose_token_went_stale_does_nothing() {
     m.on_timer(&config, token, 1500, &mut fx);
     assert!(fx.is_empty(), "{:?}", list(fx));
     assert_eq!(m.summary().attempts, 1);
+}
+
+#[test]
+fn the_router_attempts_stale_timer_does_not_cut_the_fallback_call_short() {
+    let config = config(&three(&TWO.replace(
+        r#""model_types": ["chat"],"#,
+        r#""model_types": ["chat"], "fallback_timeout_ms": 500,"#,
+    )));
+    let (mut m, timer) = start_timed(&config, &[0, 1, 2], |_| {});
+    let (due, stale) = timer.unwrap();
+    assert_eq!(due, 1500);
+    // The router's attempt fails at 1100: the fallback call gets its own 500 ms, to 1600.
+    let call = the_call(&fail_router(&mut m, &config, 503)).id;
+    let mut fx = Effects::new();
+    m.on_dispatched(call, &mut fx);
+    let (due, token) = the_timer(&list(fx));
+    assert_eq!(due, 1600);
+    assert_ne!(token, stale);
+    let mut fx = Effects::new();
+    m.on_timer(&config, stale, 1500, &mut fx);
+    assert!(fx.is_empty(), "the router's timer is stale: {:?}", list(fx));
+    m.on_call_answer(&config, call, Some(answer("200", "{}")), 1550, &mut fx);
+    assert!(matches!(list(fx).last(), Some(Effect::Reply(r)) if r.ending.status == 200));
 }
 
 /// Starts on [`with_fallback_timeout`], lets the router's attempt time out at 1500 and
@@ -443,13 +480,7 @@ fn a_fallback_timeout_with_nowhere_left_keeps_waiting_for_the_attempt() {
 
 #[test]
 fn a_refused_dispatch_counts_as_a_connection_failure_and_moves_on() {
-    let config = config(&TWO.replace(
-        r#"{"target": "two", "weight": 0}"#,
-        r#"{"target": "two", "weight": 0}, {"target": "three", "weight": 0}"#,
-    ).replace(
-        r#""authority": "two.example"}"#,
-        r#""authority": "two.example"}, {"name": "three", "cluster": "c3", "model": "three-up"}"#,
-    ));
+    let config = config(&three(TWO));
     let mut m = start_with(&config, &[0, 1, 2], |_| {});
     let call = the_call(&fail_router(&mut m, &config, 503)).id;
     let mut fx = Effects::new();

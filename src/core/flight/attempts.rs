@@ -1,0 +1,184 @@
+//! The next attempt: retry after a delay, fall back, or count a refused call-out as a
+//! connection failure and move on; each attempt's call-out built by [`outbound`].
+
+use super::*;
+use crate::core::fallback::Step;
+use crate::core::outbound::{outbound, ClientRequest};
+
+impl Machine {
+    pub(super) fn arm_fallback_timeout<'c>(&mut self, from_ms: u64, out: &mut Effects<'c>) {
+        self.seq += 1;
+        if let Some(ms) = self.fallback_timeout_ms {
+            out.push(Effect::ArmTimer {
+                due_ms: from_ms.saturating_add(ms),
+                token: self.seq,
+            });
+        }
+    }
+
+    /// The next step after the attempt in flight ended with `outcome`.
+    pub(super) fn step(&mut self, config: &Config, outcome: AttemptOutcome) -> Step {
+        let vm = self.virtual_model;
+        let step = self.attempts.after(outcome, |m| policy(config, vm, m));
+        match step {
+            // Without the request kept for replay there is no other attempt to make.
+            Step::Retry { .. } | Step::Fallback { .. } if self.replay.is_none() => Step::GiveUp,
+            other => other,
+        }
+    }
+
+    /// Whether a pinned conversation's origin failed with nothing left to try: a 409
+    /// rather than its error (TrueFoundry virtual models, "Responses API conversations").
+    pub(super) fn ends_conversation(&self, step: Step, outcome: AttemptOutcome) -> bool {
+        matches!(step, Step::Deliver | Step::GiveUp)
+            && self.conversation_pinned()
+            && outcome.is_target_down()
+    }
+
+    /// Records an attempt's outcome for `target`.
+    pub(super) fn record<'c>(
+        &self,
+        config: &'c Config,
+        target: Option<ModelId>,
+        outcome: AttemptOutcome,
+        hint: impl FnOnce() -> Option<u64>,
+        out: &mut Effects<'c>,
+    ) {
+        let Some((target, model)) = target.and_then(|t| Some((t, config.model(t)?))) else {
+            return;
+        };
+        out.push(Effect::Record {
+            target,
+            outcome,
+            health: health_outcome(model, outcome, hint),
+        });
+    }
+
+    /// Starts the attempt `step` asks for, now or after its delay.
+    pub(super) fn next_attempt<'c>(
+        &mut self,
+        config: &'c Config,
+        step: Step,
+        outcome: AttemptOutcome,
+        now_ms: u64,
+        out: &mut Effects<'c>,
+    ) {
+        match step {
+            Step::Retry { delay_ms, .. } if delay_ms > 0 => self.wait(
+                AttemptKind::Retry(outcome),
+                now_ms.saturating_add(delay_ms),
+                out,
+            ),
+            Step::Retry { target, .. } => {
+                self.dispatch(config, target, AttemptKind::Retry(outcome), now_ms, out)
+            }
+            Step::Fallback { target } => {
+                self.dispatch(config, target, AttemptKind::Fallback(outcome), now_ms, out)
+            }
+            Step::Deliver | Step::GiveUp => {}
+        }
+    }
+
+    /// Waits for a retry's delay.
+    pub(super) fn wait<'c>(&mut self, kind: AttemptKind, due_ms: u64, out: &mut Effects<'c>) {
+        self.last_switch = Some(kind);
+        self.state = State::Waiting(kind);
+        self.seq += 1;
+        out.push(Effect::ArmTimer {
+            due_ms,
+            token: self.seq,
+        });
+    }
+
+    /// Makes an attempt at `target` with a call-out; one that cannot be built counts as a
+    /// refused call (a connection failure) and moves on to the next step at once.
+    pub(super) fn dispatch<'c>(
+        &mut self,
+        config: &'c Config,
+        mut target: ModelId,
+        mut kind: AttemptKind,
+        now_ms: u64,
+        out: &mut Effects<'c>,
+    ) {
+        loop {
+            self.last_switch = Some(kind);
+            if let Some(call) = self.call(config, target) {
+                self.state = State::Calling(call.id);
+                self.started_ms = now_ms;
+                out.push(Effect::Attempt(Attempt {
+                    target,
+                    number: self.attempts.total(),
+                    kind,
+                    call: Some(Box::new(call)),
+                }));
+                return;
+            }
+            match self.after_refusal(config, target, now_ms, out) {
+                Some((next, k)) => (target, kind) = (next, k),
+                None => return,
+            }
+        }
+    }
+
+    /// After an attempt at `target` was refused: the next target to call at once, if any (a
+    /// retry with a delay waits for it, even at the same target).
+    pub(super) fn after_refusal<'c>(
+        &mut self,
+        config: &'c Config,
+        target: ModelId,
+        now_ms: u64,
+        out: &mut Effects<'c>,
+    ) -> Option<(ModelId, AttemptKind)> {
+        let outcome = AttemptOutcome::ConnectFailure;
+        self.record(config, Some(target), outcome, || None, out);
+        match self.step(config, outcome) {
+            Step::Retry { delay_ms, .. } if delay_ms > 0 => {
+                self.wait(
+                    AttemptKind::Retry(outcome),
+                    now_ms.saturating_add(delay_ms),
+                    out,
+                );
+                None
+            }
+            Step::Retry { target, .. } => Some((target, AttemptKind::Retry(outcome))),
+            Step::Fallback { target } => Some((target, AttemptKind::Fallback(outcome))),
+            Step::Deliver | Step::GiveUp => {
+                self.reply_unavailable(config, out);
+                None
+            }
+        }
+    }
+
+    /// The call-out of an attempt at `target`: the outbound request the core builds for it,
+    /// as the router's attempt got its own.
+    pub(super) fn call<'c>(&mut self, config: &'c Config, target: ModelId) -> Option<Call<'c>> {
+        let replay = self.replay.as_ref()?;
+        let vm = self
+            .virtual_model
+            .and_then(|i| config.virtual_models.get(i));
+        let client = ClientRequest {
+            endpoint: replay.endpoint,
+            headers: &replay.headers,
+            // A stored-response request has no body to rewrite: it goes as the client sent it.
+            body: replay
+                .stored_path
+                .is_none()
+                .then_some((replay.body.as_slice(), &replay.layout)),
+            stored_path: replay.stored_path.as_deref(),
+        };
+        let outbound = outbound(config, vm, target, &client)?;
+        let body = match &outbound.edits {
+            Some(edits) => Some(edits.apply(&replay.body)?),
+            None => None,
+        };
+        let length = body.as_ref().map_or(replay.body.len(), Vec::len);
+        self.calls += 1;
+        Some(Call {
+            id: self.calls,
+            outbound,
+            body,
+            content_length: length.to_string(),
+            timeout_ms: config.attempt_timeout_ms,
+        })
+    }
+}

@@ -1,0 +1,663 @@
+//! Native twins of `tests/e2e/test_resilience.py`: the same configs and faults, run on the
+//! simulated worker of [`super::sim`] with a fake clock instead of a real Envoy. Each twin
+//! names its e2e test; where the e2e test measures wall time, the twin asserts the exact
+//! simulated time (Envoy adds its tick and scheduling on top).
+
+use super::sim::{Answer, Behaviour, Sim};
+use super::AttemptKind;
+use crate::core::fallback::AttemptOutcome;
+use serde_json::json;
+use std::collections::BTreeMap;
+
+/// A catalog model `name` on cluster `name`, as the e2e `model()` helper writes it.
+fn model(name: &str, extra: serde_json::Value) -> serde_json::Value {
+    let mut m = json!({"name": name, "cluster": name, "model": format!("{name}-upstream"),
+        "visibility": "internal"});
+    if let (Some(m), Some(extra)) = (m.as_object_mut(), extra.as_object()) {
+        m.extend(extra.clone());
+    }
+    m
+}
+
+fn models(names: &[&str]) -> Vec<serde_json::Value> {
+    names.iter().map(|n| model(n, json!({}))).collect()
+}
+
+fn vm(kind: &str, targets: serde_json::Value, extra: serde_json::Value) -> serde_json::Value {
+    let mut v = json!({"name": "vm", "model_types": ["chat"],
+        "routing_config": {"type": kind, "load_balance_targets": targets}});
+    if let (Some(v), Some(extra)) = (v.as_object_mut(), extra.as_object()) {
+        v.extend(extra.clone());
+    }
+    v
+}
+
+fn weighted(targets: serde_json::Value) -> serde_json::Value {
+    vm("weight-based-routing", targets, json!({}))
+}
+
+fn priority(targets: serde_json::Value) -> serde_json::Value {
+    vm("priority-based-routing", targets, json!({}))
+}
+
+fn sim(config: serde_json::Value) -> Sim {
+    Sim::new(&config.to_string())
+}
+
+fn fail(status: u16) -> Behaviour {
+    Behaviour {
+        fail_status: Some(status),
+        ..Behaviour::default()
+    }
+}
+
+fn stall(ms: u64) -> Behaviour {
+    Behaviour {
+        stall_ms: ms,
+        ..Behaviour::default()
+    }
+}
+
+fn post(s: &mut Sim) -> Answer {
+    s.sleep(1);
+    s.chat("vm", false)
+}
+
+fn counts<'a>(items: impl IntoIterator<Item = &'a str>) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for i in items {
+        *out.entry(i.to_string()).or_default() += 1;
+    }
+    out
+}
+
+/// Twin of test_resilience.py::test_failing_target_is_invisible_to_clients_and_stops_getting_traffic
+#[test]
+fn failing_target_is_invisible_to_clients_and_stops_getting_traffic() {
+    let mut s = sim(json!({"models": models(&["good", "bad"]),
+        "virtual_models": [weighted(json!([{"target": "good", "weight": 50}, {"target": "bad", "weight": 50}]))]}));
+    s.provider("good", Behaviour::default());
+    s.provider("bad", fail(503));
+    let results: Vec<Answer> = (0..1000).map(|_| post(&mut s)).collect();
+    assert!(
+        results.iter().all(|r| r.status == 200),
+        "zero client-visible errors"
+    );
+    assert!(results.iter().all(|r| r.resolved() == "good"));
+    assert_eq!(s.received("good").len(), 1000);
+    let at_bad = s.received("bad").len();
+    // The default window marks it unhealthy after two failures: a last resort from then on.
+    assert_eq!(at_bad, 2);
+    assert_eq!(
+        results.iter().filter(|r| r.attempts() == "2").count(),
+        at_bad
+    );
+    // Envoy's code details are read for the 5xx answers only, the answer headers never.
+    let reads = |what| s.asked.iter().filter(|a| **a == what).count();
+    assert_eq!((reads("details"), reads("headers")), (at_bad, 0));
+    s.clear("bad");
+    assert!((0..100).all(|_| post(&mut s).status == 200));
+    assert!(s.received("bad").is_empty());
+}
+
+/// Twin of test_resilience.py::test_429_with_retry_after_evicts_for_that_long_then_the_target_returns
+#[test]
+fn a_429_with_retry_after_evicts_for_that_long_then_the_target_returns() {
+    let mut s = sim(json!({"models": models(&["limited", "spare"]),
+        "virtual_models": [weighted(json!([{"target": "limited", "weight": 100}, {"target": "spare", "weight": 0}]))]}));
+    s.provider(
+        "limited",
+        Behaviour {
+            retry_after: Some("2"),
+            ..fail(429)
+        },
+    );
+    s.provider("spare", Behaviour::default());
+    let first = post(&mut s);
+    let evicted_at = s.now;
+    assert_eq!(
+        (first.status, first.resolved(), first.attempts()),
+        (200, "spare", "2")
+    );
+    s.configure("limited", |b| b.fail_status = None);
+    let mut back_after = None;
+    while s.now - evicted_at < 5000 {
+        let r = post(&mut s);
+        assert_eq!(r.status, 200);
+        if r.resolved() == "limited" {
+            back_after = Some(s.now - evicted_at);
+            break;
+        }
+        s.sleep(20);
+    }
+    let back_after = back_after.expect("the target never came back");
+    assert!((2000..2030).contains(&back_after), "{back_after}");
+    assert_eq!(
+        s.received("limited").len(),
+        2,
+        "the 429 and the first request after it"
+    );
+}
+
+/// Twin of test_resilience.py::test_priority_group_spills_to_backup_only_when_both_members_are_evicted
+#[test]
+fn priority_group_spills_to_backup_only_when_both_members_are_evicted() {
+    let evict = json!({"health": {"eviction": {"consecutive_failures": 1, "duration": "30s"}}});
+    let mut s = sim(
+        json!({"models": [model("a", evict.clone()), model("b", evict), model("backup", json!({}))],
+        "virtual_models": [priority(json!([{"target": "a", "priority": 0}, {"target": "b", "priority": 0},
+                                           {"target": "backup", "priority": 1}]))],
+        "failure_window": {"failures": 16, "window_seconds": 120}}),
+    );
+    for name in ["a", "b", "backup"] {
+        s.provider(name, Behaviour::default());
+    }
+    let served: Vec<Answer> = (0..40).map(|_| post(&mut s)).collect();
+    let served = counts(served.iter().map(Answer::resolved));
+    assert_eq!(served.keys().collect::<Vec<_>>(), ["a", "b"], "{served:?}");
+    assert!(s.received("backup").is_empty());
+
+    s.configure("a", |b| b.fail_status = Some(503));
+    s.clear("a");
+    s.clear("b");
+    let served: Vec<Answer> = (0..40).map(|_| post(&mut s)).collect();
+    // a fails once, is evicted, and that request falls back within the group.
+    assert_eq!(
+        counts(served.iter().map(Answer::resolved)),
+        counts(["b"; 40])
+    );
+    let seen = |s: &Sim| ["a", "b", "backup"].map(|n| s.received(n).len());
+    assert_eq!(seen(&s), [1, 40, 0]);
+
+    s.configure("b", |b| b.fail_status = Some(503));
+    s.clear("a");
+    s.clear("b");
+    let served: Vec<Answer> = (0..40).map(|_| post(&mut s)).collect();
+    assert!(served.iter().all(|r| r.status == 200));
+    assert_eq!(
+        counts(served.iter().map(Answer::resolved)),
+        counts(["backup"; 40])
+    );
+    assert_eq!(seen(&s), [0, 1, 40]);
+}
+
+/// Twin of test_resilience.py::test_target_stalling_past_fallback_timeout_is_abandoned
+#[test]
+fn a_target_stalling_past_fallback_timeout_is_abandoned() {
+    let mut s = sim(json!({"models": models(&["slow", "fast"]),
+        "virtual_models": [vm("weight-based-routing",
+            json!([{"target": "slow", "weight": 100}, {"target": "fast", "weight": 0}]),
+            json!({"fallback_timeout_ms": 500}))]}));
+    s.provider("slow", stall(10_000));
+    s.provider(
+        "fast",
+        Behaviour {
+            tokens: Some(5),
+            ..Behaviour::default()
+        },
+    );
+    let r = post(&mut s);
+    assert_eq!((r.status, r.resolved(), r.attempts()), (200, "fast", "2"));
+    assert_eq!(r.json()["model"], "fast-upstream");
+    assert_eq!(r.elapsed_ms, 500);
+    assert!(s.attempts.contains(&(
+        "fast".into(),
+        AttemptKind::Fallback(AttemptOutcome::FallbackTimeout)
+    )));
+
+    // A streaming request that falls back still gets a whole SSE answer.
+    s.sleep(1);
+    let r = s.chat("vm", true);
+    assert_eq!((r.status, r.resolved(), r.attempts()), (200, "fast", "2"));
+    assert!(r
+        .header("content-type")
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let text: String = String::from_utf8(r.body)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(String::from)
+        })
+        .collect();
+    assert_eq!(
+        text.split_whitespace().collect::<Vec<_>>(),
+        ["tok1", "tok2", "tok3", "tok4", "tok5"]
+    );
+}
+
+/// Twin of test_resilience.py::test_retry_config_retries_the_same_target_with_its_delay
+#[test]
+fn retry_config_retries_the_same_target_with_its_delay() {
+    let mut s = sim(json!({"models": models(&["flaky", "spare"]),
+        "virtual_models": [weighted(json!([
+            {"target": "flaky", "weight": 100,
+             "retry_config": {"attempts": 2, "delay": 150, "on_status_codes": ["503"]}},
+            {"target": "spare", "weight": 0}]))],
+        "failure_window": {"failures": 16, "window_seconds": 120}}));
+    s.provider("flaky", fail(503));
+    s.provider("spare", Behaviour::default());
+    let r = post(&mut s);
+    assert_eq!((r.status, r.resolved(), r.attempts()), (200, "spare", "4"));
+    assert_eq!(s.received("flaky").len(), 3, "one attempt and two retries");
+    assert_eq!(s.received("spare").len(), 1);
+    assert_eq!(r.elapsed_ms, 300, "two retry delays of 150 ms");
+    let models: Vec<&str> = s
+        .received("flaky")
+        .iter()
+        .map(|x| x.body["model"].as_str().unwrap())
+        .collect();
+    assert_eq!(models, ["flaky-upstream"; 3]);
+    let routed: Vec<bool> = s.received("flaky").iter().map(|x| x.routed).collect();
+    assert_eq!(routed, [true, false, false], "the retries are call-outs");
+    assert_eq!(s.received("spare")[0].body["model"], "spare-upstream");
+}
+
+/// Twin of test_resilience.py::test_fallback_never_goes_to_a_target_that_is_not_a_fallback_candidate
+#[test]
+fn fallback_never_goes_to_a_target_that_is_not_a_fallback_candidate() {
+    let mut s = sim(json!({"models": models(&["primary", "reserved", "last"]),
+        "virtual_models": [weighted(json!([
+            {"target": "primary", "weight": 100},
+            {"target": "reserved", "weight": 0, "fallback_candidate": false},
+            {"target": "last", "weight": 0}]))]}));
+    s.provider("primary", fail(500));
+    s.provider("reserved", Behaviour::default());
+    s.provider("last", Behaviour::default());
+    let r = post(&mut s);
+    assert_eq!((r.status, r.resolved()), (200, "last"));
+    let seen = ["primary", "reserved", "last"].map(|n| s.received(n).len());
+    assert_eq!(seen, [1, 0, 1]);
+}
+
+/// Twin of test_resilience.py::test_when_every_target_fails_the_last_error_passes_through_with_the_attempt_count
+#[test]
+fn when_every_target_fails_the_last_error_passes_through_with_the_attempt_count() {
+    let mut s = sim(json!({"models": models(&["one", "two"]),
+        "virtual_models": [weighted(json!([{"target": "one", "weight": 100}, {"target": "two", "weight": 0}]))]}));
+    s.provider("one", fail(503));
+    s.provider("two", fail(502));
+    let r = post(&mut s);
+    assert_eq!((r.status, r.attempts(), r.resolved()), (502, "2", "two"));
+    assert_eq!(
+        r.header("x-mock-provider"),
+        Some("two"),
+        "the provider's own headers pass through"
+    );
+    assert_eq!(r.json()["error"]["message"], "injected failure from two");
+}
+
+/// Twin of test_resilience.py::test_connection_refused_and_dropped_connections_fall_back
+#[test]
+fn connection_refused_and_dropped_connections_fall_back() {
+    let mut s = sim(json!({"models": models(&["refused", "dropper", "good"]),
+        "virtual_models": [priority(json!([{"target": "refused", "priority": 0},
+            {"target": "dropper", "priority": 1}, {"target": "good", "priority": 2}]))]}));
+    s.refused("refused");
+    s.provider(
+        "dropper",
+        Behaviour {
+            drop_before_response: true,
+            ..Behaviour::default()
+        },
+    );
+    s.provider("good", Behaviour::default());
+    let r = post(&mut s);
+    assert_eq!((r.status, r.resolved(), r.attempts()), (200, "good", "3"));
+    assert_eq!(s.received("good").len(), 1);
+    let kinds: Vec<AttemptKind> = s.attempts.iter().map(|(_, k)| *k).collect();
+    let dropped = AttemptKind::Fallback(AttemptOutcome::ConnectFailure);
+    assert_eq!(kinds, [AttemptKind::First, dropped, dropped]);
+}
+
+/// Twin of test_resilience.py::test_hostile_upstreams_never_break_the_vm
+#[test]
+fn hostile_upstreams_never_break_the_vm() {
+    let one = |name: &str, t: serde_json::Value| {
+        let mut v = weighted(t);
+        v["name"] = json!(name);
+        v
+    };
+    let mut s = sim(
+        json!({"models": models(&["liar", "cutter", "stormy", "good"]),
+        "virtual_models": [
+            one("liar-vm", json!([{"target": "liar", "weight": 100}])),
+            one("cutter-vm", json!([{"target": "cutter", "weight": 100}])),
+            one("stormy-vm", json!([{"target": "stormy", "weight": 50}, {"target": "good", "weight": 50}]))]}),
+    );
+    s.provider(
+        "liar",
+        Behaviour {
+            error_body_on_200: true,
+            ..Behaviour::default()
+        },
+    );
+    s.provider(
+        "cutter",
+        Behaviour {
+            cut_mid_stream: true,
+            tokens: Some(6),
+            token_delay_ms: 20,
+            ..Behaviour::default()
+        },
+    );
+    s.provider("stormy", fail(429));
+    s.provider("good", Behaviour::default());
+
+    let r = s.chat("liar-vm", false);
+    assert_eq!(r.status, 200);
+    assert!(
+        r.json().get("error").is_some(),
+        "a 200 is delivered as the provider sent it"
+    );
+
+    let r = s.chat("cutter-vm", true);
+    assert_eq!(r.status, 200, "the stream started");
+    assert!(!r.body.is_empty());
+    assert!(
+        r.cut,
+        "a stream dropped mid-way reaches the client as cut, not as a clean end"
+    );
+    assert!(!String::from_utf8_lossy(&r.body).contains("[DONE]"));
+
+    let storm: Vec<u16> = (0..200)
+        .map(|_| {
+            s.sleep(1);
+            s.chat("stormy-vm", false).status
+        })
+        .collect();
+    assert!(storm.iter().all(|st| *st == 200));
+    assert!(
+        s.received("stormy").len() <= 20,
+        "{}",
+        s.received("stormy").len()
+    );
+    for _ in 0..40 {
+        s.sleep(1);
+        assert_eq!(s.chat("stormy-vm", false).status, 200);
+    }
+    assert!(s.received("good").len() >= 240);
+}
+
+/// Twin of test_resilience.py::test_sla_cutoff_on_time_to_first_token_moves_a_slow_target_behind
+#[test]
+fn sla_cutoff_on_time_to_first_token_moves_a_slow_target_behind() {
+    let mut s = sim(json!({"models": models(&["slow", "fast"]),
+        "virtual_models": [priority(json!([
+            {"target": "slow", "priority": 0, "sla_cutoff": {"time_to_first_token_ms": 150}},
+            {"target": "fast", "priority": 1}]))]}));
+    s.provider(
+        "slow",
+        Behaviour {
+            ttft_ms: 300,
+            tokens: Some(3),
+            ..Behaviour::default()
+        },
+    );
+    s.provider(
+        "fast",
+        Behaviour {
+            tokens: Some(3),
+            ..Behaviour::default()
+        },
+    );
+    let mut served_by = |stream: bool| {
+        s.sleep(1);
+        s.chat("vm", stream).resolved().to_string()
+    };
+    // Non-streaming answers give no TTFT sample; three slow streaming ones breach the SLA.
+    assert_eq!(
+        (0..3).map(|_| served_by(false)).collect::<Vec<_>>(),
+        ["slow"; 3]
+    );
+    assert_eq!(
+        (0..3).map(|_| served_by(true)).collect::<Vec<_>>(),
+        ["slow"; 3]
+    );
+    assert_eq!(
+        (0..5).map(|_| served_by(true)).collect::<Vec<_>>(),
+        ["fast"; 5]
+    );
+    assert_eq!(s.record_of("slow").ttft.0.len(), 3);
+}
+
+/// Twin of test_resilience.py::test_sla_cutoff_on_time_per_output_token
+#[test]
+fn sla_cutoff_on_time_per_output_token() {
+    let cutoff = |target: &str| {
+        json!([
+        {"target": target, "priority": 0, "sla_cutoff": {"time_per_output_token_ms": 5}},
+        {"target": "backup", "priority": 1}])
+    };
+    let mut short = priority(cutoff("short"));
+    short["name"] = json!("vm-short");
+    let mut s = sim(json!({"models": models(&["sluggish", "short", "backup"]),
+        "virtual_models": [priority(cutoff("sluggish")), short]}));
+    // 40 tokens at 10 ms each: about 10 ms per output token, over a 5 ms cutoff.
+    s.provider(
+        "sluggish",
+        Behaviour {
+            token_delay_ms: 10,
+            tokens: Some(40),
+            ..Behaviour::default()
+        },
+    );
+    s.provider(
+        "short",
+        Behaviour {
+            token_delay_ms: 10,
+            tokens: Some(10),
+            ..Behaviour::default()
+        },
+    );
+    s.provider("backup", Behaviour::default());
+    let first: Vec<String> = (0..3)
+        .map(|_| post(&mut s).resolved().to_string())
+        .collect();
+    let after: Vec<String> = (0..3)
+        .map(|_| post(&mut s).resolved().to_string())
+        .collect();
+    // Answers under 30 output tokens give no TPOT sample, however slow per token.
+    let shorts: Vec<String> = (0..5)
+        .map(|_| s.chat("vm-short", false).resolved().to_string())
+        .collect();
+    assert_eq!(first, ["sluggish"; 3]);
+    assert_eq!(after, ["backup"; 3]);
+    assert_eq!(shorts, ["short"; 5]);
+}
+
+/// Twin of test_resilience.py::test_unhealthy_target_recovers_once_its_failures_age_out
+#[test]
+fn an_unhealthy_target_recovers_once_its_failures_age_out() {
+    let mut s = sim(json!({"models": models(&["flaky", "steady"]),
+        "virtual_models": [weighted(json!([{"target": "flaky", "weight": 100}, {"target": "steady", "weight": 0}]))],
+        "failure_window": {"failures": 2, "window_seconds": 2}}));
+    s.provider("flaky", fail(500));
+    s.provider("steady", Behaviour::default());
+    let unhealthy_at = s.now;
+    assert_eq!(
+        [
+            post(&mut s).resolved().to_string(),
+            post(&mut s).resolved().to_string()
+        ],
+        ["steady", "steady"]
+    );
+    s.configure("flaky", |b| b.fail_status = None);
+    assert_eq!(post(&mut s).resolved(), "steady", "unhealthy: last resort");
+    let mut back_after = None;
+    while s.now - unhealthy_at < 5000 {
+        if post(&mut s).resolved() == "flaky" {
+            back_after = Some(s.now - unhealthy_at);
+            break;
+        }
+        s.sleep(20);
+    }
+    let back_after = back_after.expect("never recovered");
+    assert!((2000..2030).contains(&back_after), "{back_after}");
+    assert_eq!(
+        s.received("flaky").len(),
+        3,
+        "two failures, then nothing until the window let it back"
+    );
+}
+
+/// Twin of test_resilience.py::test_repeated_evictions_back_off
+#[test]
+fn repeated_evictions_back_off() {
+    let evict = json!({"health": {"eviction": {"consecutive_failures": 1, "duration": "500ms"}}});
+    let mut s = sim(
+        json!({"models": [model("broken", evict), model("spare", json!({}))],
+        "virtual_models": [weighted(json!([{"target": "broken", "weight": 100}, {"target": "spare", "weight": 0}]))],
+        "failure_window": {"failures": 16, "window_seconds": 1}}),
+    );
+    s.provider("broken", fail(503));
+    s.provider("spare", Behaviour::default());
+    let start = s.now;
+    let mut arrivals = Vec::new();
+    while s.now - start < 4000 {
+        let seen = s.received("broken").len();
+        assert_eq!(post(&mut s).status, 200);
+        if s.received("broken").len() > seen {
+            arrivals.push(s.now - start);
+        }
+        s.sleep(10);
+    }
+    let gaps: Vec<u64> = arrivals.windows(2).map(|w| w[1] - w[0]).collect();
+    // Evicted 0.5 s, then 1 s, then 2 s: each failure after a return doubles the time out.
+    assert!(gaps.len() >= 2, "{arrivals:?}");
+    assert!(
+        (500..515).contains(&gaps[0]) && (1000..1015).contains(&gaps[1]),
+        "{gaps:?}"
+    );
+}
+
+/// Twin of test_resilience.py::test_a_503_with_retry_after_does_not_evict_only_a_429_does
+#[test]
+fn a_503_with_retry_after_does_not_evict_only_a_429_does() {
+    let mut s = sim(json!({"models": models(&["busy", "spare"]),
+        "virtual_models": [weighted(json!([{"target": "busy", "weight": 100}, {"target": "spare", "weight": 0}]))],
+        "failure_window": {"failures": 16, "window_seconds": 120}}));
+    s.provider(
+        "busy",
+        Behaviour {
+            retry_after: Some("30"),
+            ..fail(503)
+        },
+    );
+    s.provider("spare", Behaviour::default());
+    assert_eq!(post(&mut s).resolved(), "spare");
+    s.configure("busy", |b| b.fail_status = None);
+    assert_eq!(post(&mut s).resolved(), "busy", "not evicted for 30 s");
+}
+
+/// Twin of test_resilience.py::test_a_late_good_answer_from_an_abandoned_target_is_still_delivered
+#[test]
+fn a_late_good_answer_from_an_abandoned_target_is_still_delivered() {
+    let mut s = sim(json!({"models": models(&["late", "stuck"]),
+        "virtual_models": [vm("weight-based-routing",
+            json!([{"target": "late", "weight": 100}, {"target": "stuck", "weight": 0}]),
+            json!({"fallback_timeout_ms": 200}))]}));
+    s.provider("late", stall(700));
+    s.provider("stuck", stall(5000));
+    let r = post(&mut s);
+    // Abandoned at 200 ms for a fallback that stalls longer; the first answer, at 700 ms, wins.
+    assert_eq!((r.status, r.resolved()), (200, "late"));
+    assert_eq!(r.json()["model"], "late-upstream");
+    assert_eq!(r.elapsed_ms, 700);
+    assert_eq!(s.received("stuck").len(), 1);
+}
+
+/// Twin of test_resilience.py::test_a_client_leaving_during_a_fallback_leaves_the_vm_serving
+#[test]
+fn a_client_leaving_during_a_fallback_leaves_the_vm_serving() {
+    let mut s = sim(json!({"models": models(&["down", "slow"]),
+        "virtual_models": [weighted(json!([{"target": "down", "weight": 100}, {"target": "slow", "weight": 0}]))]}));
+    s.provider("down", fail(500));
+    s.provider("slow", stall(1500));
+    let body =
+        json!({"model": "vm", "messages": [{"role": "user", "content": "hello"}]}).to_string();
+    for _ in 0..5 {
+        s.sleep(1);
+        let r = s.send(
+            crate::core::endpoint::Endpoint::ChatCompletions,
+            &body,
+            Some(300),
+        );
+        assert!(r.timed_out, "the client gives up: {r:?}");
+    }
+    s.configure("slow", |b| b.stall_ms = 0);
+    s.sleep(1600);
+    let replies: Vec<Answer> = (0..20).map(|_| post(&mut s)).collect();
+    assert!(replies
+        .iter()
+        .all(|r| r.status == 200 && r.resolved() == "slow"));
+}
+
+/// Twin of test_resilience.py::test_narrowed_fallback_status_codes_return_a_retry_code_to_the_client
+#[test]
+fn narrowed_fallback_status_codes_return_a_retry_code_to_the_client() {
+    let mut s = sim(json!({"models": models(&["down", "spare"]),
+        "virtual_models": [weighted(json!([
+            {"target": "down", "weight": 100, "fallback_status_codes": ["429"]},
+            {"target": "spare", "weight": 0}]))]}));
+    s.provider("down", fail(500));
+    s.provider("spare", Behaviour::default());
+    let r = post(&mut s);
+    assert_eq!((r.status, r.resolved()), (500, "down"));
+    assert_eq!(
+        [s.received("down").len(), s.received("spare").len()],
+        [1, 0]
+    );
+}
+
+/// Twin of test_resilience.py::test_a_dropped_connection_is_retried_when_retries_are_configured
+#[test]
+fn a_dropped_connection_is_retried_when_retries_are_configured() {
+    let mut s = sim(json!({"models": models(&["dropper", "good"]),
+        "virtual_models": [priority(json!([
+            {"target": "dropper", "priority": 0, "retry_config": {"attempts": 1, "delay": 50}},
+            {"target": "good", "priority": 1}]))],
+        "failure_window": {"failures": 16, "window_seconds": 120}}));
+    s.provider(
+        "dropper",
+        Behaviour {
+            drop_before_response: true,
+            ..Behaviour::default()
+        },
+    );
+    s.provider("good", Behaviour::default());
+    let r = post(&mut s);
+    assert_eq!(
+        (r.status, r.resolved(), r.attempts()),
+        (200, "good", "3"),
+        "first try, one retry, fallback"
+    );
+    assert_eq!(s.received("dropper").len(), 2);
+    assert_eq!(s.received("good").len(), 1);
+    assert_eq!(r.elapsed_ms, 50, "the retry waited its delay");
+}
+
+/// Twin of test_resilience.py::test_a_fallback_that_does_not_answer_within_fallback_timeout_is_abandoned_too
+#[test]
+fn a_fallback_that_does_not_answer_within_fallback_timeout_is_abandoned_too() {
+    let mut s = sim(json!({"models": models(&["down", "stalled", "fast"]),
+        "virtual_models": [vm("priority-based-routing",
+            json!([{"target": "down", "priority": 0}, {"target": "stalled", "priority": 1},
+                   {"target": "fast", "priority": 2}]),
+            json!({"fallback_timeout_ms": 300}))]}));
+    s.provider("down", fail(500));
+    s.provider("stalled", stall(2000));
+    s.provider("fast", Behaviour::default());
+    let r = post(&mut s);
+    assert_eq!((r.status, r.resolved(), r.attempts()), (200, "fast", "3"));
+    assert_eq!(s.received("stalled").len(), 1);
+    assert_eq!(r.elapsed_ms, 300);
+    // The abandoned call's answer arrives later with nobody waiting; the worker keeps serving.
+    s.sleep(2000);
+    s.configure("stalled", |b| b.stall_ms = 0);
+    assert!((0..5).all(|_| post(&mut s).status == 200));
+}
