@@ -229,17 +229,13 @@ impl Report {
 fn warn_failed(config: &Config, vm: Option<usize>, ending: &Ending) {
     let vm = vm.and_then(|i| config.virtual_models.get(i));
     let name = vm.map_or(crate::core::metrics::DIRECT, |vm| vm.name.as_str());
-    match ending.target.and_then(|t| config.model(t)) {
-        Some(m) => log::warn!(
-            "{name}: routing failed after {} attempts; the client gets {} from {}",
-            ending.attempts,
-            ending.status,
-            m.name
-        ),
-        None => log::warn!(
-            "{name}: routing failed after {} attempts; no target answered ({})",
-            ending.attempts,
-            ending.status
-        ),
-    }
+    let (from, target) = match ending.target.and_then(|t| config.model(t)) {
+        Some(m) => ("the client gets it from ", m.name.as_str()),
+        None => ("no target answered", ""),
+    };
+    log::warn!(
+        "{name}: routing failed after {} attempts with {}; {from}{target}",
+        ending.attempts,
+        ending.status
+    );
 }

@@ -391,8 +391,7 @@ pub fn health_gauges<'a>(
 /// the adapter defines when the config loads.
 pub fn definitions(config: &Config) -> Vec<(Kind, String)> {
     let table = MetricTable::new(config);
-    let mut out = Vec::with_capacity(table.count());
-    out.push((Kind::Gauge, CONFIG_VERSION.to_string()));
+    let mut out = vec![(Kind::Gauge, CONFIG_VERSION.to_string())];
     let slot_name = |slot: usize| {
         config
             .virtual_models
@@ -424,17 +423,22 @@ pub fn definitions(config: &Config) -> Vec<(Kind, String)> {
 }
 
 fn name(s: &Spec, vm: &str, target: Option<&str>) -> String {
-    let mut n = format!("switchboard.{}", s.metric);
-    if let Some((label, value)) = s.label {
-        n.push_str(&format!(".{label}.{value}"));
-    }
-    n.push_str(".vm.");
-    n.push_str(vm);
-    if let Some(t) = target {
-        n.push_str(".target.");
-        n.push_str(t);
-    }
-    n
+    let (label, value) = s.label.unwrap_or_default();
+    let dot = if label.is_empty() { "" } else { "." };
+    let (tag, target) = target.map_or(("", ""), |t| (".target.", t));
+    [
+        "switchboard.",
+        s.metric,
+        dot,
+        label,
+        dot,
+        value,
+        ".vm.",
+        vm,
+        tag,
+        target,
+    ]
+    .concat()
 }
 
 /// A virtual model name as it goes into a metric name: a `.` that would start `.target.`

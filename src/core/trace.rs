@@ -226,7 +226,11 @@ impl Trace {
             escape(name(*m), &mut out);
             out.push(' ');
             match outcome {
-                AttemptOutcome::Status(s) => out.push_str(&s.to_string()),
+                AttemptOutcome::Status(s) => {
+                    let mut buf = [0u8; 20];
+                    let digits = crate::core::access_log::decimal(u64::from(*s), &mut buf);
+                    out.extend(digits.iter().map(|d| char::from(*d)));
+                }
                 AttemptOutcome::ConnectFailure => out.push_str("connect_failure"),
                 AttemptOutcome::Timeout | AttemptOutcome::FallbackTimeout => {
                     out.push_str("timeout")
@@ -270,7 +274,13 @@ fn escape(name: &str, out: &mut String) {
         if b.is_ascii_graphic() && !matches!(b, b'%' | b',' | b';' | b'=') {
             out.push(char::from(b));
         } else {
-            out.push_str(&format!("%{b:02X}"));
+            const HEX: &[u8; 16] = b"0123456789ABCDEF";
+            out.push('%');
+            for nibble in [b >> 4, b & 0xf] {
+                out.push(char::from(
+                    HEX.get(usize::from(nibble)).copied().unwrap_or(b'0'),
+                ));
+            }
         }
     }
 }

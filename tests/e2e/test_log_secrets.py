@@ -75,8 +75,8 @@ def test_no_secret_in_switchboards_debug_lines_and_one_warn_line_per_failed_requ
     assert any("[debug]" in line and "attempt 2 at prov-b/gpt-4o" in line for line in ours)
     warns = [line for line in ours if "[warning]" in line]
     assert len(warns) == 2, warns
-    assert "team/resilient: routing failed after 2 attempts; the client gets 503 from prov-b/gpt-4o" in warns[0]
-    assert "team/resilient: routing failed after 2 attempts; no target answered" in warns[1]
+    assert "team/resilient: routing failed after 2 attempts with 503; the client gets it from prov-b/gpt-4o" in warns[0]
+    assert "team/resilient: routing failed after 2 attempts with 503; no target answered" in warns[1]
     lines = access_lines(access, len(answers))
     for secret in SECRETS:
         assert secret not in log, f"{secret} in Envoy's log"
