@@ -20,13 +20,13 @@ mod import;
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use switchboard::core::config::{Config, Named, Routing, StickySource};
-use switchboard::core::decision::decide;
+use switchboard::core::decision::{decide, request_metadata};
 use switchboard::core::endpoint::Endpoint;
 use switchboard::core::headers::Headers;
-use switchboard::core::metadata::Metadata;
 use switchboard::core::outbound::Outbound;
 use switchboard::core::routing::state::LocalState;
 use switchboard::core::routing::{HealthInput, Request};
+use switchboard::core::trace::{self, Skip};
 
 const USAGE: &str = "usage:
   switchboard check CONFIG.json
@@ -194,10 +194,7 @@ fn explain(args: &[String]) -> Result<String, String> {
         None => switchboard::core::request::inspect(&body).map(|i| i.model.into_owned()),
     }
     .unwrap_or_default();
-    let metadata_header = headers.get(&config.header_names.metadata);
-    let metadata = Metadata::resolve(metadata_header, &config.default_metadata)
-        .map_err(|e| e.body)?
-        .beneath(&config.gateway_metadata);
+    let metadata = request_metadata(&config, &headers).map_err(|e| e.body)?;
     match config.lookup(&requested) {
         Some(Named::Virtual(_, vm)) => {
             let strategy = match &vm.routing {
@@ -228,23 +225,29 @@ fn explain(args: &[String]) -> Result<String, String> {
                 fields: &[],
                 tier_hint: None,
             };
+            // Why a target is out: the filter's own reasons (the trace header's `skipped`).
+            let skipped = trace::skipped(&config, vm, &request, &decision.plan);
             for t in &vm.targets {
                 let Some(m) = config.model(t.model) else {
                     continue;
                 };
                 let mut notes = Vec::new();
-                if !endpoint.served_by(m.apis) {
-                    notes.push(format!(
+                match skipped
+                    .iter()
+                    .find(|(s, _)| *s == t.model)
+                    .map(|(_, why)| *why)
+                {
+                    Some(Skip::Apis) => notes.push(format!(
                         "out: its apis do not include `{}`, which serves {}",
                         endpoint.api().name(),
                         endpoint.display_path()
-                    ));
-                }
-                if !metadata.matches(&t.metadata_match) {
-                    notes.push(format!(
+                    )),
+                    Some(Skip::MetadataMatch) => notes.push(format!(
                         "out: metadata_match {:?} does not hold",
                         t.metadata_match
-                    ));
+                    )),
+                    Some(why) => notes.push(format!("out: {}", why.name())),
+                    None => {}
                 }
                 if let Routing::Conditional(ts) = &vm.routing {
                     if let Some(c) = ts.iter().find(|c| c.model == t.model) {
