@@ -143,9 +143,7 @@ impl Http {
         let rng = &mut self.rng;
         let runtime = &*self.runtime;
         let state = PinProbe::new(runtime);
-        let traced = config
-            .trace
-            .wanted(headers.get(&config.header_names.trace_token));
+        let traced = report::wants_trace(&config, &headers);
         let decided = runtime.with_health(&config, now, |health| {
             let _span = super::profile::span("core: inspect, decide, rewrite");
             let decided = decide_with_tier(
@@ -341,10 +339,7 @@ impl Http {
         };
         // Its id names its target: no decision time (0) is recorded.
         report::decided(config, &plan, DecisionFacts::default());
-        if config
-            .trace
-            .wanted(headers.get(&config.header_names.trace_token))
-        {
+        if report::wants_trace(config, &headers) {
             let health = &HealthInput::NONE;
             self.trace = Some(Box::new(Trace::of_plan(config, &plan, health, Vec::new())));
         }

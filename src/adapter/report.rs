@@ -86,6 +86,17 @@ pub fn decided(config: &Config, plan: &Plan, facts: DecisionFacts) {
     }
 }
 
+/// Whether a request gets the trace header (the token header is only looked for when a token
+/// is configured).
+pub fn wants_trace(config: &Config, headers: &Headers) -> bool {
+    let presented = config
+        .trace
+        .has_token()
+        .then(|| headers.get(&config.header_names.trace_token))
+        .flatten();
+    config.trace.wanted(presented)
+}
+
 /// The start of the routing trace of a request that asked for one (`trace`): its candidates
 /// and the targets left out, and why.
 pub fn trace(
