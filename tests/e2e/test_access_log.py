@@ -12,6 +12,7 @@ FIELDS = ["virtual_model", "target", "strategy", "attempts", "fallback_reason", 
 
 def plugin() -> dict:
     return {
+        "filter_state": True,
         "models": [{"name": A, "cluster": "a", "model": "m-a"}, {"name": B, "cluster": "b", "model": "m-b"}],
         "virtual_models": [
             {"name": "team/resilient", "model_types": ["chat"], "routing_config": {
@@ -67,11 +68,13 @@ def test_each_routed_request_logs_where_it_went_and_why(stack, tmp_path):
     assert lines[1]["path"] == "/v1/chat/completions" and lines[1]["method"] == "POST"
 
 
-def test_filter_state_can_be_turned_off(stack, tmp_path):
+def test_filter_state_is_off_unless_the_config_asks(stack, tmp_path):
     stack.provider("a")
     stack.provider("b")
     log = tmp_path / "access.log"
-    envoy = start(stack, {**plugin(), "filter_state": False}, access_log=log)
+    config = plugin()
+    del config["filter_state"]  # the default
+    envoy = start(stack, config, access_log=log)
     assert chat(envoy, "team/resilient") == A
     [line] = access_lines(log, 1)
     assert all(line[k] is None for k in FIELDS), line

@@ -133,7 +133,7 @@ pub(super) fn compile(
 
     let response_keys = compile_response_keys(&mut root, env)?;
     let trace = compile_trace(&mut root, env)?;
-    let filter_state = root.opt_bool("filter_state")?.unwrap_or(true);
+    let filter_state = root.opt_bool("filter_state")?.unwrap_or(false);
     let usage_metrics = root.opt_bool("usage_metrics")?.unwrap_or(false);
     let stored_responses_virtual_model = match root.opt_str("stored_responses_virtual_model")? {
         None => None,
@@ -529,13 +529,13 @@ mod tests {
             )
         };
         let c = Config::parse(SAMPLE.as_bytes()).unwrap();
-        assert!(!c.trace.always && !c.trace.has_token() && c.filter_state);
+        assert!(!c.trace.always && !c.trace.has_token() && !c.filter_state);
         assert_eq!(c.header_names.trace, "x-switchboard-trace");
         assert_eq!(c.header_names.trace_token, "x-switchboard-trace-token");
         let c =
-            Config::parse(with(r#""trace": {"always": true}, "filter_state": false"#).as_bytes())
+            Config::parse(with(r#""trace": {"always": true}, "filter_state": true"#).as_bytes())
                 .unwrap();
-        assert!(c.trace.always && !c.filter_state && !c.usage_metrics);
+        assert!(c.trace.always && c.filter_state && !c.usage_metrics);
         let c = Config::parse(with(r#""usage_metrics": true"#).as_bytes()).unwrap();
         assert!(c.usage_metrics);
         let env = |name: &str| (name == "TRACE").then(|| "0123456789abcdef-trace".to_string());

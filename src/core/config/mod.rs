@@ -481,8 +481,9 @@ pub struct Config {
     pub metrics: crate::core::metrics::MetricTable,
     /// `trace`: when answers carry the routing trace header.
     pub trace: crate::core::trace::TraceSettings,
-    /// `filter_state` (default true): each routed request writes its routing facts as Envoy
-    /// filter state (`wasm.switchboard.*`) for the access log.
+    /// `filter_state` (default false): each routed request writes its routing facts as Envoy
+    /// filter state (`wasm.switchboard.*`) for the access log: five host calls a request, so
+    /// only when an access log prints them.
     pub filter_state: bool,
     /// `usage_metrics` (default false): every successful answer's body is read as it passes
     /// for the token, time-to-first-token and time-per-token metrics (answers of virtual
