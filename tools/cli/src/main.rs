@@ -197,22 +197,14 @@ fn explain(args: &[String]) -> Result<String, String> {
     let metadata = request_metadata(&config, &headers).map_err(|e| e.body)?;
     match config.lookup(&requested) {
         Some(Named::Virtual(_, vm)) => {
-            let strategy = match &vm.routing {
-                Routing::Weighted(_) if vm.sticky.is_some() => {
-                    "weight-based-routing with sticky_routing"
-                }
-                Routing::Weighted(_) => "weight-based-routing",
-                Routing::Priority(_) => "priority-based-routing",
-                Routing::Conditional(_) => "conditional-routing",
-                Routing::RoundRobin(_) => "round-robin-routing",
-                Routing::Hash { .. } => "hash-based-routing",
-                Routing::Complexity { .. } => "complexity-based-routing",
-                Routing::Latency { .. } => {
-                    "latency-based-routing (no samples here: every target counts as average)"
-                }
+            let note = match &vm.routing {
+                Routing::Weighted(_) if vm.sticky.is_some() => " with sticky_routing",
+                Routing::Latency { .. } => " (no samples here: every target counts as average)",
+                _ => "",
             };
             out.push(format!(
-                "`{requested}` is a virtual model using {strategy} on {}",
+                "`{requested}` is a virtual model using {}{note} on {}",
+                vm.routing.type_name(),
                 endpoint.display_path()
             ));
             let request = Request {
