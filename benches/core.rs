@@ -20,7 +20,22 @@ use switchboard::core::request::{inspect, rewrite};
 use switchboard::core::routing::state::LocalState;
 use switchboard::core::routing::{plan, HealthInput, Request};
 
+/// `CORE_BENCH_ONLY=text` runs only the cases whose name contains it; with
+/// `CORE_BENCH_ITERATIONS=n` each runs exactly n times (for callgrind, where time means little).
 fn bench(name: &str, mut f: impl FnMut()) {
+    if std::env::var("CORE_BENCH_ONLY").is_ok_and(|only| !name.contains(&only)) {
+        return;
+    }
+    if let Some(n) = std::env::var("CORE_BENCH_ITERATIONS")
+        .ok()
+        .and_then(|n| n.parse::<u64>().ok())
+    {
+        for _ in 0..n {
+            f();
+        }
+        println!("{name:<58} {n} iterations");
+        return;
+    }
     for _ in 0..100 {
         f();
     }
@@ -103,7 +118,70 @@ fn config(strategy: &str, targets: usize) -> Config {
     }
 }
 
+/// The request `make bench` sends (its 1.5 KB chat: `messages` before `model`) and its
+/// config (2 weighted targets with an `authorization` header each): the whole decision the
+/// filter makes for it, from the body to the outbound request.
+fn bench_request() {
+    use switchboard::core::decision::decide;
+    let config = match Config::parse(
+        br#"{"models": [
+          {"name": "provider-0/gpt-4o", "cluster": "provider", "model": "gpt-4o-0",
+           "headers": {"authorization": "Bearer sk-bench-0"}},
+          {"name": "provider-1/gpt-4o", "cluster": "provider", "model": "gpt-4o-1",
+           "headers": {"authorization": "Bearer sk-bench-1"}}],
+        "virtual_models": [{"name": "bench/chat", "model_types": ["chat"], "routing_config": {
+          "type": "weight-based-routing", "load_balance_targets": [
+            {"target": "provider-0/gpt-4o", "weight": 50},
+            {"target": "provider-1/gpt-4o", "weight": 50}]}}]}"#,
+    ) {
+        Ok(c) => c,
+        Err(e) => panic!("bench config: {e}"),
+    };
+    let pad = "lorem ipsum dolor sit amet ".repeat(60);
+    let body = format!(
+        r#"{{"messages": [{{"role": "system", "content": "You are a helpful assistant."}}, {{"role": "user", "content": "{}"}}], "model": "bench/chat", "temperature": 0.2, "max_tokens": 8}}"#,
+        &pad[..1400]
+    )
+    .into_bytes();
+    // The headers Envoy hands the filter for wrk's request.
+    let headers = Headers::from_pairs([
+        (":authority", "127.0.0.1:10000"),
+        (":path", "/v1/chat/completions"),
+        (":method", "POST"),
+        (":scheme", "http"),
+        ("content-length", "1536"),
+        ("content-type", "application/json"),
+        ("x-user-id", "bench-user-42"),
+        ("x-forwarded-proto", "http"),
+        ("x-request-id", "9b1f6a3e-3c1d-4f0e-8a7b-2d9c5e4f1a6b"),
+    ]);
+    let records = vec![HealthRecord::default(); 2];
+    let health = HealthInput {
+        records: &records,
+        now_ms: 10_000,
+        window: FailureWindow::default(),
+    };
+    let state = LocalState::default();
+    let mut rng = fastrand::Rng::with_seed(7);
+    bench(
+        "request: the bench's 1.5 KB chat, 2 weighted targets, whole decision",
+        || {
+            let d = decide(
+                &config,
+                Endpoint::ChatCompletions,
+                black_box(&body),
+                &headers,
+                &health,
+                &state,
+                &mut rng,
+            );
+            black_box(d.is_ok());
+        },
+    );
+}
+
 fn main() {
+    bench_request();
     for (label, size) in [
         ("1.5 KB", 1536),
         ("100 KB", 100 * 1024),

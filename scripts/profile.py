@@ -23,8 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
-from bench import NOOP_WASM, SCENARIOS as BENCH_SCENARIOS, balance_connections, chat_body, plugin_config, wrk  # noqa: E402
-from harness import WASM, bootstrap, free_ports, start_envoy, start_provider, wasm_filter  # noqa: E402
+from bench import (LOAD_CPU, NOOP_WASM, SCENARIOS as BENCH_SCENARIOS, Upstream, chat_body, cpu_ns,  # noqa: E402
+                   plugin_config, start_pinned_envoy, wrk)
+from harness import WASM, bootstrap, free_ports, wasm_filter  # noqa: E402
 
 PROFILE_WASM = ROOT / "target" / "profile" / "wasm32-wasip1" / "release" / "switchboard.wasm"
 OUT = ROOT / "docs" / "profile.md"
@@ -33,7 +34,7 @@ SECONDS = 16  # three 5-second reports per worker; the first (warm-up) is droppe
 # The bench's own scenarios (so both measure the same requests), the slow ones left out.
 PROFILED = ("1.5 KB chat, 16 connections", "1 MB prompt, 1 connection",
             "1.5 KB chat, 16 connections, 32 targets, sticky routing")
-SCENARIOS = [s for s in BENCH_SCENARIOS if s[0] in PROFILED]
+SCENARIOS = [s for s in BENCH_SCENARIOS if s.name in PROFILED]
 
 LINE = re.compile(r"profile (.+?) calls=([\d.]+) total_us=([\d.]+) self_us=([\d.]+)")
 HEAD = re.compile(r"profile over (\d+) requests:")
@@ -61,23 +62,21 @@ def merged(found: list[tuple[int, dict]]) -> tuple[int, dict[str, list[float]]]:
     return total, dict(acc)
 
 
-def run(name: str, size: int, connections: int, targets: int, provider_port: int) -> tuple[int, dict]:
+def run(s, upstream: Upstream) -> tuple[int, dict]:
     body = Path(tempfile.mkstemp(suffix=".json")[1])
-    body.write_bytes(chat_body(size))
-    config = bootstrap(*free_ports(2), {"provider": provider_port},
-                       [wasm_filter(plugin_config(targets, sticky="sticky" in name), PROFILE_WASM)],
-                       passthrough="provider")
-    balance_connections(config)
-    envoy = start_envoy(config, concurrency=2)
+    body.write_bytes(chat_body(s.size))
+    config = bootstrap(*free_ports(2), upstream.clusters(s),
+                       [wasm_filter(plugin_config(s.targets, s.sticky), PROFILE_WASM)], passthrough="provider")
+    envoy = start_pinned_envoy(config)
     try:
-        wrk(envoy.url, str(body), connections, SECONDS)
+        wrk(envoy.url, str(body), s.conns, SECONDS)
         time.sleep(0.5)
         found = reports(envoy.log())
     finally:
         envoy.stop()
         body.unlink()
-    # Each worker's first report includes V8's warm-up: leave it out.
-    found = [r for i, r in enumerate(found) if i >= 2] or found
+    # The worker's first report includes V8's warm-up: leave it out.
+    found = found[1:] or found
     return merged(found)
 
 
@@ -85,25 +84,27 @@ PERF_HZ = 2000
 PERF_SECONDS = 6
 
 
-def where_envoy_runs(filters: list[dict], provider_port: int) -> dict[str, float] | None:
+def where_envoy_runs(filters: list[dict], upstream: Upstream) -> dict[str, float] | None:
     """Envoy's CPU per request on the 1.5 KB chat at 16 connections, split by the code that ran
     it (sampled with `perf`): the filter's Wasm (V8's JIT code), Envoy and V8 themselves, the
     kernel, the C library. None if perf cannot sample here."""
     body = Path(tempfile.mkstemp(suffix=".json")[1])
     body.write_bytes(chat_body(1536))
     data = Path(tempfile.mkstemp(suffix=".perf")[1])
-    config = bootstrap(*free_ports(2), {"provider": provider_port}, filters, passthrough="provider")
-    balance_connections(config)
-    envoy = start_envoy(config, concurrency=2)
+    config = bootstrap(*free_ports(2), upstream.clusters(SCENARIOS[0]), filters, passthrough="provider")
+    envoy = start_pinned_envoy(config)
     try:
         wrk(envoy.url, str(body), 16, 2)  # warm up
         result: dict = {}
+        cpu_before = cpu_ns(envoy.proc.pid)
         load = threading.Thread(target=lambda: result.update(wrk(envoy.url, str(body), 16, PERF_SECONDS + 2)))
         load.start()
         time.sleep(1)
-        rec = subprocess.run(["perf", "record", "-F", str(PERF_HZ), "-o", str(data), "-p", str(envoy.proc.pid),
-                              "--", "sleep", str(PERF_SECONDS)], capture_output=True, text=True)
+        rec = subprocess.run(["taskset", "-c", str(LOAD_CPU), "perf", "record", "-e", "cpu-clock", "-F", str(PERF_HZ),
+                              "-o", str(data), "-p", str(envoy.proc.pid), "--", "sleep", str(PERF_SECONDS)],
+                             capture_output=True, text=True)
         load.join()
+        result["cpu_us"] = (cpu_ns(envoy.proc.pid) - cpu_before) / 1e3 / max(result.get("requests", 0), 1)
         if rec.returncode != 0:
             return None
         report = subprocess.run(["perf", "report", "-i", str(data), "--sort", "dso", "-n", "--stdio"],
@@ -118,7 +119,7 @@ def where_envoy_runs(filters: list[dict], provider_port: int) -> dict[str, float
         if not m:
             continue
         dso = m.group(2)
-        kind = ("Wasm (V8 JIT code)" if dso.startswith("[JIT]") else "Envoy and V8" if dso == "envoy"
+        kind = ("Wasm (V8 JIT code)" if dso.startswith(("[JIT]", "[unknown]", "[anon")) else "Envoy and V8" if dso == "envoy"
                 else "kernel" if dso.startswith("[kernel") else "C library and other")
         samples[kind] += int(m.group(1))
     requests = result.get("rps", 0) * PERF_SECONDS
@@ -147,7 +148,8 @@ def render(results: list[tuple[str, int, dict]]) -> str:
         "# Where the time goes",
         "",
         "Generated by `make profile`: the `profile` build of the filter times every callback and",
-        "host call with the host clock; figures are per request, averaged over both workers.",
+        "host call with the host clock; figures are per request. Envoy runs `--concurrency 1` on CPU 0,",
+        "wrk and the lean upstream on CPU 1, as in `make bench`.",
         "`self` is time not spent in a nested span: for a host call, the crossing into Envoy and",
         "Envoy's work; for a callback, the filter's own Wasm code outside the host calls it makes.",
         "Each span adds two clock reads, so the totals run above `make bench`'s; read the split.",
@@ -166,15 +168,17 @@ def main() -> int:
     if not PROFILE_WASM.exists():
         print(f"missing {PROFILE_WASM}: run `make profile`", file=sys.stderr)
         return 1
-    provider = start_provider("profile", max_records=0)
+    os.sched_setaffinity(0, {LOAD_CPU})
+    upstream = Upstream()
     results = []
     try:
         only = os.environ.get("PROFILE_ONLY", "")
-        for name, size, conns, targets in SCENARIOS:
+        for s in SCENARIOS:
+            name = s.name
             if only not in name:
                 continue
             print(f"profiling: {name}", flush=True)
-            requests, names = run(name, size, conns, targets, provider.port)
+            requests, names = run(s, upstream)
             if not names:
                 print("no profile reports in Envoy's log", file=sys.stderr)
                 return 1
@@ -182,14 +186,16 @@ def main() -> int:
         split = {}
         if shutil.which("perf") and not only:
             print("sampling Envoy with perf", flush=True)
-            for label, filters in [("no-op, host calls", [{**wasm_filter("calls", NOOP_WASM), "name": "noop"}]),
+            for label, filters in [("plain", []),
+                                   ("no-op", [{**wasm_filter("", NOOP_WASM), "name": "noop"}]),
+                                   ("no-op, host calls", [{**wasm_filter("calls", NOOP_WASM), "name": "noop"}]),
                                    ("switchboard", [wasm_filter(plugin_config(2), WASM)])]:
-                if (found := where_envoy_runs(filters, provider.port)) is None:
+                if (found := where_envoy_runs(filters, upstream)) is None:
                     split = {}
                     break
                 split[label] = found
     finally:
-        provider.stop()
+        upstream.stop()
     report = render(results)
     if split:
         report += "\n" + "\n".join(render_perf(split))

@@ -1,7 +1,9 @@
 """`make run`: the demo providers and Envoy with Switchboard on 127.0.0.1:10000.
 
-Starts one mock-provider per demo cluster, then Envoy with envoy/demo.yaml, prints examples
-to paste, and stops everything on Ctrl-C (or when any process dies).
+Starts one mock-provider per demo cluster, then Envoy with envoy/demo.yaml (or the config
+given as the argument: `make run-ecds` passes envoy/ecds.yaml, whose plugin config reloads
+from envoy/ecds/switchboard.yaml), prints examples to paste, and stops everything on Ctrl-C
+(or when any process dies).
 """
 
 import signal
@@ -73,8 +75,9 @@ def start_demo_providers() -> list[Provider]:
 
 
 def main() -> int:
+    config = Path(sys.argv[1]) if len(sys.argv) > 1 else DEMO_CONFIG
     providers = start_demo_providers()
-    envoy = subprocess.Popen([str(require(ENVOY_BIN, "Envoy")), "-c", str(DEMO_CONFIG), "--concurrency", "2",
+    envoy = subprocess.Popen([str(require(ENVOY_BIN, "Envoy")), "-c", str(config), "--concurrency", "2",
                               "--disable-hot-restart", "--log-level", "warning",
                               "--component-log-level", "wasm:info"], cwd=ROOT)
     stopping = False

@@ -1,7 +1,12 @@
-//! Switchboard: virtual models for LLM traffic in Envoy, as a proxy-wasm HTTP filter.
+//! Switchboard: virtual models for LLM traffic in Envoy, as a proxy-wasm HTTP filter or as a
+//! native Envoy dynamic module built from the same core.
 //!
-//! [`core`] is the routing brain: pure Rust, no proxy-wasm calls, tested natively.
-//! [`adapter`] is the thin proxy-wasm layer that moves bytes and time in and out of it.
+//! [`core`] is the routing brain: pure Rust, no host calls, tested natively. Two thin adapters
+//! move bytes and time in and out of it: `adapter` (proxy-wasm, compiled for wasm32) and
+//! `native` (Envoy's dynamic modules ABI, compiled for every other target).
 
+#[cfg(target_arch = "wasm32")]
 pub mod adapter;
 pub mod core;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod native;

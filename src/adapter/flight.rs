@@ -10,6 +10,7 @@ use crate::core::flight::{
     AnswerFacts, Attempt, CallAnswer, Effect, Effects, Flow, Machine, Replay, Start,
 };
 use crate::core::metrics::PairMetric;
+use crate::core::routing::state::RoutingState;
 use crate::core::trace::Trace;
 use proxy_wasm::types::Action;
 use std::rc::Rc;
@@ -166,6 +167,14 @@ pub fn on_destroyed(rt: &Runtime, context_id: u32) {
     }
 }
 
+/// The stream whose machine's effects are being applied.
+struct Stream<'a> {
+    rt: &'a Runtime,
+    context_id: u32,
+    /// The host time, read once per callback and only if needed.
+    clock: &'a Clock,
+}
+
 /// Applies effects in order; a call-out's fate (dispatched or refused) is an event whose own
 /// effects follow.
 fn apply<'c>(
@@ -176,103 +185,104 @@ fn apply<'c>(
     mut fx: Effects<'c>,
     clock: &Clock,
 ) {
+    let stream = Stream {
+        rt,
+        context_id,
+        clock,
+    };
     while !fx.is_empty() {
         let mut next = Effects::new();
         for effect in fx.take() {
             // Metrics, access log and trace first: the effect is consumed below.
             let trace = report.effect(config, &effect);
             let noted = (effect, trace.as_deref(), report.virtual_model());
-            apply_one(rt, context_id, config, machine, noted, clock, &mut next);
+            stream.apply_one(config, machine, noted, &mut next);
         }
         fx = next;
     }
 }
 
-fn apply_one<'c>(
-    rt: &Runtime,
-    context_id: u32,
-    config: &'c Config,
-    machine: &mut Machine,
-    (effect, trace, vm): (Effect<'c>, Option<&str>, Option<usize>),
-    clock: &Clock,
-    next: &mut Effects<'c>,
-) {
-    let trace = trace.map(|t| (config.header_names.trace.as_str(), t));
-    match effect {
-        Effect::Attempt(attempt) => dispatch(rt, context_id, config, machine, attempt, clock, next),
-        Effect::ArmTimer { due_ms, token } => rt.add_timer(due_ms, context_id, token),
-        Effect::Record {
-            target,
-            health: Some(outcome),
-            ..
-        } => {
-            if rt.record(config, target, outcome, || clock.now_ms()) {
-                metrics::count(config, vm, target, PairMetric::Evictions, 1);
+impl Stream<'_> {
+    fn apply_one<'c>(
+        &self,
+        config: &'c Config,
+        machine: &mut Machine,
+        (effect, trace, vm): (Effect<'c>, Option<&str>, Option<usize>),
+        next: &mut Effects<'c>,
+    ) {
+        let rt = self.rt;
+        let trace = trace.map(|t| (config.header_names.trace.as_str(), t));
+        match effect {
+            Effect::Attempt(attempt) => self.dispatch(config, machine, attempt, next),
+            Effect::ArmTimer { due_ms, token } => rt.add_timer(due_ms, self.context_id, token),
+            Effect::Record {
+                target,
+                health: Some(outcome),
+                ..
+            } => {
+                if rt.record(config, target, outcome, || self.clock.now_ms()) {
+                    metrics::count(config, vm, target, PairMetric::Evictions, 1);
+                }
             }
-        }
-        Effect::Record { health: None, .. } => {}
-        Effect::Samples {
-            target,
-            sample,
-            now_ms,
-            for_routing: true,
-            ..
-        } => rt.add_samples(config, target, sample, now_ms),
-        Effect::Samples { .. } => {}
-        Effect::Pin {
-            virtual_model,
-            session,
-            window,
-            target,
-        } => {
-            use crate::core::routing::state::RoutingState;
-            rt.pin(virtual_model, session, window, target);
-        }
-        Effect::Deliver(delivery) => {
-            if delivery.drop_content_length {
-                host::remove_response_header("content-length");
+            Effect::Record { health: None, .. } => {}
+            Effect::Samples {
+                target,
+                sample,
+                now_ms,
+                for_routing: true,
+                ..
+            } => rt.add_samples(config, target, sample, now_ms),
+            Effect::Samples { .. } => {}
+            Effect::Pin {
+                virtual_model,
+                session,
+                window,
+                target,
+            } => rt.pin(virtual_model, session, window, target),
+            Effect::Deliver(delivery) => {
+                if delivery.drop_content_length {
+                    host::remove_response_header("content-length");
+                }
+                for (name, value) in delivery.headers.pairs().chain(trace) {
+                    host::set_response_header(name, value);
+                }
             }
-            for (name, value) in delivery.headers.pairs().chain(trace) {
-                host::set_response_header(name, value);
+            Effect::Reply(reply) => {
+                let mut headers = reply.headers();
+                headers.extend(trace);
+                host::send_reply(reply.ending.status, headers, &reply.body);
             }
+            Effect::Fail(failure) => {
+                let mut headers = failure.headers();
+                headers.extend(trace);
+                host::send_reply(failure.error.status, headers, failure.error.body.as_bytes());
+            }
+            Effect::ReplaceBody { len, with } => host::replace_response_body(len, &with),
         }
-        Effect::Reply(reply) => {
-            let mut headers = reply.headers();
-            headers.extend(trace);
-            host::send_reply(reply.ending.status, headers, &reply.body);
-        }
-        Effect::Fail(failure) => {
-            let mut headers = failure.headers();
-            headers.extend(trace);
-            host::send_reply(failure.error.status, headers, failure.error.body.as_bytes());
-        }
-        Effect::ReplaceBody { len, with } => host::replace_response_body(len, &with),
     }
-}
 
-/// Makes an attempt's call-out and tells the machine how it went. The router's attempt was
-/// already written into the request.
-fn dispatch<'c>(
-    rt: &Runtime,
-    context_id: u32,
-    config: &'c Config,
-    machine: &mut Machine,
-    attempt: Attempt<'c>,
-    clock: &Clock,
-    next: &mut Effects<'c>,
-) {
-    let Some(call) = attempt.call else {
-        return;
-    };
-    super::http::log_attempt(config, attempt.target, attempt.number, &call.outbound);
-    let token = machine
-        .call_request(&call, &config.header_names)
-        .and_then(|r| host::dispatch(r.cluster, r.headers, r.body, r.timeout_ms));
-    match token {
-        Some(token) => {
-            rt.add_call(token, context_id, call.id);
-            machine.on_dispatched(call.id, next);
+    /// Makes an attempt's call-out and tells the machine how it went. The router's attempt
+    /// was already written into the request.
+    fn dispatch<'c>(
+        &self,
+        config: &'c Config,
+        machine: &mut Machine,
+        attempt: Attempt<'c>,
+        next: &mut Effects<'c>,
+    ) {
+        let Some(call) = attempt.call else {
+            return;
+        };
+        super::http::log_attempt(config, attempt.target, attempt.number, &call.outbound);
+        let token = machine
+            .call_request(&call, &config.header_names)
+            .and_then(|r| host::dispatch(r.cluster, r.headers, r.body, r.timeout_ms));
+        match token {
+            Some(token) => {
+                self.rt.add_call(token, self.context_id, call.id);
+                machine.on_dispatched(call.id, next);
+            }
+            None => machine.on_dispatch_refused(config, call.id, self.clock.now_ms(), next),
         }
-        None => machine.on_dispatch_refused(config, call.id, clock.now_ms(), next),
     }
 }

@@ -10,6 +10,7 @@ use super::host::{self, Headers};
 use super::report::{self, PinProbe};
 use super::runtime::Runtime;
 use crate::core::access_log::DecisionFacts;
+use crate::core::admission::{admit, route_stored, Admission, StoredPath};
 use crate::core::batch;
 use crate::core::config::{Config, HeaderNames, ModelId, Tier};
 use crate::core::decision::{
@@ -18,11 +19,7 @@ use crate::core::decision::{
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
 use crate::core::flight::{Replay, Start};
-use crate::core::outbound::{outbound, ClientRequest, Outbound};
-use crate::core::request::check_content_encoding;
-use crate::core::request::Layout;
-use crate::core::responses::continuation::{is_plain_token, stored_origin, stored_path};
-use crate::core::responses::id::PREFIX;
+use crate::core::outbound::Outbound;
 use crate::core::routing::classifier::parse_answer;
 use crate::core::routing::{HealthInput, Plan};
 use crate::core::trace::Trace;
@@ -226,19 +223,7 @@ impl Http {
             return self.reply(&reply);
         }
         log_attempt(config, decision.target, 1, &decision.outbound);
-        let start = Start::routed(
-            endpoint,
-            decision.plan,
-            decision.stream,
-            decision.conversation,
-        );
-        let replay = Replay {
-            endpoint,
-            headers,
-            body,
-            layout: decision.layout,
-            stored_path: None,
-        };
+        let (start, replay) = decision.into_flight(endpoint, headers, body);
         self.start_flight(config, start, replay, now)
     }
 
@@ -258,82 +243,33 @@ impl Http {
         Action::Continue
     }
 
-    /// `GET`/`DELETE /v1/responses/{id}`, `GET .../input_items`, `POST .../cancel` with an id
-    /// Switchboard minted: only to the target that stored it, with the provider's id in the
-    /// path; retries there, no fallback (TrueFoundry virtual models, "Responses API
-    /// conversations").
-    fn route_minted(
+    /// A retrieve, input-items list, cancel or delete of a stored response: to the target
+    /// holding it, with the provider's id in the path; retries there, no fallback
+    /// ([`route_stored`]).
+    fn forward_stored(
         &mut self,
         config: &Rc<Config>,
         headers: Headers,
-        id: &str,
-        suffix: &str,
+        path: &StoredPath,
     ) -> Action {
-        match stored_origin(config, &config.response_keys, id, &headers) {
-            Ok((index, target, origin)) => {
-                let stored = format!("/responses/{}{suffix}", origin.provider_id);
-                self.route_stored(config, headers, (index, target), stored, true)
-            }
-            Err(reply) => self.reply(&reply),
-        }
-    }
-
-    /// The same paths with a raw provider id, when `stored_responses_virtual_model` says which
-    /// virtual model's targets hold them (Zuplo model load balancing, "Stored responses").
-    /// Ids other than plain tokens are not routed, so the path cannot be bent.
-    fn route_raw(
-        &mut self,
-        config: &Rc<Config>,
-        headers: Headers,
-        index: usize,
-        (id, suffix): (&str, &str),
-    ) -> Action {
-        if !is_plain_token(id) {
-            pass_through(config, &headers);
-            return Action::Continue;
-        }
         let now = host::now_ms();
         let (rng, runtime) = (&mut self.rng, &*self.runtime);
-        let decided = runtime.with_health(config, now, |health| {
-            decide_stored_path(config, index, &headers, health, runtime, rng)
-        });
-        match decided {
-            Ok(target) => {
-                let stored = format!("/responses/{id}{suffix}");
-                self.route_stored(config, headers, (index, target), stored, false)
-            }
-            Err(reply) => self.reply(&reply),
-        }
-    }
-
-    /// Sends a stored-response request to `target` of virtual model `index`, at `stored`
-    /// (the path after the version prefix); a minted id's answer gets minted ids back.
-    fn route_stored(
-        &mut self,
-        config: &Rc<Config>,
-        headers: Headers,
-        (index, target): (usize, ModelId),
-        stored: String,
-        minted: bool,
-    ) -> Action {
-        let client = ClientRequest {
-            endpoint: Endpoint::Responses,
-            headers: &headers,
-            body: None,
-            stored_path: Some(&stored),
+        let pick = |index| {
+            runtime.with_health(config, now, |health| {
+                decide_stored_path(config, index, &headers, health, runtime, rng)
+            })
         };
-        let Some(out) = outbound(config, config.virtual_models.get(index), target, &client) else {
-            return self.reply(&ErrorReply::no_target_available(
-                "the stored response's model",
-            ));
+        let route = match route_stored(config, &headers, path, pick) {
+            Ok(route) => route,
+            Err(reply) => return self.reply(&reply),
         };
-        if let Err(reply) = Self::apply(&out, &[], &headers, &config.header_names) {
+        if let Err(reply) = Self::apply(&route.outbound, &[], &headers, &config.header_names) {
             return self.reply(&reply);
         }
-        log_attempt(config, target, 1, &out);
+        log_attempt(config, route.target, 1, &route.outbound);
         let plan = Plan {
-            candidates: vec![target],
-            virtual_model: Some(index),
+            candidates: vec![route.target],
+            virtual_model: route.start.virtual_model,
             sticky: None,
             pinned: true,
         };
@@ -343,15 +279,8 @@ impl Http {
             let health = &HealthInput::NONE;
             self.trace = Some(Box::new(Trace::of_plan(config, &plan, health, Vec::new())));
         }
-        let start = Start::stored(index, target, minted);
-        let replay = Replay {
-            endpoint: Endpoint::Responses,
-            headers,
-            body: Vec::new(),
-            layout: Layout::default(),
-            stored_path: Some(stored),
-        };
-        self.start_flight(config, start, replay, host::now_ms())
+        let replay = route.replay(headers);
+        self.start_flight(config, route.start, replay, now)
     }
 
     /// Writes the router's attempt into the request: body edits, then path, authority and
@@ -396,17 +325,11 @@ impl Http {
     }
 }
 
-/// Lets a request Switchboard does not route go as it came, but for Switchboard's own
-/// headers: a client must never pick the cluster through the route's `cluster_header`, and
-/// the trace token is a secret of this gateway.
-fn pass_through(config: &Config, headers: &Headers) {
-    for name in [
-        &config.header_names.cluster,
-        &config.header_names.trace_token,
-    ] {
-        if headers.get(name).is_some() {
-            host::remove_request_header(name);
-        }
+/// Removes the trace token from a request Switchboard lets pass without routing it: the
+/// token is a secret of this gateway (a routed request loses it in its outbound changes).
+fn strip_trace_token(config: &Config, headers: &Headers) {
+    if headers.get(&config.header_names.trace_token).is_some() {
+        host::remove_request_header(&config.header_names.trace_token);
     }
 }
 
@@ -482,56 +405,39 @@ impl HttpContext for Http {
         // One host call for every header: cheaper than several lookups, and these are the
         // client's headers as sent, which a retry or fallback replays.
         let headers = host::request_headers();
-        let path = headers.get_str(":path").unwrap_or_default();
-        let method = headers.get_str(":method").unwrap_or_default();
-        if method == "GET" && matches!(path.split('?').next(), Some("/v1/models" | "/models")) {
-            // The filter answers the model list itself: the names clients may call.
-            host::send_reply(
-                200,
-                vec![("content-type", "application/json")],
-                config.models_list_json.as_bytes(),
-            );
-            self.phase = Phase::Replied;
-            return Action::Pause;
-        }
-        if let Some((id, suffix)) = stored_path(path) {
-            let id = id.to_string();
-            if id.starts_with(PREFIX) {
-                return self.route_minted(&config, headers, &id, suffix);
+        match admit(&config, &headers, end_of_stream) {
+            Admission::Pass { strip_cluster } => {
+                if strip_cluster {
+                    host::remove_request_header(&config.header_names.cluster);
+                }
+                strip_trace_token(&config, &headers);
+                Action::Continue
             }
-            if let Some(index) = config.stored_responses_virtual_model {
-                return self.route_raw(&config, headers, index, (&id, suffix));
+            Admission::ModelList(json) => {
+                let headers = vec![("content-type", "application/json")];
+                host::send_reply(200, headers, json.as_bytes());
+                self.phase = Phase::Replied;
+                Action::Pause
             }
-        }
-        let endpoint = Endpoint::from_path(path).filter(|_| method == "POST");
-        let Some(endpoint) = endpoint else {
-            pass_through(&config, &headers);
-            if method == "POST"
-                && !end_of_stream
-                && !config.virtual_models.is_empty()
-                && batch::is_batch_path(path)
-            {
-                let content_type = headers.get_str("content-type").unwrap_or_default();
-                self.phase = Phase::CheckingBatch(path.to_string(), content_type.to_string());
-                return Action::Pause;
+            Admission::Refuse { error, endpoint } => {
+                self.anthropic = endpoint.is_some_and(Endpoint::speaks_anthropic);
+                self.reply(&error)
             }
-            return Action::Continue;
-        };
-        self.anthropic = endpoint.speaks_anthropic();
-        if end_of_stream {
-            return self.reply(&ErrorReply::body_required());
+            Admission::Inspect(endpoint) => {
+                self.anthropic = endpoint.speaks_anthropic();
+                self.phase = Phase::Inspecting(endpoint, headers);
+                Action::Pause
+            }
+            Admission::CheckBatch { path, content_type } => {
+                if headers.get(&config.header_names.cluster).is_some() {
+                    host::remove_request_header(&config.header_names.cluster);
+                }
+                strip_trace_token(&config, &headers);
+                self.phase = Phase::CheckingBatch(path, content_type);
+                Action::Pause
+            }
+            Admission::Stored(path) => self.forward_stored(&config, headers, &path),
         }
-        if let Err(reply) = check_content_encoding(&headers) {
-            return self.reply(&reply);
-        }
-        let declared = headers
-            .get_str("content-length")
-            .and_then(|v| v.trim().parse::<usize>().ok());
-        if declared.is_some_and(|n| n > config.max_request_body_bytes) {
-            return self.reply(&ErrorReply::body_too_large(config.max_request_body_bytes));
-        }
-        self.phase = Phase::Inspecting(endpoint, headers);
-        Action::Pause
     }
 
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {

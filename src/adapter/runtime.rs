@@ -51,8 +51,9 @@ pub struct Runtime {
     flights: RefCell<HashMap<u32, Slot>>,
     timers: RefCell<Vec<Timer>>,
     ticking: Cell<bool>,
-    /// Outstanding call-outs: host token to (context id, the machine's call id).
-    calls: RefCell<HashMap<u32, (u32, CallId)>>,
+    /// Outstanding call-outs: (host token, context id, the machine's call id). Only retries
+    /// and fallbacks in flight are here, so a list does; a map cost 2 KB of `.wasm`.
+    calls: RefCell<Vec<(u32, u32, CallId)>>,
     cursors: RefCell<HashMap<usize, usize>>,
     /// The `health` gauge values this worker last wrote, by pair number.
     gauges: RefCell<Vec<u8>>,
@@ -209,7 +210,7 @@ impl Runtime {
         }
         if let Ok(mut calls) = self.calls.try_borrow_mut() {
             if !calls.is_empty() {
-                calls.retain(|_, (c, _)| *c != context_id);
+                calls.retain(|(_, c, _)| *c != context_id);
             }
         }
         self.flights.try_borrow_mut().ok()?.remove(&context_id)
@@ -247,11 +248,14 @@ impl Runtime {
 
     /// Remembers which request and call a host call token belongs to.
     pub fn add_call(&self, token: u32, context_id: u32, call: CallId) {
-        self.calls.borrow_mut().insert(token, (context_id, call));
+        self.calls.borrow_mut().push((token, context_id, call));
     }
 
     /// The request and call of a finished host call.
     pub fn take_call(&self, token: u32) -> Option<(u32, CallId)> {
-        self.calls.borrow_mut().remove(&token)
+        let mut calls = self.calls.borrow_mut();
+        let at = calls.iter().position(|(t, _, _)| *t == token)?;
+        let (_, context_id, call) = calls.swap_remove(at);
+        Some((context_id, call))
     }
 }

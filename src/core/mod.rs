@@ -4,6 +4,7 @@
 //! can be reproduced in a unit test.
 
 pub mod access_log;
+pub mod admission;
 pub mod batch;
 pub mod config;
 pub mod conversation;

@@ -6,6 +6,7 @@ here is skipped when a binary is missing: a missing Envoy or build output is a t
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -19,14 +20,27 @@ from pathlib import Path
 
 import requests
 import urllib3
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 ENVOY_BIN = Path(os.environ.get("SWITCHBOARD_ENVOY", ROOT / ".venv" / "bin" / "envoy"))
 WASM = ROOT / "target" / "wasm32-wasip1" / "release" / "switchboard.wasm"
+# The native build: Envoy finds `libswitchboard.so` for a dynamic module named "switchboard"
+# in $ENVOY_DYNAMIC_MODULES_SEARCH_PATH.
+NATIVE_DIR = ROOT / "target" / "native"
+NATIVE_MODULE = NATIVE_DIR / "libswitchboard.so"
+# Which build Envoy runs: "wasm" (the .wasm in Envoy's V8) or "native" (the dynamic module).
+BUILD = os.environ.get("SWITCHBOARD_BUILD", "wasm")
+if BUILD not in ("wasm", "native"):
+    raise RuntimeError(f"SWITCHBOARD_BUILD must be wasm or native, not {BUILD!r}")
+# Envoy's line when it refuses an ECDS update because the filter refused its plugin config.
+ECDS_REJECTED = ("Filesystem config update rejected: Failed to create filter config: Failed to initialize dynamic module"
+                 if BUILD == "native" else "Filesystem config update rejected: Unable to create Wasm plugin switchboard")
 MOCK_PROVIDER = ROOT / "target" / "release" / "mock-provider"
 CLUSTER_HEADER = "x-switchboard-cluster"
 # Envoy's own request buffer limit must exceed the filter's, so the filter answers the 413.
 ENVOY_BUFFER_LIMIT = 64 * 1024 * 1024
+WASM_FILTER_TYPE = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"
 
 
 class HarnessError(RuntimeError):
@@ -117,6 +131,10 @@ class Provider:
     def clear(self) -> None:
         self._control("DELETE", "/__requests").raise_for_status()
 
+    def stats(self) -> dict:
+        """`{"requests": N, ...}`: counted even with `max_records=0`."""
+        return self._control("GET", "/__stats").json()
+
     def configure(self, **settings) -> dict:
         r = self._control("POST", "/__config", json=settings)
         r.raise_for_status()
@@ -178,13 +196,14 @@ def cluster(name: str, port: int) -> dict:
     }
 
 
-def wasm_filter(plugin_config: dict | str, wasm_path: Path = WASM) -> dict:
-    """The Switchboard HTTP filter entry; the plugin config travels as a JSON string."""
-    value = plugin_config if isinstance(plugin_config, str) else json.dumps(plugin_config)
-    return {
+def wasm_filter(plugin_config: dict | str, wasm_path: Path = WASM, failure_policy: str | None = None) -> dict:
+    """The Switchboard HTTP filter entry; the plugin config travels as a JSON string.
+    `failure_policy` (e.g. FAIL_RELOAD) is the Wasm PluginConfig's; Envoy's default otherwise."""
+    value = plugin_text(plugin_config)
+    entry = {
         "name": "switchboard",
         "typed_config": {
-            "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
+            "@type": WASM_FILTER_TYPE,
             "config": {
                 "name": "switchboard",
                 "root_id": "switchboard",
@@ -199,6 +218,104 @@ def wasm_filter(plugin_config: dict | str, wasm_path: Path = WASM) -> dict:
             },
         },
     }
+    if failure_policy:
+        entry["typed_config"]["config"]["failure_policy"] = failure_policy
+    return entry
+
+
+def plugin_text(plugin_config: dict | str) -> str:
+    """The plugin config as the filter receives it (a dict travels as compact JSON)."""
+    return plugin_config if isinstance(plugin_config, str) else json.dumps(plugin_config)
+
+
+def config_version(plugin_config: dict | str) -> str:
+    """The version the filter logs for a plugin config: the first 12 hex digits of the SHA-256
+    of its text (src/core/config/version.rs)."""
+    return hashlib.sha256(plugin_text(plugin_config).encode()).hexdigest()[:12]
+
+
+def ecds_resource(plugin_config: dict | str, wasm_path: Path = WASM, failure_policy: str | None = None) -> dict:
+    """The file an ECDS filter reads: one TypedExtensionConfig holding `wasm_filter` (the
+    native filter for the native build, which has no VM and so no `failure_policy`)."""
+    entry = wasm_filter(plugin_config, wasm_path, failure_policy)
+    return for_build({"resources": [{"@type": "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig",
+                                     "name": entry["name"], "typed_config": entry["typed_config"]}]})
+
+
+def ecds_filter(path: Path) -> dict:
+    """The Switchboard filter entry taking its config from the file `path` (ECDS), watching its
+    directory so that a rename over the file is an update."""
+    return {"name": "switchboard", "config_discovery": {
+        "config_source": {"path_config_source": {"path": str(path), "watched_directory": {"path": str(path.parent)}}},
+        "type_urls": [WASM_FILTER_TYPE]}}
+
+
+def replace_file(path: Path, text: str) -> None:
+    """Writes a temporary file beside `path` and renames it over `path`: Envoy never sees a
+    half-written file, and the rename is the event its watched directory reports."""
+    tmp = path.parent / f".{path.name}.next"
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def native_filter(plugin_config: dict | str) -> dict:
+    """The Switchboard HTTP filter entry of the native build: the same plugin config, as the
+    dynamic module filter's `filter_config` string."""
+    value = plugin_config if isinstance(plugin_config, str) else json.dumps(plugin_config)
+    return {
+        "name": "switchboard",
+        "typed_config": {
+            "@type": NATIVE_FILTER_TYPE,
+            "dynamic_module_config": {"name": "switchboard"},
+            "filter_name": "switchboard",
+            "filter_config": {"@type": "type.googleapis.com/google.protobuf.StringValue", "value": value},
+        },
+    }
+
+
+NATIVE_FILTER_TYPE = "type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter"
+
+
+def to_native(config: dict) -> dict:
+    """`config` (a bootstrap, or an ECDS file) with every Switchboard Wasm filter (one loading
+    switchboard.wasm) replaced by the native build's filter with the same plugin config, and
+    the Wasm filter's type in `config_discovery.type_urls` by the native one; other filters
+    stay as they are."""
+    def walk(node):
+        if isinstance(node, list):
+            return [walk(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        typed = node.get("typed_config")
+        if isinstance(typed, dict) and typed.get("@type") == WASM_FILTER_TYPE:
+            plugin = typed.get("config", {})
+            code = plugin.get("vm_config", {}).get("code", {}).get("local", {}).get("filename", "")
+            if code.endswith("switchboard.wasm"):
+                value = plugin.get("configuration", {}).get("value", "")
+                return {**node, "typed_config": native_filter(value)["typed_config"]}
+        if "type_urls" in node:
+            node = {**node, "type_urls": [NATIVE_FILTER_TYPE if t == WASM_FILTER_TYPE else t
+                                          for t in node["type_urls"]]}
+        return {k: walk(v) for k, v in node.items()}
+    return walk(config)
+
+
+def plugin_config_of(typed_config: dict) -> dict:
+    """Where the plugin config text sits in a Switchboard filter's `typed_config` (either
+    build): the dict whose "value" it is."""
+    if typed_config.get("@type") == NATIVE_FILTER_TYPE:
+        return typed_config["filter_config"]
+    return typed_config["config"]["configuration"]
+
+
+def for_build(config: dict) -> dict:
+    """`config` for the build under test: as it is for Wasm, `to_native` of it for native."""
+    return to_native(config) if BUILD == "native" else config
+
+
+def build_artifact() -> Path:
+    """The file Envoy loads for the build under test."""
+    return NATIVE_MODULE if BUILD == "native" else WASM
 
 
 def bootstrap(listen_port: int, admin_port: int, clusters: dict[str, int], http_filters: list[dict],
@@ -250,6 +367,11 @@ class Envoy:
     admin_port: int
     log_path: Path
     workdir: tempfile.TemporaryDirectory = field(repr=False)
+    concurrency: int = 2
+    # With ECDS: the file the filter's config comes from (see `reload`), and the Wasm
+    # failure_policy every config written there carries.
+    ecds_path: Path | None = None
+    failure_policy: str | None = None
 
     @property
     def url(self) -> str:
@@ -260,6 +382,52 @@ class Envoy:
 
     def stats(self) -> str:
         return requests.get(f"http://127.0.0.1:{self.admin_port}/stats", timeout=5).text
+
+    def stat(self, name: str) -> int:
+        """One counter or gauge of /stats (0 when Envoy has not created it)."""
+        for line in requests.get(f"http://127.0.0.1:{self.admin_port}/stats", timeout=5,
+                                 params={"filter": f"^{re.escape(name)}$"}).text.splitlines():
+            key, _, value = line.partition(": ")
+            if key == name:
+                return int(value)
+        return 0
+
+    def wait_loaded(self, version: str, log_from: int = 0, timeout: float = 30.0) -> None:
+        """Waits until the main thread and every worker logged loading config `version` after
+        offset `log_from` of the log (each loads its own copy of the plugin). The native
+        module loads a config once, on the main thread, for every worker: Envoy then hands the
+        new filter factory to each worker's event loop, which this waits a moment for."""
+        component, threads_needed = ("dynamic_modules", 1) if BUILD == "native" else ("wasm", self.concurrency + 1)
+        pattern = re.compile(r"\]\[(\d+)\]\[\w+\]\[" + component + r"\].*loaded config " + version)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            threads = {m.group(1) for m in pattern.finditer(self.log()[log_from:])}
+            if len(threads) >= threads_needed:
+                if BUILD == "native":
+                    time.sleep(0.2)
+                return
+            time.sleep(0.05)
+        raise HarnessError(f"config {version} not loaded by every thread in {timeout} s:\n{self.log()[-3000:]}")
+
+    def reload(self, plugin_config: dict | str, timeout: float = 30.0) -> bool:
+        """ECDS only: replaces the filter's file the way operators do (temporary file, rename)
+        and waits for Envoy's verdict. True: Envoy took the update and every thread loaded it, so
+        new requests get it; False: Envoy refused it (and keeps the config it had)."""
+        if self.ecds_path is None:
+            raise HarnessError("reload needs an Envoy started with ecds=True")
+        prefix = "extension_config_discovery.http_filter.switchboard."
+        success, rejected = self.stat(prefix + "update_success"), self.stat(prefix + "update_rejected")
+        log_from = len(self.log())
+        replace_file(self.ecds_path, json.dumps(ecds_resource(plugin_config, failure_policy=self.failure_policy)))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.stat(prefix + "update_rejected") > rejected:
+                return False
+            if self.stat(prefix + "update_success") > success:
+                self.wait_loaded(config_version(plugin_config), log_from, max(deadline - time.monotonic(), 1.0))
+                return True
+            time.sleep(0.05)
+        raise HarnessError(f"Envoy neither took nor refused the config in {timeout} s")
 
     def connections_per_worker(self) -> list[int]:
         """Downstream connections each worker accepted on the main listener."""
@@ -291,16 +459,24 @@ def wasm_memory_kb(pid: int) -> int | None:
 
 def start_envoy(config: dict | str, concurrency: int = 2, expect_failure: bool = False,
                 timeout: float = 30.0, ports: tuple[int, int] | None = None,
-                wasm_log_level: str = "info") -> Envoy:
-    """Starts Envoy and waits until it is ready (or, with `expect_failure`, has exited).
+                wasm_log_level: str = "info", workdir: tempfile.TemporaryDirectory | None = None) -> Envoy:
+    """Starts Envoy and waits until it is ready (or, with `expect_failure`, has exited). With
+    the native build, the Switchboard Wasm filter of `config` is swapped for the native one.
 
     `config` is a bootstrap dict, or YAML text with `ports` = (listener, admin) given.
-    `wasm_log_level` is the level of the filter's own lines; every other component logs
-    warnings only (Envoy's router prints upstream headers, keys included, at debug).
+    `wasm_log_level` is the level of the filter's own lines (Envoy's `wasm` component, or
+    `dynamic_modules` for the native build); every other component logs warnings only
+    (Envoy's router prints upstream headers, keys included, at debug).
+    `workdir` (removed when Envoy stops) holds the config and log; one is made if not given.
     """
     envoy_bin = require(ENVOY_BIN, "Envoy")
-    require(WASM, "switchboard.wasm")
-    workdir = tempfile.TemporaryDirectory(prefix="switchboard-envoy-")
+    require(build_artifact(), f"the {BUILD} build")
+    if BUILD == "native":
+        # The same config with the native module in the Wasm filter's place (YAML text is
+        # parsed and written back as JSON, which is YAML too).
+        config = for_build(config) if isinstance(config, dict) else json.dumps(
+            to_native(yaml.safe_load(config)), indent=1)
+    workdir = workdir or tempfile.TemporaryDirectory(prefix="switchboard-envoy-")
     if isinstance(config, dict):
         config_path = Path(workdir.name) / "envoy.json"
         config_path.write_text(json.dumps(config, indent=1))
@@ -312,12 +488,15 @@ def start_envoy(config: dict | str, concurrency: int = 2, expect_failure: bool =
         listener, admin = ports
     log_path = Path(workdir.name) / "envoy.log"
     args = [str(envoy_bin), "-c", str(config_path), "--concurrency", str(concurrency),
-            "--disable-hot-restart", "--log-level", "warning", "--component-log-level", f"wasm:{wasm_log_level}",
+            "--disable-hot-restart", "--log-level", "warning", "--component-log-level",
+            f"wasm:{wasm_log_level},dynamic_modules:{wasm_log_level}",
             # Tests read the log while Envoy runs: flush it within 100 ms, not 10 s.
             "--file-flush-interval-msec", "100",
             "--log-path", str(log_path)]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    envoy = Envoy(proc=proc, port=listener, admin_port=admin, log_path=log_path, workdir=workdir)
+    env = {**os.environ, "ENVOY_DYNAMIC_MODULES_SEARCH_PATH": str(NATIVE_DIR)}
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    envoy = Envoy(proc=proc, port=listener, admin_port=admin, log_path=log_path, workdir=workdir,
+                  concurrency=concurrency)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -351,10 +530,13 @@ class Stack:
 
     def envoy(self, plugin_config: dict | str, concurrency: int = 2, passthrough: str | None = None,
               expect_failure: bool = False, extra_clusters: dict[str, int] | None = None,
-              locality: dict | None = None, filters_before: list[dict] | None = None) -> Envoy:
+              locality: dict | None = None, filters_before: list[dict] | None = None,
+              ecds: bool = False, failure_policy: str | None = None) -> Envoy:
         """Envoy with one cluster per provider (cluster name = provider name), plus
         `extra_clusters` (name to port), e.g. a port nothing listens on; `locality` is the
-        node's, `filters_before` are HTTP filters placed before Switchboard."""
+        node's, `filters_before` are HTTP filters placed before Switchboard. With `ecds`, the
+        filter's config comes from a watched file (as in envoy/ecds.yaml): `Envoy.reload`
+        replaces it. `failure_policy`: the Wasm filter's (Envoy's default when None)."""
         clusters = {name: p.port for name, p in self.providers.items()}
         clusters.update(extra_clusters or {})
         passthrough = passthrough or next(iter(clusters))
@@ -362,15 +544,25 @@ class Stack:
         # try again with new ports rather than fail the test on that race.
         for attempt in range(3):
             listen, admin = free_ports(2)
-            filters = (filters_before or []) + [wasm_filter(plugin_config)]
-            config = bootstrap(listen, admin, clusters, filters, passthrough, locality)
+            workdir = tempfile.TemporaryDirectory(prefix="switchboard-envoy-")
+            ecds_path = None
+            if ecds:
+                ecds_path = Path(workdir.name) / "ecds" / "switchboard.yaml"
+                ecds_path.parent.mkdir()
+                replace_file(ecds_path, json.dumps(ecds_resource(plugin_config, failure_policy=failure_policy)))
+            switchboard = ecds_filter(ecds_path) if ecds_path else wasm_filter(plugin_config,
+                                                                               failure_policy=failure_policy)
+            config = bootstrap(listen, admin, clusters, (filters_before or []) + [switchboard], passthrough, locality)
             try:
-                e = start_envoy(config, concurrency=concurrency, expect_failure=expect_failure)
+                e = start_envoy(config, concurrency=concurrency, expect_failure=expect_failure, workdir=workdir)
             except HarnessError as err:
                 if attempt < 2 and "Address already in use" in str(err):
                     continue
                 raise
             self.envoys.append(e)
+            if ecds_path and not expect_failure:
+                e.ecds_path, e.failure_policy = ecds_path, failure_policy
+                e.wait_loaded(config_version(plugin_config))
             return e
         raise HarnessError("no free ports for Envoy")
 

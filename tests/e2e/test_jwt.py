@@ -5,6 +5,7 @@ callers on its `sub` claim."""
 
 from collections import Counter, defaultdict
 
+import pytest
 import requests
 
 from jwt_signer import Signer, jwt_authn_filter
@@ -42,6 +43,8 @@ def spread_by_subject(envoy, signer: Signer) -> dict[str, set[str]]:
     return seen
 
 
+@pytest.mark.native_gap(reason="the 1.40 ABI reads only top-level string values of dynamic "
+                        "metadata, not a claim inside jwt_authn's payload Struct")
 def test_hash_routing_keys_on_the_verified_subject_not_the_token(stack):
     signer = Signer()
     envoy = start(stack, {"type": "hash-based-routing", "hash_key": {"source": "jwt", "claim": "sub"}}, signer)
@@ -64,6 +67,8 @@ def test_the_raw_credential_would_not_keep_a_subject_together(stack):
     assert sum(len(t) > 1 for t in seen.values()) >= 10
 
 
+@pytest.mark.native_gap(reason="the 1.40 ABI reads only top-level string values of dynamic "
+                        "metadata, not a claim inside jwt_authn's payload Struct")
 def test_latency_routing_caller_is_the_verified_subject(stack):
     signer = Signer()
     envoy = start(stack, {"type": "latency-based-routing",

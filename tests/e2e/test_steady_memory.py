@@ -5,6 +5,7 @@ The filter's Wasm memory only grows (V8 never shrinks it), so a leak of even a f
 request shows as resident pages added between two checkpoints of steady traffic.
 """
 
+import pytest
 import requests
 
 from configs import PRIMARY, SECONDARY, VIRTUAL, weighted_80_20
@@ -55,6 +56,7 @@ def send(session: requests.Session, url: str, i: int) -> tuple[int, int]:
     return r.status_code, int(r.headers.get("x-switchboard-attempts", "1"))
 
 
+@pytest.mark.wasm_only(reason="reads the Wasm VM's linear memory, which the native module does not have")
 def test_serving_requests_does_not_grow_the_filters_memory(stack):
     stack.provider("openai_main", fail_status=503, fail_rate=0.2)
     stack.provider("azure_east")

@@ -61,7 +61,7 @@ use crate::core::responses::rewrite::AnswerRewriter;
 use crate::core::routing::sticky::Session;
 use crate::core::usage::UsageScanner;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 enum State {
     /// The router's attempt is in flight.
     Routed,
@@ -328,7 +328,7 @@ impl Machine {
             // call-out: did not answer) within fallback_timeout_ms. An abandoned call-out
             // cannot be cancelled; its late answer no longer matches the state and is ignored.
             State::Routed | State::Calling(_) => {
-                let target = if self.state == State::Routed {
+                let target = if matches!(self.state, State::Routed) {
                     self.routed_target
                 } else {
                     self.attempts.current()
@@ -347,7 +347,7 @@ impl Machine {
 
     /// The call-out of the [`Effect::Attempt`] `call` left.
     pub fn on_dispatched<'c>(&mut self, call: CallId, out: &mut Effects<'c>) {
-        if self.state == State::Calling(call) {
+        if matches!(self.state, State::Calling(c) if c == call) {
             // `fallback_timeout_ms` covers every attempt (TrueFoundry virtual models,
             // "Retries and fallbacks"; Zuplo seed, "Failures and retries"). A call's answer
             // arrives whole, so here it bounds the whole answer.
@@ -364,7 +364,7 @@ impl Machine {
         now_ms: u64,
         out: &mut Effects<'c>,
     ) {
-        if self.state != State::Calling(call) {
+        if !matches!(self.state, State::Calling(c) if c == call) {
             return;
         }
         if let Some(target) = self.attempts.current() {
@@ -383,7 +383,7 @@ impl Machine {
         now_ms: u64,
         out: &mut Effects<'c>,
     ) {
-        if self.state != State::Calling(call) {
+        if !matches!(self.state, State::Calling(c) if c == call) {
             return; // abandoned after a timeout
         }
         let outcome = call_outcome(answer.as_ref());

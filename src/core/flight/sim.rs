@@ -266,21 +266,9 @@ impl Sim {
         };
         let routed_body = decision.outbound.body(&body).unwrap().into_owned();
         let cluster = decision.outbound.cluster.to_string();
-        let start_ = Start::routed(
-            endpoint,
-            decision.plan,
-            decision.stream,
-            decision.conversation,
-        );
-        let replay = Replay {
-            endpoint,
-            body,
-            layout: decision.layout,
-            headers,
-            stored_path: None,
-        };
+        let (flight_start, replay) = decision.into_flight(endpoint, headers, body);
         let mut fx = Effects::new();
-        let machine = Machine::start(&config, start_, replay, self.now, &mut fx);
+        let machine = Machine::start(&config, flight_start, replay, self.now, &mut fx);
         let mut flight = Flight {
             machine,
             events: BTreeMap::new(),

@@ -63,6 +63,20 @@ fn post(s: &mut Sim) -> Answer {
     s.chat("vm", false)
 }
 
+/// Posts every 20 ms until `name` answers, for up to 5 s after `since`: how long after
+/// `since` it did. Every answer meanwhile must be a 200.
+fn back_at(s: &mut Sim, name: &str, since: u64) -> Option<u64> {
+    while s.now - since < 5000 {
+        let r = post(s);
+        assert_eq!(r.status, 200);
+        if r.resolved() == name {
+            return Some(s.now - since);
+        }
+        s.sleep(20);
+    }
+    None
+}
+
 fn counts<'a>(items: impl IntoIterator<Item = &'a str>) -> BTreeMap<String, usize> {
     let mut out = BTreeMap::new();
     for i in items {
@@ -120,17 +134,7 @@ fn a_429_with_retry_after_evicts_for_that_long_then_the_target_returns() {
         (200, "spare", "2")
     );
     s.configure("limited", |b| b.fail_status = None);
-    let mut back_after = None;
-    while s.now - evicted_at < 5000 {
-        let r = post(&mut s);
-        assert_eq!(r.status, 200);
-        if r.resolved() == "limited" {
-            back_after = Some(s.now - evicted_at);
-            break;
-        }
-        s.sleep(20);
-    }
-    let back_after = back_after.expect("the target never came back");
+    let back_after = back_at(&mut s, "limited", evicted_at).expect("the target never came back");
     assert!((2000..2030).contains(&back_after), "{back_after}");
     assert_eq!(
         s.received("limited").len(),
@@ -488,15 +492,7 @@ fn an_unhealthy_target_recovers_once_its_failures_age_out() {
     );
     s.configure("flaky", |b| b.fail_status = None);
     assert_eq!(post(&mut s).resolved(), "steady", "unhealthy: last resort");
-    let mut back_after = None;
-    while s.now - unhealthy_at < 5000 {
-        if post(&mut s).resolved() == "flaky" {
-            back_after = Some(s.now - unhealthy_at);
-            break;
-        }
-        s.sleep(20);
-    }
-    let back_after = back_after.expect("never recovered");
+    let back_after = back_at(&mut s, "flaky", unhealthy_at).expect("never recovered");
     assert!((2000..2030).contains(&back_after), "{back_after}");
     assert_eq!(
         s.received("flaky").len(),

@@ -40,7 +40,7 @@ pub struct Request<'a> {
     /// The requested model name.
     pub model: &'a str,
     /// Resolved metadata.
-    pub metadata: &'a Metadata,
+    pub metadata: &'a Metadata<'a>,
     /// The client's headers (names lower-case).
     pub headers: &'a Headers,
     /// Sticky pins and round-robin cursors.
@@ -143,7 +143,7 @@ pub fn plan(
                     request.endpoint.display_path(),
                 ));
             }
-            let (mut candidates, sticky) = order(config, index, vm, request, health, rng);
+            let (mut candidates, sticky, ranked) = order(config, index, vm, request, health, rng);
             if candidates.is_empty() {
                 return Err(match vm.routing {
                     Routing::Conditional(_) => ErrorReply::no_condition_matched(model),
@@ -151,8 +151,9 @@ pub fn plan(
                     _ => ErrorReply::no_target_available(model),
                 });
             }
-            // Health demotion does not apply to complexity routing (TrueFoundry seed).
-            if !matches!(vm.routing, Routing::Complexity { .. }) {
+            // Health demotion does not apply to complexity routing (TrueFoundry seed); weighted
+            // orders come out demoted already, from one look at each target's standing.
+            if !ranked && !matches!(vm.routing, Routing::Complexity { .. }) {
                 standing::apply(&mut candidates, |m| health.standing(vm, m));
             }
             if let Some(n) = vm.max_targets {
@@ -191,7 +192,8 @@ fn caller_identity(caller: Option<&SessionIdentifier>, request: &Request<'_>) ->
 }
 
 /// The strategy's order over the targets the request's metadata allows (TrueFoundry seed:
-/// metadata filtering runs before load balancing and stickiness), with the sticky session.
+/// metadata filtering runs before load balancing and stickiness), with the sticky session, and
+/// whether health already ordered it (unhealthy, then evicted targets last).
 fn order(
     config: &Config,
     index: usize,
@@ -199,7 +201,7 @@ fn order(
     request: &Request<'_>,
     health: &HealthInput<'_>,
     rng: &mut fastrand::Rng,
-) -> (Vec<ModelId>, Option<sticky::Session>) {
+) -> (Vec<ModelId>, Option<sticky::Session>, bool) {
     let now_ms = health.now_ms;
     // A target must serve the endpoint natively (TrueFoundry seed: every target must support
     // the operation called) and match the metadata.
@@ -244,11 +246,11 @@ fn order(
                         });
                     let standing = |m| health.standing(vm, m);
                     let order = sticky::order(config, &kept, session, pinned, standing);
-                    (order, Some(session))
+                    (order, Some(session), true)
                 }
                 None => {
                     let standing = |m| health.standing(vm, m);
-                    (weighted::order_by_health(&kept, standing, rng), None)
+                    (weighted::order_by_health(&kept, standing, rng), None, true)
                 }
             }
         }
@@ -257,16 +259,24 @@ fn order(
             let models: Vec<ModelId> = kept.iter().map(|t| t.model).collect();
             let share = health.shares(&models);
             let of = |m: ModelId| share.iter().find(|(x, _)| *x == m).map_or(1.0, |(_, s)| *s);
-            (priority::order(&kept, of, rng), None)
+            (priority::order(&kept, of, rng), None, false)
         }
         Routing::Conditional(targets) => {
             let order = conditional::order(targets, request);
-            (order.into_iter().filter(|m| allowed(*m)).collect(), None)
+            (
+                order.into_iter().filter(|m| allowed(*m)).collect(),
+                None,
+                false,
+            )
         }
         Routing::Latency { targets, caller } => {
             let kept = keep(targets, |m| *m, allowed, any);
             let id = caller_identity(caller.as_ref(), request);
-            (latency::order(config, &vm.name, &kept, &id, health), None)
+            (
+                latency::order(config, &vm.name, &kept, &id, health),
+                None,
+                false,
+            )
         }
         Routing::Complexity {
             targets,
@@ -313,23 +323,23 @@ fn order(
                 None => classify(),
             };
             let start = rng.usize(..kept.len().max(1));
-            (complexity::order(&kept, tier, start), None)
+            (complexity::order(&kept, tier, start), None, false)
         }
         Routing::Hash { targets, by } => {
             let kept = keep(targets, |m| *m, allowed, any);
             match hash::key_hash(by, request) {
-                Some(key) => (hash::order(config, &kept, key), None),
+                Some(key) => (hash::order(config, &kept, key), None, false),
                 // No usable key: round robin (Zuplo seed).
                 None => {
                     let start = request.state.next_cursor(index, kept.len(), rng);
-                    (round_robin::order(&kept, start), None)
+                    (round_robin::order(&kept, start), None, false)
                 }
             }
         }
         Routing::RoundRobin(targets) => {
             let kept = keep(targets, |m| *m, allowed, any);
             let start = request.state.next_cursor(index, kept.len(), rng);
-            (round_robin::order(&kept, start), None)
+            (round_robin::order(&kept, start), None, false)
         }
     }
 }
@@ -366,7 +376,7 @@ mod tests {
       ]
     }"#;
 
-    fn request<'a>(endpoint: Endpoint, model: &'a str, metadata: &'a Metadata) -> Request<'a> {
+    fn request<'a>(endpoint: Endpoint, model: &'a str, metadata: &'a Metadata<'a>) -> Request<'a> {
         Request {
             endpoint,
             model,

@@ -44,7 +44,8 @@ pub fn session(
 /// The session's target first (its pin if it has one, else the rendezvous winner among the
 /// targets in the best standing, so the sessions of an unhealthy target spread over the
 /// healthy ones by weight: TrueFoundry virtual models, "Routing Strategies", strategies pick
-/// "among healthy targets"), then the other targets in config order.
+/// "among healthy targets"), then the other targets in config order; health then moves the
+/// unhealthy and the evicted ones back, in that order, each target's standing computed once.
 pub fn order(
     config: &Config,
     targets: &[WeightedTarget],
@@ -54,29 +55,30 @@ pub fn order(
 ) -> Vec<ModelId> {
     let key = hash64(&[&session.hash.to_le_bytes(), &session.window.to_le_bytes()]);
     let name = |m: ModelId| config.model(m).map_or("", |m| m.name.as_str());
+    let ranks: Vec<u8> = targets.iter().map(|t| rank(standing(t.model))).collect();
     let winner = pinned
-        .filter(|p| targets.iter().any(|t| t.model == *p))
+        .and_then(|p| targets.iter().position(|t| t.model == p))
         .or_else(|| {
             targets
                 .iter()
-                .filter(|t| t.weight > 0)
+                .zip(&ranks)
+                .enumerate()
+                .filter(|(_, (t, _))| t.weight > 0)
                 // Each score once: a hash and a logarithm per target.
-                .map(|t| {
-                    let score = rendezvous_score(key, name(t.model), t.weight);
-                    (rank(standing(t.model)), score, t.model)
-                })
+                .map(|(i, (t, r))| (*r, rendezvous_score(key, name(t.model), t.weight), i))
                 .max_by(|a, b| b.0.cmp(&a.0).then(a.1.total_cmp(&b.1)))
-                .map(|(_, _, m)| m)
+                .map(|(_, _, i)| i)
         });
-    winner
+    let mut ordered: Vec<(u8, ModelId)> = winner
         .into_iter()
-        .chain(
-            targets
-                .iter()
-                .map(|t| t.model)
-                .filter(|m| Some(*m) != winner),
-        )
-        .collect()
+        .chain((0..targets.len()).filter(|i| Some(*i) != winner))
+        .filter_map(|i| Some((*ranks.get(i)?, targets.get(i)?.model)))
+        .collect();
+    // Stable: the winner stays ahead of its standing's group, the rest keep config order.
+    if ranks.iter().any(|r| *r != 0) {
+        ordered.sort_by_key(|(r, _)| *r);
+    }
+    ordered.into_iter().map(|(_, m)| m).collect()
 }
 
 #[cfg(test)]

@@ -1,0 +1,195 @@
+"""Instructions Envoy executes per request, by the code that ran them, under callgrind.
+
+`make bench` measures time, which a busy machine blurs. This counts what Envoy executes for a
+request (valgrind's callgrind, instrumentation switched on only after a warm-up), the same on a
+quiet or a loaded machine, so an A/B of a change can be read while other work runs:
+
+    .venv/bin/python scripts/instructions.py [plain] [no-op] [calls] [switchboard] [PATH.wasm ...]
+
+Each configuration is one Envoy (`--concurrency 1`) under callgrind in front of the lean
+upstream; the 1.5 KB chat of `make bench` (2 weighted targets) is sent N times over one
+keep-alive connection (`INSTR_REQUESTS`, default 200). Instructions are split by object: the
+Envoy binary (Envoy and V8's runtime, host calls included), code without an object (V8's
+generated code: the filter's Wasm and its trampolines), the kernel's vDSO and the C library.
+Instruction counts are not time (a cache miss costs nothing here), but they move with the
+work a change adds or removes, and they repeat to a fraction of a percent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+
+from bench import NOOP_WASM, SCENARIOS, Upstream, chat_body, plugin_config  # noqa: E402
+from harness import ENVOY_BIN, WASM, bootstrap, free_ports, stop_process, wasm_filter  # noqa: E402
+
+REQUESTS = int(os.environ.get("INSTR_REQUESTS", "200"))
+WARMUP = 30
+START_TIMEOUT_S = 900  # V8 compiles the module under valgrind: minutes on a busy machine
+
+
+def real_envoy() -> str:
+    """The Envoy binary itself: `.venv/bin/envoy` is a Python launcher."""
+    out = subprocess.run([sys.executable, "-c", "import envoy, os; print(os.path.dirname(envoy.__file__))"],
+                         capture_output=True, text=True, cwd=ROOT)
+    candidate = Path(out.stdout.strip()) / "_bin" / "envoy"
+    return str(candidate if candidate.exists() else ENVOY_BIN)
+
+
+def filters_for(name: str) -> list[dict]:
+    def noop(mode: str) -> dict:
+        return {**wasm_filter(mode, NOOP_WASM), "name": "noop"}
+    if name == "plain":
+        return []
+    if name == "no-op":
+        return [noop("")]
+    if name == "calls":
+        return [noop("calls")]
+    # Under valgrind a request takes 100 ms or more, so the worker's health view (kept 100 ms
+    # by default) would be re-read from shared data on every request instead of once per
+    # thousand or so: keep it for the run, as a fast Envoy effectively does.
+    config = {**plugin_config(2), "health_view_ms": 10_000}
+    if name == "switchboard":
+        return [wasm_filter(config)]
+    return [wasm_filter(config, Path(name).resolve())]
+
+
+def self_cost_by_object(path: Path) -> dict[str, int]:
+    """Sums callgrind's self cost (Ir) by the kind of code that ran it, from its output file:
+    cost lines after a `calls=` line are inclusive costs of the call and are skipped."""
+    names: dict[str, str] = {}
+    by_kind: dict[str, int] = defaultdict(int)
+    obj, fn = "?", "?"
+    skip_next = False
+
+    def name_of(value: str) -> str:
+        m = re.match(r"\((\d+)\)(?: (.*))?", value)
+        if not m:
+            return value
+        if m.group(2) is not None:
+            names[m.group(1)] = m.group(2)
+        return names.get(m.group(1), "?")
+
+    for line in path.read_text(errors="replace").splitlines():
+        if line.startswith("ob="):
+            obj = name_of(line[3:])
+        elif line.startswith("fn="):
+            fn = name_of(line[3:])
+        elif line.startswith(("cob=", "cfn=")):
+            name_of(line[4:])  # records the compressed name
+        elif line.startswith("calls="):
+            skip_next = True
+        elif line and (line[0].isdigit() or line[0] in "+-*"):
+            if skip_next:
+                skip_next = False
+                continue
+            parts = line.split()
+            if len(parts) >= 2:
+                by_kind[kind(obj, fn)] += int(parts[1])
+    return by_kind
+
+
+def kind(obj: str, fn: str) -> str:
+    base = os.path.basename(obj)
+    if base == "envoy":
+        return "Envoy binary (Envoy, V8 runtime, host calls)"
+    if obj in ("???", "?", ""):
+        # Code callgrind finds in no file: V8's generated code (the filter's Wasm and V8's
+        # stubs) lives far above the binary; low addresses are part of Envoy's own image
+        # (its allocator and copies) that has no file mapping name.
+        address = int(fn, 16) if re.fullmatch(r"0x[0-9a-fA-F]+", fn) else 0
+        return ("V8 generated code (the filter's Wasm, stubs)" if address >= 1 << 32
+                else "Envoy binary, unnamed part (allocator, copies)")
+    if base.startswith(("libc.", "libc-", "ld-linux", "libm.", "libpthread")):
+        return "C library"
+    return "other"
+
+
+def measure(name: str, upstream: Upstream) -> dict[str, float]:
+    listen, admin = free_ports(2)
+    config = bootstrap(listen, admin, upstream.clusters(SCENARIOS[0]), filters_for(name), passthrough="provider")
+    # Envoy's periodic work (stats flush every 5 s by default) would add more per request the
+    # slower valgrind runs: push it out of the measured window.
+    config["stats_flush_interval"] = "299s"
+    work = Path(tempfile.mkdtemp(prefix="switchboard-instr-"))
+    (work / "envoy.json").write_text(json.dumps(config))
+    out = work / "callgrind.out"
+    proc = subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no", "--smc-check=all-non-file",
+                             f"--callgrind-out-file={out}", real_envoy(), "-c", str(work / "envoy.json"),
+                             "--concurrency", "1", "--disable-hot-restart", "--log-level", "warning",
+                             "--log-path", str(work / "envoy.log")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"Envoy under valgrind exited: {(work / 'envoy.log').read_text()[-2000:]}")
+            try:
+                if requests.get(f"http://127.0.0.1:{admin}/ready", timeout=2).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            time.sleep(1)
+        else:
+            raise RuntimeError("Envoy under valgrind did not become ready")
+        body = chat_body(1536)
+        session = requests.Session()
+
+        def send(n: int) -> None:
+            for _ in range(n):
+                r = session.post(f"http://127.0.0.1:{listen}/v1/chat/completions", data=body, timeout=120,
+                                 headers={"content-type": "application/json", "x-user-id": "bench-user-42"})
+                if r.status_code != 200:
+                    raise RuntimeError(f"{name}: status {r.status_code}: {r.text[:200]}")
+        send(WARMUP)
+        subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], capture_output=True, check=True,
+                       timeout=300)
+        send(REQUESTS)
+        subprocess.run(["callgrind_control", "-d", str(proc.pid)], capture_output=True, check=True, timeout=300)
+        dumps = sorted(work.glob("callgrind.out*"), key=lambda p: p.stat().st_mtime)
+        return {k: ir / REQUESTS for k, ir in self_cost_by_object(dumps[-1]).items()}
+    finally:
+        stop_process(proc)
+
+
+def main() -> int:
+    names = sys.argv[1:] or ["plain", "no-op", "calls", "switchboard"]
+    for path in (NOOP_WASM, WASM):
+        if not path.exists():
+            print(f"missing {path}: run `make bench` first", file=sys.stderr)
+            return 1
+    upstream = Upstream()
+    results = {}
+    try:
+        for name in names:
+            print(f"measuring {name} ...", flush=True)
+            results[name] = measure(name, upstream)
+            total = sum(results[name].values())
+            print(f"  {total:,.0f} instructions per request", flush=True)
+    finally:
+        upstream.stop()
+    kinds = sorted({k for r in results.values() for k in r})
+    print(f"\nInstructions per request ({REQUESTS} requests after {WARMUP} of warm-up, 1.5 KB chat):\n")
+    print("| code | " + " | ".join(results) + " |")
+    print("|---|" + "---|" * len(results))
+    for k in kinds + ["total"]:
+        cells = [sum(r.values()) if k == "total" else r.get(k, 0.0) for r in results.values()]
+        print(f"| {k} | " + " | ".join(f"{c:,.0f}" for c in cells) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

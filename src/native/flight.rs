@@ -1,0 +1,291 @@
+//! One forwarded request after its first attempt left through Envoy's router: the core's
+//! flight machine ([`crate::core::flight`]) decides retries, fallbacks and timeouts; this file
+//! feeds it Envoy's events and applies its effects with Envoy's callbacks.
+//!
+//! Call-outs are `http_filter_http_callout` (their answers come to this stream's
+//! `on_http_filter_http_callout_done`); timers are the module's timer thread posting to the
+//! stream's scheduler ([`super::timer`]); a held answer is replaced with a local reply.
+
+use super::filter::{After, Verdict};
+use super::host::{Side, Stream};
+use super::plugin::Plugin;
+use super::store::{self, Shared};
+use super::timer::{self, Wake};
+use crate::core::config::Config;
+use crate::core::flight::{
+    AnswerFacts, CallAnswer, CallId, Effect, Effects, Flow, Machine, Replay, Start,
+};
+use crate::core::headers::Headers;
+use crate::core::routing::pins;
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// The state of one forwarded request.
+pub struct Flight {
+    machine: Machine,
+    /// Envoy's ids of the call-outs made, with the machine's.
+    calls: Vec<(u64, CallId)>,
+    /// The stream's scheduler, made when the first timer is armed.
+    wake: Option<Arc<Wake>>,
+}
+
+/// What the machine may ask about the router's answer, read from Envoy only when asked.
+struct Facts<'s> {
+    stream: &'s Stream,
+    now: Option<u64>,
+}
+
+impl AnswerFacts for Facts<'_> {
+    fn now_ms(&mut self) -> u64 {
+        *self.now.get_or_insert_with(super::now_ms)
+    }
+
+    fn code_details(&mut self) -> Option<String> {
+        self.stream.response_code_details()
+    }
+
+    fn headers(&mut self) -> Headers {
+        self.stream.headers(Side::Response)
+    }
+
+    fn chunk(&mut self) -> Vec<u8> {
+        self.stream.chunk(Side::Response)
+    }
+}
+
+fn verdict(flow: Flow) -> Verdict {
+    match flow {
+        Flow::Continue => Verdict::Continue,
+        Flow::Hold => Verdict::Stop,
+    }
+}
+
+impl Flight {
+    /// The flight of a request whose first attempt was just written into it, at `now_ms`.
+    pub fn start(
+        s: &mut Stream,
+        plugin: &Plugin,
+        (start, replay): (Start, Replay),
+        now_ms: u64,
+        after: &mut Vec<After>,
+    ) -> Flight {
+        let mut out = Effects::new();
+        let machine = Machine::start(&plugin.config, start, replay, now_ms, &mut out);
+        let mut flight = Flight {
+            machine,
+            calls: Vec::new(),
+            wake: None,
+        };
+        flight.apply(s, plugin, out, after);
+        flight
+    }
+
+    /// The router's response headers arrived.
+    pub fn on_response_headers(
+        &mut self,
+        s: &mut Stream,
+        plugin: &Plugin,
+        after: &mut Vec<After>,
+    ) -> Verdict {
+        let status = s
+            .header(Side::Response, ":status")
+            .and_then(|v| std::str::from_utf8(v).ok()?.parse::<u16>().ok())
+            .unwrap_or(502);
+        self.answer_event(s, plugin, after, |m, config, facts, out| {
+            m.on_answer_headers(config, status, facts, out)
+        })
+    }
+
+    /// A chunk of the router's answer.
+    pub fn on_response_body(
+        &mut self,
+        s: &mut Stream,
+        plugin: &Plugin,
+        end: bool,
+        after: &mut Vec<After>,
+    ) -> Verdict {
+        self.answer_event(s, plugin, after, |m, config, facts, out| {
+            m.on_answer_body(config, end, facts, out)
+        })
+    }
+
+    /// Runs an event of the router's answer on the machine, with the answer's facts read
+    /// from Envoy only if it asks, and applies its effects.
+    fn answer_event<'c>(
+        &mut self,
+        s: &mut Stream,
+        plugin: &'c Plugin,
+        after: &mut Vec<After>,
+        event: impl FnOnce(&mut Machine, &'c Config, &mut Facts<'_>, &mut Effects<'c>) -> Flow,
+    ) -> Verdict {
+        let mut out = Effects::new();
+        let mut facts = Facts {
+            stream: s,
+            now: None,
+        };
+        let flow = event(&mut self.machine, &plugin.config, &mut facts, &mut out);
+        self.apply(s, plugin, out, after);
+        verdict(flow)
+    }
+
+    /// The router's answer's trailers arrived.
+    pub fn on_response_trailers(&self) -> Verdict {
+        verdict(self.machine.on_answer_trailers())
+    }
+
+    /// A call-out finished: `answer` is `None` when it got none (reset, timeout, refused).
+    /// False if it is none of this flight's.
+    pub fn on_callout_done(
+        &mut self,
+        s: &mut Stream,
+        plugin: &Plugin,
+        id: u64,
+        answer: Option<(Headers, Vec<u8>)>,
+        after: &mut Vec<After>,
+    ) -> bool {
+        let Some(at) = self.calls.iter().position(|(host, _)| *host == id) else {
+            return false;
+        };
+        let (_, call) = self.calls.swap_remove(at);
+        let answer = answer.map(|(headers, body)| CallAnswer { headers, body });
+        let mut out = Effects::new();
+        self.machine
+            .on_call_answer(&plugin.config, call, answer, super::now_ms(), &mut out);
+        self.apply(s, plugin, out, after);
+        true
+    }
+
+    /// A timer of this flight fired.
+    pub fn on_timer(
+        &mut self,
+        s: &mut Stream,
+        plugin: &Plugin,
+        token: u64,
+        after: &mut Vec<After>,
+    ) {
+        let mut out = Effects::new();
+        self.machine
+            .on_timer(&plugin.config, token, super::now_ms(), &mut out);
+        self.apply(s, plugin, out, after);
+    }
+
+    /// Applies effects in order; making an attempt reports back to the machine, whose new
+    /// effects follow.
+    fn apply<'c>(
+        &mut self,
+        s: &mut Stream,
+        plugin: &'c Plugin,
+        mut out: Effects<'c>,
+        after: &mut Vec<After>,
+    ) {
+        let config = &plugin.config;
+        let mut pending: VecDeque<Effect<'c>> = out.take().collect();
+        while let Some(effect) = pending.pop_front() {
+            match effect {
+                Effect::Attempt(attempt) => {
+                    // The first attempt is already in the request the router sends.
+                    let Some(call) = attempt.call else {
+                        continue;
+                    };
+                    super::filter::log_attempt(
+                        plugin,
+                        attempt.target,
+                        attempt.number,
+                        &call.outbound,
+                    );
+                    let sent = self
+                        .machine
+                        .call_request(&call, &config.header_names)
+                        .and_then(|r| s.callout(r.cluster, &r.headers, r.body, r.timeout_ms));
+                    let mut more = Effects::new();
+                    match sent {
+                        Some(host) => {
+                            self.calls.push((host, call.id));
+                            self.machine.on_dispatched(call.id, &mut more);
+                        }
+                        None => self.machine.on_dispatch_refused(
+                            config,
+                            call.id,
+                            super::now_ms(),
+                            &mut more,
+                        ),
+                    }
+                    pending.extend(more.take());
+                }
+                Effect::ArmTimer { due_ms, token } => {
+                    let wake = match &self.wake {
+                        Some(w) => Arc::clone(w),
+                        None => {
+                            let w = Wake::new(s.api(), s.new_scheduler());
+                            self.wake = Some(Arc::clone(&w));
+                            w
+                        }
+                    };
+                    timer::arm(&wake, due_ms, token);
+                }
+                Effect::Record {
+                    target,
+                    health: Some(health),
+                    ..
+                } => store::record(plugin.id, config, target, health, super::now_ms()),
+                Effect::Record { health: None, .. } => {}
+                Effect::Samples {
+                    target,
+                    sample,
+                    now_ms,
+                    for_routing: true,
+                    ..
+                } => store::add_samples(plugin.id, config, target, &sample, now_ms),
+                // Token usage for the metrics: the native build defines none yet.
+                Effect::Samples { .. } => {}
+                Effect::Pin {
+                    virtual_model,
+                    session,
+                    window,
+                    target,
+                } => {
+                    if !pins::save(&Shared, virtual_model, session, window, target) {
+                        log::debug!("no room to pin a sticky session of {virtual_model}");
+                    }
+                }
+                Effect::Deliver(delivery) => {
+                    if delivery.drop_content_length {
+                        s.remove_header(Side::Response, "content-length");
+                    }
+                    for (name, value) in delivery.headers.pairs() {
+                        s.set_header(Side::Response, name, value.as_bytes());
+                    }
+                }
+                Effect::Reply(reply) => after.push(After::Reply {
+                    status: reply.ending.status,
+                    headers: owned(reply.headers()),
+                    body: reply.body,
+                }),
+                Effect::Fail(failure) => after.push(After::Reply {
+                    status: failure.error.status,
+                    headers: owned(failure.headers()),
+                    body: failure.error.body.into_bytes(),
+                }),
+                Effect::ReplaceBody { with, .. } => s.replace_chunk(Side::Response, &with),
+            }
+        }
+    }
+}
+
+impl Drop for Flight {
+    /// The stream ended: late answers and timers are ignored, and pending timers find the
+    /// stream's scheduler gone.
+    fn drop(&mut self) {
+        self.machine.on_destroyed();
+        if let Some(wake) = &self.wake {
+            wake.close();
+        }
+    }
+}
+
+fn owned(pairs: Vec<(&str, &str)>) -> Vec<(String, String)> {
+    pairs
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}

@@ -1,0 +1,474 @@
+//! The event hooks Envoy calls: the `envoy_dynamic_module_on_*` symbols of the library.
+//!
+//! Each hook turns Envoy's raw pointers into a [`Stream`] and the module's own objects, runs
+//! the adapter, and then makes the calls into Envoy the filter queued ([`After`]). A panic
+//! never crosses into Envoy: it is caught here, logged, and the hook answers as if the filter
+//! were not there.
+
+use super::ffi::{self, status, Api, ConfigEnvoyPtr, EnvoyBuffer, EnvoyHeader, FilterEnvoyPtr};
+use super::filter::{After, Filter, Verdict};
+use super::host::{self, Side, Stream};
+use super::plugin::Plugin;
+use crate::core::config::ConfigVersion;
+use std::cell::RefCell;
+use std::ffi::{c_char, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+/// What Envoy holds for one stream.
+struct Slot {
+    api: &'static Api,
+    filter: RefCell<Filter>,
+}
+
+/// Runs `f`, turning a panic into `fallback` (and a log line) rather than unwinding into Envoy.
+fn guard<T>(fallback: T, f: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        log::error!("a Switchboard hook panicked; the stream continues without it");
+        fallback
+    })
+}
+
+fn code(v: Verdict) -> u32 {
+    match v {
+        Verdict::Continue => status::CONTINUE,
+        // The same value means StopIteration for headers and trailers and
+        // StopIterationAndBuffer for bodies.
+        Verdict::Stop => status::STOP_ITERATION,
+    }
+}
+
+/// Runs `f` on the stream's filter, then the calls it queued. A hook that runs while the
+/// filter is already in use (Envoy re-entered this filter from one of those calls, e.g. the
+/// response hooks of its own local reply) lets the stream go on untouched.
+///
+/// # Safety
+/// `module` must be a pointer this library returned from `on_http_filter_new`, not yet
+/// destroyed, and `envoy` Envoy's pointer for the same stream.
+unsafe fn on_filter(
+    envoy: FilterEnvoyPtr,
+    module: *const c_void,
+    f: impl FnOnce(&mut Filter, &mut Stream) -> Verdict,
+) -> u32 {
+    guard(status::CONTINUE, || {
+        // SAFETY: the caller's contract.
+        let slot = unsafe { &*(module as *const Slot) };
+        let mut stream = Stream::new(slot.api, envoy);
+        let (verdict, queued) = {
+            let Ok(mut filter) = slot.filter.try_borrow_mut() else {
+                return status::CONTINUE;
+            };
+            let verdict = f(&mut filter, &mut stream);
+            (verdict, std::mem::take(&mut filter.after))
+        };
+        run(&mut stream, queued);
+        code(verdict)
+    })
+}
+
+/// Makes the queued calls into Envoy.
+fn run(stream: &mut Stream, queued: Vec<After>) {
+    for call in queued {
+        match call {
+            After::ContinueRequest => stream.continue_request(),
+            After::Reply {
+                status,
+                headers,
+                body,
+            } => {
+                let pairs: Vec<(&str, &str)> = headers
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect();
+                stream.send_response(status, &pairs, &body);
+            }
+        }
+    }
+}
+
+/// Loads the module: resolves Envoy's callbacks; null (Envoy refuses the module) if any is
+/// missing, which means this Envoy's ABI is not the one the module was built for.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_program_init() -> *const c_char {
+    guard(std::ptr::null(), || {
+        match Api::resolve(ffi::lookup_in_process) {
+            Ok(api) => {
+                let _ = super::API.set(api);
+                super::logger::install();
+                if !ffi::pin_module() {
+                    log::warn!(
+                        "could not keep the module loaded: set dynamic_module_config.do_not_close"
+                    );
+                }
+                ffi::ABI_VERSION.as_ptr()
+            }
+            Err(missing) => {
+                // No logger without the log callback: stderr is all there is.
+                eprintln!(
+                    "switchboard: this Envoy lacks the callback {}; the module needs Envoy \
+                     1.40's dynamic modules ABI",
+                    missing.trim_end_matches('\0')
+                );
+                std::ptr::null()
+            }
+        }
+    })
+}
+
+/// A filter config: the plugin config JSON (a `StringValue` `filter_config`), parsed and
+/// compiled once. Null rejects the config.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
+    _config_envoy: ConfigEnvoyPtr,
+    _name: EnvoyBuffer,
+    config: EnvoyBuffer,
+) -> *const c_void {
+    guard(std::ptr::null(), || {
+        let Some(api) = super::api() else {
+            return std::ptr::null();
+        };
+        // SAFETY: Envoy's buffer, valid during this hook.
+        let json = unsafe { config.bytes() };
+        let version = ConfigVersion::of(json);
+        match Plugin::load(api, json) {
+            Ok(plugin) => {
+                // One line for the whole Envoy: the config is shared by every worker.
+                log::info!(
+                    "loaded config {version}: {} models and {} virtual models",
+                    plugin.config.models.len(),
+                    plugin.config.virtual_models.len()
+                );
+                Arc::into_raw(Arc::new(plugin)).cast()
+            }
+            Err(e) => {
+                // Null makes Envoy refuse the config; on an ECDS update the previous one keeps
+                // serving.
+                log::error!("invalid plugin configuration: {e} (config {version} refused)");
+                std::ptr::null()
+            }
+        }
+    })
+}
+
+/// Envoy dropped a filter config (streams still running keep their own reference).
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(config: *const c_void) {
+    guard((), || {
+        if !config.is_null() {
+            // SAFETY: made by `Arc::into_raw` in `on_http_filter_config_new`, dropped once.
+            drop(unsafe { Arc::from_raw(config.cast::<Plugin>()) });
+        }
+    });
+}
+
+/// A new stream.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_new(
+    config: *const c_void,
+    _envoy: FilterEnvoyPtr,
+) -> *const c_void {
+    guard(std::ptr::null(), || {
+        if config.is_null() {
+            return std::ptr::null();
+        }
+        let config = config.cast::<Plugin>();
+        // SAFETY: the config's `Arc` is alive while Envoy creates streams from it; this
+        // stream takes its own reference.
+        let plugin = unsafe {
+            Arc::increment_strong_count(config);
+            Arc::from_raw(config)
+        };
+        let slot = Slot {
+            api: plugin.api,
+            filter: RefCell::new(Filter::new(plugin)),
+        };
+        Box::into_raw(Box::new(slot)).cast_const().cast()
+    })
+}
+
+/// The stream ended: the filter goes.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_destroy(filter: *const c_void) {
+    guard((), || {
+        if !filter.is_null() {
+            // SAFETY: made by `Box::into_raw` in `on_http_filter_new`, dropped once.
+            drop(unsafe { Box::from_raw(filter.cast::<Slot>().cast_mut()) });
+        }
+    });
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
+    envoy: FilterEnvoyPtr,
+    filter: *const c_void,
+    end_of_stream: bool,
+) -> u32 {
+    // SAFETY: Envoy passes the pointers of one live stream.
+    unsafe { on_filter(envoy, filter, |f, s| f.on_request_headers(s, end_of_stream)) }
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_request_body(
+    envoy: FilterEnvoyPtr,
+    filter: *const c_void,
+    end_of_stream: bool,
+) -> u32 {
+    // SAFETY: as above.
+    unsafe {
+        on_filter(envoy, filter, |f, s| {
+            let size = s.body_size(Side::Request);
+            f.on_request_body(s, size, end_of_stream)
+        })
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_request_trailers(
+    envoy: FilterEnvoyPtr,
+    filter: *const c_void,
+) -> u32 {
+    // SAFETY: as above.
+    unsafe { on_filter(envoy, filter, |f, s| f.on_request_trailers(s)) }
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_response_headers(
+    envoy: FilterEnvoyPtr,
+    filter: *const c_void,
+    _end_of_stream: bool,
+) -> u32 {
+    // SAFETY: as above.
+    unsafe { on_filter(envoy, filter, |f, s| f.on_response_headers(s)) }
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_response_body(
+    envoy: FilterEnvoyPtr,
+    filter: *const c_void,
+    end_of_stream: bool,
+) -> u32 {
+    // SAFETY: as above.
+    unsafe { on_filter(envoy, filter, |f, s| f.on_response_body(s, end_of_stream)) }
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_response_trailers(
+    envoy: FilterEnvoyPtr,
+    filter: *const c_void,
+) -> u32 {
+    // SAFETY: as above.
+    unsafe { on_filter(envoy, filter, |f, _| f.on_response_trailers()) }
+}
+
+/// A call-out this stream made finished (`result` not success: no answer).
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
+    envoy: FilterEnvoyPtr,
+    filter: *const c_void,
+    callout_id: u64,
+    result: u32,
+    headers: *const EnvoyHeader,
+    headers_len: usize,
+    chunks: *const EnvoyBuffer,
+    chunks_len: usize,
+) {
+    // SAFETY: as above; the arrays are this hook's.
+    unsafe {
+        let answer = (result == ffi::callout_result::SUCCESS)
+            .then(|| host::callout_answer(headers, headers_len, chunks, chunks_len));
+        on_filter(envoy, filter, |f, s| {
+            f.on_callout_done(s, callout_id, answer);
+            Verdict::Continue
+        });
+    }
+}
+
+/// An event this stream's scheduler posted: a timer's token.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
+    envoy: FilterEnvoyPtr,
+    filter: *const c_void,
+    event_id: u64,
+) {
+    // SAFETY: as above.
+    unsafe {
+        on_filter(envoy, filter, |f, s| {
+            f.on_scheduled(s, event_id);
+            Verdict::Continue
+        });
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_stream_complete(
+    _envoy: FilterEnvoyPtr,
+    _filter: *const c_void,
+) {
+}
+
+/// Envoy is about to send a local reply (its own or ours): let it.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_local_reply(
+    _envoy: FilterEnvoyPtr,
+    _filter: *const c_void,
+    _status: u32,
+    _details: EnvoyBuffer,
+    _reset_imminent: bool,
+) -> u32 {
+    0 // Continue
+}
+
+// The hooks below are part of the 1.40 HTTP filter ABI; Switchboard uses none of them.
+
+/// Per-route configs are not used: null refuses one.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_per_route_config_new(
+    _name: EnvoyBuffer,
+    _config: EnvoyBuffer,
+) -> *const c_void {
+    std::ptr::null()
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_per_route_config_destroy(
+    _config: *const c_void,
+) {
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(
+    _config_envoy: ConfigEnvoyPtr,
+    _config: *const c_void,
+    _event_id: u64,
+) {
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_callout_done(
+    _config_envoy: ConfigEnvoyPtr,
+    _config: *const c_void,
+    _callout_id: u64,
+    _result: u32,
+    _headers: *const EnvoyHeader,
+    _headers_len: usize,
+    _chunks: *const EnvoyBuffer,
+    _chunks_len: usize,
+) {
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_downstream_above_write_buffer_high_watermark(
+    _envoy: FilterEnvoyPtr,
+    _filter: *const c_void,
+) {
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_downstream_below_write_buffer_low_watermark(
+    _envoy: FilterEnvoyPtr,
+    _filter: *const c_void,
+) {
+}
+
+/// Streamed call-outs (`start_http_stream`) are not used; these hooks only complete the ABI.
+mod streams {
+    use super::*;
+
+    #[no_mangle]
+    pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_headers(
+        _envoy: FilterEnvoyPtr,
+        _filter: *const c_void,
+        _stream_id: u64,
+        _headers: *const EnvoyHeader,
+        _headers_len: usize,
+        _end_stream: bool,
+    ) {
+    }
+
+    #[no_mangle]
+    pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_data(
+        _envoy: FilterEnvoyPtr,
+        _filter: *const c_void,
+        _stream_id: u64,
+        _data: *const EnvoyBuffer,
+        _data_len: usize,
+        _end_stream: bool,
+    ) {
+    }
+
+    #[no_mangle]
+    pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_trailers(
+        _envoy: FilterEnvoyPtr,
+        _filter: *const c_void,
+        _stream_id: u64,
+        _trailers: *const EnvoyHeader,
+        _trailers_len: usize,
+    ) {
+    }
+
+    #[no_mangle]
+    pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_complete(
+        _envoy: FilterEnvoyPtr,
+        _filter: *const c_void,
+        _stream_id: u64,
+    ) {
+    }
+
+    #[no_mangle]
+    pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_reset(
+        _envoy: FilterEnvoyPtr,
+        _filter: *const c_void,
+        _stream_id: u64,
+        _reason: u32,
+    ) {
+    }
+
+    #[no_mangle]
+    pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_headers(
+        _config_envoy: ConfigEnvoyPtr,
+        _config: *const c_void,
+        _stream_id: u64,
+        _headers: *const EnvoyHeader,
+        _headers_len: usize,
+        _end_stream: bool,
+    ) {
+    }
+
+    #[no_mangle]
+    pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_data(
+        _config_envoy: ConfigEnvoyPtr,
+        _config: *const c_void,
+        _stream_id: u64,
+        _data: *const EnvoyBuffer,
+        _data_len: usize,
+        _end_stream: bool,
+    ) {
+    }
+
+    #[no_mangle]
+    pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_trailers(
+        _config_envoy: ConfigEnvoyPtr,
+        _config: *const c_void,
+        _stream_id: u64,
+        _trailers: *const EnvoyHeader,
+        _trailers_len: usize,
+    ) {
+    }
+
+    #[no_mangle]
+    pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_complete(
+        _config_envoy: ConfigEnvoyPtr,
+        _config: *const c_void,
+        _stream_id: u64,
+    ) {
+    }
+
+    #[no_mangle]
+    pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_reset(
+        _config_envoy: ConfigEnvoyPtr,
+        _config: *const c_void,
+        _stream_id: u64,
+        _reason: u32,
+    ) {
+    }
+}

@@ -1,0 +1,360 @@
+//! Safe wrappers over Envoy's per-stream callbacks, handing back plain values.
+//!
+//! Reads borrow `&self` and writes take `&mut self`, so bytes Envoy lent (valid until the hook
+//! returns or the map changes) cannot be held across a write.
+
+use super::ffi::{
+    attribute, body, callout_init, header_map, Api, EnvoyBuffer, EnvoyHeader, FilterEnvoyPtr,
+    ModuleBuffer, ModuleHeader, SchedulerPtr,
+};
+use crate::core::headers::Headers;
+
+/// One HTTP stream in Envoy, for the duration of a hook.
+pub struct Stream {
+    api: &'static Api,
+    ptr: FilterEnvoyPtr,
+}
+
+/// Which side of the stream a header map or body belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Request,
+    Response,
+}
+
+impl Side {
+    fn headers(self) -> u32 {
+        match self {
+            Side::Request => header_map::REQUEST,
+            Side::Response => header_map::RESPONSE,
+        }
+    }
+
+    fn received(self) -> u32 {
+        match self {
+            Side::Request => body::RECEIVED_REQUEST,
+            Side::Response => body::RECEIVED_RESPONSE,
+        }
+    }
+
+    fn buffered(self) -> u32 {
+        match self {
+            Side::Request => body::BUFFERED_REQUEST,
+            Side::Response => body::BUFFERED_RESPONSE,
+        }
+    }
+}
+
+/// Where a body's bytes are when it is read or replaced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyAt {
+    /// In a body hook: Envoy's buffer plus the chunk just received, not yet added to it.
+    BufferAndChunk,
+    /// Outside the body hooks: only Envoy's buffer (the last chunk was added when the hook
+    /// stopped the stream).
+    Buffer,
+}
+
+impl Stream {
+    /// The stream behind `ptr`.
+    pub fn new(api: &'static Api, ptr: FilterEnvoyPtr) -> Stream {
+        Stream { api, ptr }
+    }
+
+    /// Envoy's callbacks.
+    pub fn api(&self) -> &'static Api {
+        self.api
+    }
+
+    /// The first value of a header, as Envoy holds it.
+    pub fn header(&self, side: Side, name: &str) -> Option<&[u8]> {
+        let mut out = EnvoyBuffer::NULL;
+        // SAFETY: `out` is ours to fill; a count pointer may be null.
+        let found = unsafe {
+            (self.api.http_get_header)(
+                self.ptr,
+                side.headers(),
+                ModuleBuffer::of(name.as_bytes()),
+                &mut out,
+                0,
+                std::ptr::null_mut(),
+            )
+        };
+        // SAFETY: Envoy filled `out` in this hook; `&self` keeps writes away while it is held.
+        (found && !out.ptr.is_null()).then(|| unsafe { out.bytes() })
+    }
+
+    /// Every header of one side, pseudo-headers included, copied.
+    pub fn headers(&self, side: Side) -> Headers {
+        // SAFETY: the array has the size Envoy reported, and Envoy fills each entry.
+        let pairs = unsafe {
+            let n = (self.api.http_get_headers_size)(self.ptr, side.headers());
+            let mut out = vec![
+                EnvoyHeader {
+                    key: EnvoyBuffer::NULL,
+                    value: EnvoyBuffer::NULL,
+                };
+                n
+            ];
+            if n == 0 || !(self.api.http_get_headers)(self.ptr, side.headers(), out.as_mut_ptr()) {
+                return Headers::default();
+            }
+            out
+        };
+        // SAFETY: filled in this hook, copied before it returns.
+        Headers::from_pairs(
+            pairs
+                .iter()
+                .map(|h| unsafe { (h.key.bytes(), h.value.bytes()) }),
+        )
+    }
+
+    /// Replaces every value of a header.
+    pub fn set_header(&mut self, side: Side, name: &str, value: &[u8]) {
+        // SAFETY: both buffers outlive the call, which copies them.
+        let ok = unsafe {
+            (self.api.http_set_header)(
+                self.ptr,
+                side.headers(),
+                ModuleBuffer::of(name.as_bytes()),
+                ModuleBuffer::of(value),
+            )
+        };
+        if !ok {
+            log::warn!("could not set header {name}");
+        }
+    }
+
+    /// Removes every value of a header.
+    pub fn remove_header(&mut self, side: Side, name: &str) {
+        // SAFETY: a null value removes the header.
+        unsafe {
+            (self.api.http_set_header)(
+                self.ptr,
+                side.headers(),
+                ModuleBuffer::of(name.as_bytes()),
+                ModuleBuffer::NULL,
+            );
+        }
+    }
+
+    /// The slices of one body buffer, appended to `out`.
+    fn append_chunks(&self, which: u32, out: &mut Vec<u8>) {
+        // SAFETY: the array has the size Envoy reported; the slices are copied in this hook.
+        unsafe {
+            let n = (self.api.http_get_body_chunks_size)(self.ptr, which);
+            if n == 0 {
+                return;
+            }
+            let mut chunks = vec![EnvoyBuffer::NULL; n];
+            if (self.api.http_get_body_chunks)(self.ptr, which, chunks.as_mut_ptr()) {
+                for c in &chunks {
+                    out.extend_from_slice(c.bytes());
+                }
+            }
+        }
+    }
+
+    /// Whether the chunk just received is the buffer itself (an earlier filter buffered the
+    /// body and resumed), so it must not be read twice.
+    fn chunk_is_buffer(&self, side: Side) -> bool {
+        // SAFETY: a plain query.
+        unsafe {
+            match side {
+                Side::Request => (self.api.http_received_buffered_request_body)(self.ptr),
+                Side::Response => (self.api.http_received_buffered_response_body)(self.ptr),
+            }
+        }
+    }
+
+    /// A whole body, copied into one contiguous vector.
+    pub fn body(&self, side: Side, at: BodyAt) -> Vec<u8> {
+        let mut out = Vec::new();
+        match at {
+            BodyAt::BufferAndChunk if self.chunk_is_buffer(side) => {
+                self.append_chunks(side.received(), &mut out);
+            }
+            BodyAt::BufferAndChunk => {
+                self.append_chunks(side.buffered(), &mut out);
+                self.append_chunks(side.received(), &mut out);
+            }
+            BodyAt::Buffer => self.append_chunks(side.buffered(), &mut out),
+        }
+        out
+    }
+
+    /// The size of a body held so far, in a body hook (the chunk just received included).
+    pub fn body_size(&self, side: Side) -> usize {
+        // SAFETY: plain queries.
+        unsafe {
+            let received = (self.api.http_get_body_size)(self.ptr, side.received());
+            if self.chunk_is_buffer(side) {
+                received
+            } else {
+                received + (self.api.http_get_body_size)(self.ptr, side.buffered())
+            }
+        }
+    }
+
+    /// The chunk a body hook just received.
+    pub fn chunk(&self, side: Side) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.append_chunks(side.received(), &mut out);
+        out
+    }
+
+    /// Replaces a whole body with `with`. Envoy can only drain from the start and append, so
+    /// every byte goes: what the client sent, then the new body.
+    pub fn replace_body(&mut self, side: Side, at: BodyAt, with: &[u8]) -> bool {
+        let (api, ptr) = (self.api, self.ptr);
+        // SAFETY: draining more than a buffer holds drains it; `with` outlives the append.
+        unsafe {
+            let size = |which| (api.http_get_body_size)(ptr, which);
+            let target = match at {
+                BodyAt::BufferAndChunk => {
+                    if !self.chunk_is_buffer(side) {
+                        let buffered = size(side.buffered());
+                        if buffered > 0 {
+                            (api.http_drain_body)(ptr, side.buffered(), buffered);
+                        }
+                    }
+                    side.received()
+                }
+                BodyAt::Buffer => side.buffered(),
+            };
+            let held = size(target);
+            if held > 0 && !(api.http_drain_body)(ptr, target, held) {
+                return false;
+            }
+            with.is_empty() || (api.http_append_body)(ptr, target, ModuleBuffer::of(with))
+        }
+    }
+
+    /// Replaces the response chunk just received with `with`.
+    pub fn replace_chunk(&mut self, side: Side, with: &[u8]) {
+        // SAFETY: as in `replace_body`.
+        unsafe {
+            let held = (self.api.http_get_body_size)(self.ptr, side.received());
+            (self.api.http_drain_body)(self.ptr, side.received(), held);
+            if !with.is_empty() {
+                (self.api.http_append_body)(self.ptr, side.received(), ModuleBuffer::of(with));
+            }
+        }
+    }
+
+    /// `response.code_details`: why Envoy ended the upstream attempt the way it did.
+    pub fn response_code_details(&self) -> Option<String> {
+        let mut out = EnvoyBuffer::NULL;
+        // SAFETY: `out` is ours to fill; copied at once.
+        unsafe {
+            (self.api.http_filter_get_attribute_string)(
+                self.ptr,
+                attribute::RESPONSE_CODE_DETAILS,
+                &mut out,
+            )
+            .then(|| String::from_utf8_lossy(out.bytes()).into_owned())
+        }
+    }
+
+    /// Answers the client locally.
+    pub fn send_response(&mut self, status: u16, headers: &[(&str, &str)], body: &[u8]) {
+        let mut list: Vec<ModuleHeader> = headers
+            .iter()
+            .map(|(k, v)| ModuleHeader::of(k.as_bytes(), v.as_bytes()))
+            .collect();
+        // SAFETY: the headers and body outlive the call, which copies them.
+        unsafe {
+            (self.api.http_send_response)(
+                self.ptr,
+                u32::from(status),
+                list.as_mut_ptr(),
+                list.len(),
+                ModuleBuffer::of(body),
+                ModuleBuffer::of(b"switchboard"),
+            );
+        }
+    }
+
+    /// Starts an HTTP call to `cluster`; `None` if Envoy refused it (unknown cluster, ...).
+    pub fn callout(
+        &mut self,
+        cluster: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        timeout_ms: u64,
+    ) -> Option<u64> {
+        let mut list: Vec<ModuleHeader> = headers
+            .iter()
+            .map(|(k, v)| ModuleHeader::of(k.as_bytes(), v.as_bytes()))
+            .collect();
+        let mut id = 0u64;
+        // SAFETY: everything lent outlives the call, which copies it.
+        let result = unsafe {
+            (self.api.http_filter_http_callout)(
+                self.ptr,
+                &mut id,
+                ModuleBuffer::of(cluster.as_bytes()),
+                list.as_mut_ptr(),
+                list.len(),
+                ModuleBuffer::of(body),
+                timeout_ms,
+            )
+        };
+        if result == callout_init::SUCCESS {
+            Some(id)
+        } else {
+            log::warn!("could not call cluster {cluster}: Envoy refused the call ({result})");
+            None
+        }
+    }
+
+    /// Makes Envoy pick the route again, with the request headers as they are now.
+    pub fn clear_route_cache(&mut self) {
+        // SAFETY: a plain call on the stream.
+        unsafe { (self.api.http_clear_route_cache)(self.ptr) }
+    }
+
+    /// A handle that wakes this stream's worker from another thread; the caller deletes it
+    /// ([`super::timer::Wake`]).
+    pub fn new_scheduler(&mut self) -> SchedulerPtr {
+        // SAFETY: a plain call on the stream.
+        unsafe { (self.api.http_filter_scheduler_new)(self.ptr) }
+    }
+
+    /// Resumes the request after a hook stopped it.
+    pub fn continue_request(&mut self) {
+        // SAFETY: as above.
+        unsafe { (self.api.http_filter_continue_decoding)(self.ptr) }
+    }
+}
+
+/// The headers and body of a call-out's answer, copied out of Envoy's arrays.
+///
+/// # Safety
+/// The pointers must be the ones Envoy passed to the current `http_callout_done` hook.
+pub unsafe fn callout_answer(
+    headers: *const EnvoyHeader,
+    headers_len: usize,
+    chunks: *const EnvoyBuffer,
+    chunks_len: usize,
+) -> (Headers, Vec<u8>) {
+    // SAFETY: Envoy's arrays of the given lengths (null when empty).
+    unsafe {
+        let headers: &[EnvoyHeader] = if headers.is_null() {
+            &[]
+        } else {
+            std::slice::from_raw_parts(headers, headers_len)
+        };
+        let chunks: &[EnvoyBuffer] = if chunks.is_null() {
+            &[]
+        } else {
+            std::slice::from_raw_parts(chunks, chunks_len)
+        };
+        let list = Headers::from_pairs(headers.iter().map(|h| (h.key.bytes(), h.value.bytes())));
+        let mut body = Vec::with_capacity(chunks.iter().map(|c| c.len).sum());
+        for c in chunks {
+            body.extend_from_slice(c.bytes());
+        }
+        (list, body)
+    }
+}

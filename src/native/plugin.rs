@@ -1,0 +1,98 @@
+//! One filter config as Envoy loaded it: the compiled plugin config shared by every stream
+//! and worker, and the routing state decisions read.
+
+use super::ffi::Api;
+use super::host::Stream;
+use super::store::{self, Shared};
+use crate::core::config::Config;
+use crate::core::routing::pins;
+use crate::core::routing::state::RoutingState;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// Ids of plugin configs, for each worker's cached views.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A cursor not yet placed.
+const UNSET: usize = usize::MAX;
+
+/// The filter config: made on Envoy's main thread, then read by every worker.
+pub struct Plugin {
+    /// Envoy's callbacks.
+    pub api: &'static Api,
+    /// The compiled plugin config.
+    pub config: Config,
+    /// This config's id (worker views are per config).
+    pub id: u64,
+    /// Round-robin positions, one per virtual model.
+    cursors: Vec<AtomicUsize>,
+}
+
+impl Plugin {
+    /// Parses the filter config: the same JSON plugin config the Wasm filter takes, with
+    /// `${env:NAME}` resolved from Envoy's own environment (this library runs in its process).
+    pub fn load(api: &'static Api, json: &[u8]) -> Result<Plugin, String> {
+        let env = |name: &str| std::env::var(name).ok();
+        let config = Config::parse_with_env(json, &env).map_err(|e| e.to_string())?;
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        store::register(id);
+        let cursors = config
+            .virtual_models
+            .iter()
+            .map(|_| AtomicUsize::new(UNSET))
+            .collect();
+        Ok(Plugin {
+            api,
+            config,
+            id,
+            cursors,
+        })
+    }
+}
+
+impl Drop for Plugin {
+    fn drop(&mut self) {
+        store::forget(self.id);
+    }
+}
+
+/// What a decision consults besides the request and health, for one stream.
+pub struct Routing<'a> {
+    pub plugin: &'a Plugin,
+    pub stream: &'a Stream,
+}
+
+impl RoutingState for Routing<'_> {
+    fn pinned(&self, virtual_model: &str, session: u64, window: u64) -> Option<String> {
+        pins::lookup(&Shared, virtual_model, session, window)
+    }
+
+    /// Only the session's hash is stored, never its key; a pin that finds no room is dropped.
+    fn pin(&self, virtual_model: &str, session: u64, window: u64, value: &str) {
+        if !pins::save(&Shared, virtual_model, session, window, value) {
+            log::debug!("no room to pin a sticky session of {virtual_model}");
+        }
+    }
+
+    /// Envoy's `jwt_authn` filter stores the verified payload as a `Struct` under its
+    /// `payload_in_metadata` key. The 1.40 ABI reads only top-level string values of a
+    /// metadata namespace, not a claim inside that `Struct`: no claim is found (the core then
+    /// treats the request as carrying none).
+    fn verified_claim(&self, payload: &str, claim: &str) -> Option<Vec<u8>> {
+        let _ = (payload, claim, self.stream);
+        None
+    }
+
+    /// One cursor per virtual model for the whole Envoy, placed at random on first use
+    /// (Zuplo seed, "Round robin": each instance starts at a random point).
+    fn next_cursor(&self, virtual_model: usize, len: usize, rng: &mut fastrand::Rng) -> usize {
+        let len = len.max(1);
+        let Some(cursor) = self.plugin.cursors.get(virtual_model) else {
+            return 0;
+        };
+        if cursor.load(Ordering::Relaxed) == UNSET {
+            let start = rng.usize(0..len);
+            let _ = cursor.compare_exchange(UNSET, start, Ordering::Relaxed, Ordering::Relaxed);
+        }
+        cursor.fetch_add(1, Ordering::Relaxed) % len
+    }
+}
