@@ -5,9 +5,13 @@ reason, an eviction and streamed answers."""
 import json
 import time
 
+import pytest
 import requests
 
 from observability import prometheus, sample, start, wait_for
+
+pytestmark = pytest.mark.wasm_only(
+    reason="metrics, access-log filter state and the trace are the Wasm adapter's; the native module has none yet")
 
 A = "prov-a/gpt-4.1:latest"  # '/', '.', ':' in a target name
 B = "prov-b/model.v2"
