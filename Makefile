@@ -16,7 +16,7 @@ WASM_MAX_BYTES := 600000
 WASM_OPT := wasm-opt -O2 --enable-bulk-memory --enable-sign-ext --enable-mutable-globals \
   --enable-nontrapping-float-to-int --enable-reference-types --enable-multivalue
 
-.PHONY: run run-ecds test setup build lint unit e2e e2e-wasm e2e-native wasm-size resilience-report soak bench profile clean
+.PHONY: run run-ecds test setup build wasm-opt lint unit e2e e2e-wasm e2e-native wasm-size resilience-report soak bench profile clean
 
 run: build
 	$(PY) scripts/run_demo.py
@@ -41,13 +41,16 @@ $(VENV)/.installed: requirements-dev.txt
 # target/native/libswitchboard.so).
 build: setup
 	cargo build --release --target wasm32-wasip1 --lib
-	@# Optimised in deps/, which cargo links to $(WASM) on every build, and only when cargo
-	@# wrote a new one (the stamp holds the optimised file's hash): it takes ~20 s.
+	@$(MAKE) --no-print-directory wasm-opt
+	cargo build --profile native --lib
+	cargo build --release -p mock-provider -p switchboard-cli
+
+# The .wasm is optimised in deps/, which cargo links to $(WASM) on every build, and only when
+# cargo wrote a new one (the stamp holds the hash of the optimised file): it takes ~20 s.
+wasm-opt:
 	@if ! sha256sum --status -c $(WASM).opt 2>/dev/null; then \
 	  $(WASM_OPT) $(WASM_DEP) -o $(WASM_DEP).tmp && mv $(WASM_DEP).tmp $(WASM_DEP) && \
 	  ln -f $(WASM_DEP) $(WASM) && sha256sum $(WASM_DEP) > $(WASM).opt; fi
-	cargo build --profile native --lib
-	cargo build --release -p mock-provider -p switchboard-cli
 
 lint: setup
 	cargo fmt --all -- --check
