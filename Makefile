@@ -5,11 +5,18 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 WASM := target/wasm32-wasip1/release/switchboard.wasm
+WASM_DEP := target/wasm32-wasip1/release/deps/switchboard.wasm
 MOCK := target/release/mock-provider
 # The .wasm must stay small: Envoy compiles it on every worker at start and reload.
 WASM_MAX_BYTES := 600000
+# Binaryen's wasm-opt (Debian's `binaryen`) removes what LLVM's output repeats: at -O2 (its
+# speed setting) the filter went from 614 KB to 535 KB (measured 2026-12-01, wasm-opt 108),
+# and the end-to-end tests pass on its output in Envoy 1.40. The features are the ones Rust
+# emits for wasm32-wasip1.
+WASM_OPT := wasm-opt -O2 --enable-bulk-memory --enable-sign-ext --enable-mutable-globals \
+  --enable-nontrapping-float-to-int --enable-reference-types --enable-multivalue
 
-.PHONY: run run-ecds test setup build lint unit e2e e2e-wasm e2e-native wasm-size resilience-report soak bench profile clean
+.PHONY: run run-ecds test setup build wasm-opt lint unit e2e e2e-wasm e2e-native wasm-size resilience-report soak bench profile clean
 
 run: build
 	$(PY) scripts/run_demo.py
@@ -22,6 +29,7 @@ test: build lint unit wasm-size e2e
 
 setup: $(VENV)/.installed
 	@rustup target list --installed | grep -qx wasm32-wasip1 || rustup target add wasm32-wasip1
+	@command -v wasm-opt >/dev/null || (apt-get update -qq && apt-get install -y -qq binaryen)
 
 $(VENV)/.installed: requirements-dev.txt
 	python3 -m venv $(VENV)
@@ -33,8 +41,16 @@ $(VENV)/.installed: requirements-dev.txt
 # target/native/libswitchboard.so).
 build: setup
 	cargo build --release --target wasm32-wasip1 --lib
+	@$(MAKE) --no-print-directory wasm-opt
 	cargo build --profile native --lib
 	cargo build --release -p mock-provider -p switchboard-cli
+
+# The .wasm is optimised in deps/, which cargo links to $(WASM) on every build, and only when
+# cargo wrote a new one (the stamp holds the hash of the optimised file): it takes ~20 s.
+wasm-opt:
+	@if ! sha256sum --status -c $(WASM).opt 2>/dev/null; then \
+	  $(WASM_OPT) $(WASM_DEP) -o $(WASM_DEP).tmp && mv $(WASM_DEP).tmp $(WASM_DEP) && \
+	  ln -f $(WASM_DEP) $(WASM) && sha256sum $(WASM_DEP) > $(WASM).opt; fi
 
 lint: setup
 	cargo fmt --all -- --check

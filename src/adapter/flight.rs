@@ -2,12 +2,16 @@
 //! callbacks into its events and applies the effects it returns. No decision is made here.
 
 use super::host::{self, Clock, Headers};
+use super::metrics;
+use super::report::Report;
 use super::runtime::{Runtime, Slot};
 use crate::core::config::Config;
 use crate::core::flight::{
     AnswerFacts, Attempt, CallAnswer, Effect, Effects, Flow, Machine, Replay, Start,
 };
+use crate::core::metrics::PairMetric;
 use crate::core::routing::state::RoutingState;
+use crate::core::trace::Trace;
 use proxy_wasm::types::Action;
 use std::rc::Rc;
 
@@ -51,24 +55,20 @@ pub fn start(
     rt: &Runtime,
     context_id: u32,
     config: Rc<Config>,
-    start: Start,
-    replay: Replay,
+    (start, replay): (Start, Replay),
     now_ms: u64,
+    trace: Option<Box<Trace>>,
 ) {
     let mut fx = Effects::new();
+    let report = Report::new(start.virtual_model, trace);
     let machine = Machine::start(&config, start, replay, now_ms, &mut fx);
     let mut slot = Slot {
         config: Rc::clone(&config),
         machine,
+        report,
     };
-    apply(
-        rt,
-        context_id,
-        &config,
-        &mut slot.machine,
-        fx,
-        &Clock::default(),
-    );
+    let flight = (&mut slot.machine, &mut slot.report);
+    apply(rt, context_id, &config, flight, fx, &Clock::default());
     rt.add_flight(context_id, slot);
 }
 
@@ -85,14 +85,16 @@ fn answer_event(
     ) -> Flow,
 ) -> Action {
     let clock = Clock::default();
-    let flow = rt.with_flight(context_id, |Slot { config, machine }| {
+    let flow = rt.with_flight(context_id, |slot| {
         let mut facts = RouterAnswer {
             clock: &clock,
             body_size,
         };
         let mut fx = Effects::new();
-        let flow = event(machine, config, &mut facts, &mut fx);
-        apply(rt, context_id, config, machine, fx, &clock);
+        let config = &*slot.config;
+        let flow = event(&mut slot.machine, config, &mut facts, &mut fx);
+        let flight = (&mut slot.machine, &mut slot.report);
+        apply(rt, context_id, config, flight, fx, &clock);
         flow
     });
     action(flow.unwrap_or(Flow::Continue))
@@ -125,10 +127,12 @@ pub fn on_answer_trailers(rt: &Runtime, context_id: u32) -> Action {
 /// A timer of stream `context_id` fired (on the root's tick, with the stream made effective).
 pub fn on_timer(rt: &Runtime, context_id: u32, token: u64, now_ms: u64) {
     let clock = Clock::default();
-    rt.with_flight(context_id, |Slot { config, machine }| {
+    rt.with_flight(context_id, |slot| {
         let mut fx = Effects::new();
-        machine.on_timer(config, token, now_ms, &mut fx);
-        apply(rt, context_id, config, machine, fx, &clock);
+        let config = &*slot.config;
+        slot.machine.on_timer(config, token, now_ms, &mut fx);
+        let flight = (&mut slot.machine, &mut slot.report);
+        apply(rt, context_id, config, flight, fx, &clock);
     });
 }
 
@@ -146,10 +150,13 @@ pub fn on_call_response(rt: &Runtime, token: u32, num_headers: usize, body_size:
     let answer = (num_headers > 0).then_some(CallAnswer { headers, body });
     let clock = Clock::default();
     let now = clock.now_ms();
-    rt.with_flight(context_id, |Slot { config, machine }| {
+    rt.with_flight(context_id, |slot| {
         let mut fx = Effects::new();
-        machine.on_call_answer(config, call, answer, now, &mut fx);
-        apply(rt, context_id, config, machine, fx, &clock);
+        let config = &*slot.config;
+        slot.machine
+            .on_call_answer(config, call, answer, now, &mut fx);
+        let flight = (&mut slot.machine, &mut slot.report);
+        apply(rt, context_id, config, flight, fx, &clock);
     });
 }
 
@@ -174,7 +181,7 @@ fn apply<'c>(
     rt: &Runtime,
     context_id: u32,
     config: &'c Config,
-    machine: &mut Machine,
+    (machine, report): (&mut Machine, &mut Report),
     mut fx: Effects<'c>,
     clock: &Clock,
 ) {
@@ -186,7 +193,10 @@ fn apply<'c>(
     while !fx.is_empty() {
         let mut next = Effects::new();
         for effect in fx.take() {
-            stream.apply_one(config, machine, effect, &mut next);
+            // Metrics, access log and trace first: the effect is consumed below.
+            let trace = report.effect(config, &effect);
+            let noted = (effect, trace.as_deref(), report.virtual_model());
+            stream.apply_one(config, machine, noted, &mut next);
         }
         fx = next;
     }
@@ -197,10 +207,11 @@ impl Stream<'_> {
         &self,
         config: &'c Config,
         machine: &mut Machine,
-        effect: Effect<'c>,
+        (effect, trace, vm): (Effect<'c>, Option<&str>, Option<usize>),
         next: &mut Effects<'c>,
     ) {
         let rt = self.rt;
+        let trace = trace.map(|t| (config.header_names.trace.as_str(), t));
         match effect {
             Effect::Attempt(attempt) => self.dispatch(config, machine, attempt, next),
             Effect::ArmTimer { due_ms, token } => rt.add_timer(due_ms, self.context_id, token),
@@ -208,13 +219,20 @@ impl Stream<'_> {
                 target,
                 health: Some(outcome),
                 ..
-            } => rt.record(config, target, outcome, || self.clock.now_ms()),
+            } => {
+                if rt.record(config, target, outcome, || self.clock.now_ms()) {
+                    metrics::count(config, vm, target, PairMetric::Evictions, 1);
+                }
+            }
             Effect::Record { health: None, .. } => {}
             Effect::Samples {
                 target,
                 sample,
                 now_ms,
+                for_routing: true,
+                ..
             } => rt.add_samples(config, target, sample, now_ms),
+            Effect::Samples { .. } => {}
             Effect::Pin {
                 virtual_model,
                 session,
@@ -225,18 +243,20 @@ impl Stream<'_> {
                 if delivery.drop_content_length {
                     host::remove_response_header("content-length");
                 }
-                for (name, value) in delivery.headers.pairs() {
+                for (name, value) in delivery.headers.pairs().chain(trace) {
                     host::set_response_header(name, value);
                 }
             }
             Effect::Reply(reply) => {
-                host::send_reply(reply.ending.status, reply.headers(), &reply.body)
+                let mut headers = reply.headers();
+                headers.extend(trace);
+                host::send_reply(reply.ending.status, headers, &reply.body);
             }
-            Effect::Fail(failure) => host::send_reply(
-                failure.error.status,
-                failure.headers(),
-                failure.error.body.as_bytes(),
-            ),
+            Effect::Fail(failure) => {
+                let mut headers = failure.headers();
+                headers.extend(trace);
+                host::send_reply(failure.error.status, headers, failure.error.body.as_bytes());
+            }
             Effect::ReplaceBody { len, with } => host::replace_response_body(len, &with),
         }
     }

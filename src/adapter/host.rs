@@ -9,13 +9,22 @@
 use super::profile;
 use crate::core::request::Edits;
 use proxy_wasm::hostcalls;
-use proxy_wasm::types::{BufferType, MapType, Status};
+use proxy_wasm::types::{BufferType, MapType, MetricType, Status};
 use std::time::Duration;
 
 pub use crate::core::headers::Headers;
 
 #[link(wasm_import_module = "env")]
 extern "C" {
+    /// The ABI call behind the SDK's `set_property`, which panics on any status but `Ok` (a
+    /// panic aborts the VM) and allocates the path; a one-part path is the key itself.
+    fn proxy_set_property(
+        path_data: *const u8,
+        path_size: usize,
+        value_data: *const u8,
+        value_size: usize,
+    ) -> Status;
+
     /// The ABI call behind the SDK's `get_map_bytes`, which splits the result into a `String`
     /// and a `Vec` per header; [`Headers`] reads the host's buffer as it is.
     fn proxy_get_header_map_pairs(
@@ -268,11 +277,7 @@ pub fn plugin_configuration() -> Vec<u8> {
 
 /// Host time in milliseconds since the Unix epoch (0 if unavailable).
 pub fn now_ms() -> u64 {
-    let _span = profile::span("now_ms");
-    hostcalls::get_current_time()
-        .ok()
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    now_ns() / 1_000_000
 }
 
 /// The host time, read on first use and then kept: for callbacks that need it only sometimes.
@@ -286,6 +291,46 @@ impl Clock {
         self.0.set(Some(now));
         now
     }
+}
+
+/// Host time in nanoseconds since the Unix epoch (0 if unavailable).
+pub fn now_ns() -> u64 {
+    // The host call behind every clock read; named as docs/profile.md has always shown it.
+    let _span = profile::span("now_ms");
+    hostcalls::get_current_time()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// Sets the stream's filter state `wasm.<key>` (Envoy's name for a Wasm property) to `value`,
+/// for the access log's `%FILTER_STATE(wasm.<key>:PLAIN)%`.
+pub fn set_filter_state(key: &str, value: &[u8]) {
+    let _span = profile::span("set_property");
+    // SAFETY: both pointers and lengths describe live slices the host only reads.
+    let status =
+        unsafe { proxy_set_property(key.as_ptr(), key.len(), value.as_ptr(), value.len()) };
+    if status != Status::Ok {
+        log::debug!("could not set filter state {key}: {status:?}");
+    }
+}
+
+/// Defines a metric; its id, or `None` if the host refused it. (The SDK panics on a status
+/// other than `Ok`; Envoy answers otherwise only for an unknown metric type.)
+pub fn define_metric(kind: MetricType, name: &str) -> Option<u32> {
+    hostcalls::define_metric(kind, name).ok()
+}
+
+/// Adds `n` to a counter.
+pub fn add_to_counter(id: u32, n: u64) {
+    let _span = profile::span("increment_metric");
+    let _ = hostcalls::increment_metric(id, i64::try_from(n).unwrap_or(i64::MAX));
+}
+
+/// Sets a gauge, or records a value in a histogram.
+pub fn record_metric(id: u32, value: u64) {
+    let _span = profile::span("record_metric");
+    let _ = hostcalls::record_metric(id, value);
 }
 
 /// Shared data: one store for every worker of this Envoy, kept across config reloads.

@@ -7,7 +7,9 @@
 
 use super::flight;
 use super::host::{self, Headers};
+use super::report::{self, PinProbe};
 use super::runtime::Runtime;
+use crate::core::access_log::DecisionFacts;
 use crate::core::admission::{admit, route_stored, Admission, StoredPath};
 use crate::core::batch;
 use crate::core::config::{Config, HeaderNames, ModelId, Tier};
@@ -19,6 +21,8 @@ use crate::core::errors::ErrorReply;
 use crate::core::flight::{Replay, Start};
 use crate::core::outbound::Outbound;
 use crate::core::routing::classifier::parse_answer;
+use crate::core::routing::{HealthInput, Plan};
+use crate::core::trace::Trace;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
 use std::rc::Rc;
@@ -57,6 +61,8 @@ pub struct Http {
     phase: Phase,
     /// The client calls an Anthropic API: errors go in Anthropic's shape.
     anthropic: bool,
+    /// The routing trace, from the decision until the flight takes it (when asked for).
+    trace: Option<Box<Trace>>,
 }
 
 impl Http {
@@ -74,12 +80,16 @@ impl Http {
             rng,
             phase: Phase::PassThrough,
             anthropic: false,
+            trace: None,
         }
     }
 
     fn reply(&mut self, reply: &ErrorReply) -> Action {
         if let Some(note) = &reply.operator_note {
             log::warn!("{note}");
+        } else if reply.status >= 500 {
+            // The request named something routable, yet routing found nowhere to send it.
+            log::warn!("routing failed: {} {}", reply.status, reply.body);
         }
         let shaped;
         let reply = if self.anthropic {
@@ -125,18 +135,35 @@ impl Http {
         body: Vec<u8>,
         tier: Option<Tier>,
     ) -> Action {
-        let now = host::now_ms();
+        let started_ns = host::now_ns();
+        let now = started_ns / 1_000_000;
         let rng = &mut self.rng;
         let runtime = &*self.runtime;
+        let state = PinProbe::new(runtime);
+        let traced = report::wants_trace(&config, &headers);
         let decided = runtime.with_health(&config, now, |health| {
             let _span = super::profile::span("core: inspect, decide, rewrite");
-            decide_with_tier(
-                &config, endpoint, &body, &headers, health, runtime, tier, rng,
-            )
+            let decided = decide_with_tier(
+                &config, endpoint, &body, &headers, health, &state, tier, rng,
+            );
+            let trace = match &decided {
+                Ok(d) if traced => Some(report::trace(
+                    &config, endpoint, &headers, &state, &d.plan, health,
+                )),
+                _ => None,
+            };
+            (decided, trace)
         });
+        let (decided, trace) = decided;
+        self.trace = trace;
         match decided {
             Ok(decision) => {
                 let _span = super::profile::span("forward (own code)");
+                let facts = DecisionFacts {
+                    sticky_hit: state.sticky_hit(),
+                    decision_us: host::now_ns().saturating_sub(started_ns) / 1000,
+                };
+                report::decided(&config, &decision.plan, facts);
                 self.forward(&config, endpoint, decision, body, headers, now)
             }
             Err(reply) => self.reply(&reply),
@@ -209,7 +236,9 @@ impl Http {
         now: u64,
     ) -> Action {
         let config = Rc::clone(config);
-        flight::start(&self.runtime, self.context_id, config, start, replay, now);
+        let trace = self.trace.take();
+        let flight = (start, replay);
+        flight::start(&self.runtime, self.context_id, config, flight, now, trace);
         self.phase = Phase::Forwarded;
         Action::Continue
     }
@@ -238,6 +267,18 @@ impl Http {
             return self.reply(&reply);
         }
         log_attempt(config, route.target, 1, &route.outbound);
+        let plan = Plan {
+            candidates: vec![route.target],
+            virtual_model: route.start.virtual_model,
+            sticky: None,
+            pinned: true,
+        };
+        // Its id names its target: no decision time (0) is recorded.
+        report::decided(config, &plan, DecisionFacts::default());
+        if report::wants_trace(config, &headers) {
+            let health = &HealthInput::NONE;
+            self.trace = Some(Box::new(Trace::of_plan(config, &plan, health, Vec::new())));
+        }
         let replay = route.replay(headers);
         self.start_flight(config, route.start, replay, now)
     }
@@ -281,6 +322,14 @@ impl Http {
         }
         host::set_request_header(&names.cluster, out.cluster);
         Ok(())
+    }
+}
+
+/// Removes the trace token from a request Switchboard lets pass without routing it: the
+/// token is a secret of this gateway (a routed request loses it in its outbound changes).
+fn strip_trace_token(config: &Config, headers: &Headers) {
+    if headers.get(&config.header_names.trace_token).is_some() {
+        host::remove_request_header(&config.header_names.trace_token);
     }
 }
 
@@ -361,6 +410,7 @@ impl HttpContext for Http {
                 if strip_cluster {
                     host::remove_request_header(&config.header_names.cluster);
                 }
+                strip_trace_token(&config, &headers);
                 Action::Continue
             }
             Admission::ModelList(json) => {
@@ -382,6 +432,7 @@ impl HttpContext for Http {
                 if headers.get(&config.header_names.cluster).is_some() {
                     host::remove_request_header(&config.header_names.cluster);
                 }
+                strip_trace_token(&config, &headers);
                 self.phase = Phase::CheckingBatch(path, content_type);
                 Action::Pause
             }

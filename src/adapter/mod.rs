@@ -6,7 +6,9 @@
 mod flight;
 mod host;
 mod http;
+mod metrics;
 mod profile;
+mod report;
 mod root;
 mod runtime;
 

@@ -75,6 +75,7 @@ impl RootContext for Root {
                 // there yet).
                 let locality = |key: &str| host::property(&["xds", "node", "locality", key]);
                 let config = config.with_gateway_location(locality("region"), locality("zone"));
+                let config = super::metrics::define(config, version.0);
                 log::info!(
                     "loaded config {version}: {} models and {} virtual models",
                     config.models.len(),

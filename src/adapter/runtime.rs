@@ -8,6 +8,8 @@
 //! `set_effective_context`.
 
 use super::host::{self, SharedData};
+use super::metrics;
+use super::report::Report;
 use crate::core::config::{Config, ModelId};
 use crate::core::flight::{self, CallId, Machine};
 use crate::core::health::record::{HealthRecord, Outcome};
@@ -37,6 +39,8 @@ pub struct Slot {
     pub config: Rc<Config>,
     /// Its flight.
     pub machine: Machine,
+    /// What its metrics, access log and trace still need to know.
+    pub report: Report,
 }
 
 /// The worker's shared state.
@@ -51,6 +55,8 @@ pub struct Runtime {
     /// and fallbacks in flight are here, so a list does; a map cost 2 KB of `.wasm`.
     calls: RefCell<Vec<(u32, u32, CallId)>>,
     cursors: RefCell<HashMap<usize, usize>>,
+    /// The `health` gauge values this worker last wrote, by pair number.
+    gauges: RefCell<Vec<u8>>,
 }
 
 impl RoutingState for Runtime {
@@ -105,6 +111,7 @@ impl Runtime {
     pub fn reset_for_new_config(&self) {
         *self.health.borrow_mut() = HealthView::default();
         self.cursors.borrow_mut().clear();
+        self.gauges.borrow_mut().clear();
     }
 
     /// Runs `f` with the health input of `now_ms`, refreshing the cached view if it is stale.
@@ -127,21 +134,26 @@ impl Runtime {
                 .collect();
             view.fetched_ms = Some(now_ms);
         }
-        f(&HealthInput {
+        let input = HealthInput {
             records: &view.records,
             now_ms,
             window: config.failure_window,
-        })
+        };
+        if stale {
+            metrics::update_health(config, &input, &mut self.gauges.borrow_mut());
+        }
+        f(&input)
     }
 
-    /// Records an attempt's outcome in shared data and in this worker's view.
+    /// Records an attempt's outcome in shared data and in this worker's view; true if it
+    /// started an eviction of the target.
     pub fn record(
         &self,
         config: &Config,
         model: ModelId,
         outcome: Outcome,
         now_ms: impl FnOnce() -> u64,
-    ) {
+    ) -> bool {
         // A success changes nothing on a clean record: skip two shared-data calls per request.
         let clean = || {
             self.health
@@ -151,10 +163,12 @@ impl Runtime {
                 .is_some_and(HealthRecord::is_clean)
         };
         if outcome == Outcome::Success && clean() {
-            return;
+            return false;
         }
-        let written = flight::record_outcome(&SharedData, config, model, outcome, now_ms());
+        let (written, evicted) =
+            flight::record_noting_eviction(&SharedData, config, model, outcome, now_ms());
         self.keep_view(model, written);
+        evicted
     }
 
     /// Adds the latency samples of a successful answer to a target's record.

@@ -74,6 +74,16 @@ fn inspect_request<'b>(
     }
 }
 
+/// The request's metadata: the metadata header's, under `default_metadata`, over the
+/// gateway's location.
+pub fn request_metadata<'a>(
+    config: &'a Config,
+    headers: &'a Headers,
+) -> Result<Metadata<'a>, ErrorReply> {
+    let header = headers.get(&config.header_names.metadata);
+    Ok(Metadata::resolve(header, &config.default_metadata)?.beneath(&config.gateway_metadata))
+}
+
 /// A call to a complexity virtual model's classifier model, to make before deciding.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClassifierCall {
@@ -180,9 +190,7 @@ pub fn decide_with_tier<'c>(
         Endpoint::Responses => continuation::read(&config.response_keys, body, &inspected.fields)?,
         _ => Continuation::default(),
     };
-    let metadata_header = headers.get(&config.header_names.metadata);
-    let metadata = Metadata::resolve(metadata_header, &config.default_metadata)?
-        .beneath(&config.gateway_metadata);
+    let metadata = request_metadata(config, headers)?;
     let request = Request {
         endpoint,
         model: &inspected.model,
@@ -250,9 +258,7 @@ pub fn decide_stored_path(
         .virtual_models
         .get(index)
         .ok_or_else(|| ErrorReply::no_target_available("the stored response's model"))?;
-    let metadata_header = headers.get(&config.header_names.metadata);
-    let metadata = Metadata::resolve(metadata_header, &config.default_metadata)?
-        .beneath(&config.gateway_metadata);
+    let metadata = request_metadata(config, headers)?;
     let request = Request {
         endpoint: Endpoint::Responses,
         model: &vm.name,

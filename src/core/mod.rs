@@ -3,6 +3,7 @@
 //! Nothing here calls proxy-wasm. Time and randomness are passed in, so every decision
 //! can be reproduced in a unit test.
 
+pub mod access_log;
 pub mod admission;
 pub mod batch;
 pub mod config;
@@ -15,6 +16,7 @@ pub mod flight;
 pub mod headers;
 pub mod health;
 pub mod metadata;
+pub mod metrics;
 pub mod multipart;
 pub mod nfc;
 pub mod outbound;
@@ -22,4 +24,5 @@ pub mod request;
 pub mod responses;
 pub mod routing;
 pub mod status_set;
+pub mod trace;
 pub mod usage;

@@ -147,7 +147,7 @@ fn headers_to_set<'c>(
 }
 
 /// Client headers that must not reach the target: its credentials when the target brings its
-/// own, Switchboard's metadata header, and the override's `remove`.
+/// own, Switchboard's metadata and trace-token headers, and the override's `remove`.
 fn headers_to_remove<'c>(
     config: &'c Config,
     model: &Model,
@@ -161,12 +161,16 @@ fn headers_to_remove<'c>(
         .iter()
         .copied()
         .filter(|_| brings_credential);
-    let metadata = std::iter::once(config.header_names.metadata.as_str());
+    // Switchboard's own request headers: routing metadata, and the trace token (a secret).
+    let own = [
+        config.header_names.metadata.as_str(),
+        config.header_names.trace_token.as_str(),
+    ];
     let removed = o
         .into_iter()
         .flat_map(|o| o.remove.iter().map(String::as_str));
     let mut out: Vec<&str> = Vec::new();
-    for name in credentials.chain(metadata).chain(removed) {
+    for name in credentials.chain(own).chain(removed) {
         let sent = client.get(name).is_some();
         if sent && !set.iter().any(|(n, _)| *n == name) && !out.contains(&name) {
             out.push(name);

@@ -1,18 +1,23 @@
-//! Counting output tokens of an answer as it streams past, for the latency samples.
+//! Counting the tokens of an answer as it streams past, for the latency samples and the token
+//! metrics.
 //!
 //! The count comes from `usage` when the provider reports it (`completion_tokens` in OpenAI
-//! JSON or the final SSE chunk, `output_tokens` in Anthropic's), otherwise from the number of
-//! streamed content chunks (TrueFoundry seed, latency samples). Chunks are scanned as bytes,
-//! never parsed into a tree, and nothing of the body is kept.
+//! JSON or the final SSE chunk, `output_tokens` in Anthropic's and the Responses API's; the
+//! prompt's as `prompt_tokens` or `input_tokens`), otherwise, for output and the latency
+//! samples only, from the number of streamed content chunks (TrueFoundry seed, latency
+//! samples). Chunks are scanned as bytes, never parsed into a tree, and nothing of the body is
+//! kept.
 
 /// Scans response body chunks for the output token count.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UsageScanner {
     reported: Option<u64>,
+    prompt: Option<u64>,
     content_chunks: u64,
 }
 
 const USAGE_KEYS: [&[u8]; 2] = [b"\"completion_tokens\":", b"\"output_tokens\":"];
+const PROMPT_KEYS: [&[u8]; 2] = [b"\"prompt_tokens\":", b"\"input_tokens\":"];
 /// A non-empty string value after one of these is one streamed content chunk (chat delta,
 /// completion text, Anthropic text delta).
 const CONTENT_MARKERS: [&[u8]; 2] = [b"\"content\":\"", b"\"text\":\""];
@@ -21,15 +26,11 @@ impl UsageScanner {
     /// Feeds one chunk of the response body.
     pub fn feed(&mut self, chunk: &[u8]) {
         for key in USAGE_KEYS {
-            let mut rest = chunk;
-            while let Some(at) = find(rest, key) {
-                let tail = rest.get(at + key.len()..).unwrap_or_default();
-                if let Some(n) = leading_number(tail) {
-                    // The last report wins: Anthropic streams a running total.
-                    self.reported = Some(n);
-                }
-                rest = tail;
-            }
+            // The last report wins: Anthropic streams a running total.
+            last_number(chunk, key, &mut self.reported);
+        }
+        for key in PROMPT_KEYS {
+            last_number(chunk, key, &mut self.prompt);
         }
         for marker in CONTENT_MARKERS {
             let mut rest = chunk;
@@ -52,6 +53,23 @@ impl UsageScanner {
     /// Output tokens: the reported usage, else the content chunks seen (0 if neither).
     pub fn output_tokens(&self) -> u64 {
         self.reported.unwrap_or(self.content_chunks)
+    }
+
+    /// `usage` as the provider reported it: (prompt tokens, completion tokens).
+    pub fn reported(&self) -> (Option<u64>, Option<u64>) {
+        (self.prompt, self.reported)
+    }
+}
+
+/// Sets `slot` to the number after each `key` in `chunk`, so the last one stays.
+fn last_number(chunk: &[u8], key: &[u8], slot: &mut Option<u64>) {
+    let mut rest = chunk;
+    while let Some(at) = find(rest, key) {
+        let tail = rest.get(at + key.len()..).unwrap_or_default();
+        if let Some(n) = leading_number(tail) {
+            *slot = Some(n);
+        }
+        rest = tail;
     }
 }
 
@@ -78,8 +96,9 @@ mod tests {
     #[test]
     fn reads_completion_tokens_from_openai_json() {
         let mut s = UsageScanner::default();
-        s.feed(br#"{"choices":[{"message":{"content":"hi there"}}],"usage":{"prompt_tokens":5,"completion_tokens": 42,"total_tokens":47}}"#);
+        s.feed(br#"{"choices":[{"message":{"content":"hi there"}}],"usage":{"prompt_tokens":5,"completion_tokens": 42,"total_tokens":47,"prompt_tokens_details":{"cached_tokens":3}}}"#);
         assert_eq!(s.output_tokens(), 42);
+        assert_eq!(s.reported(), (Some(5), Some(42)));
     }
 
     #[test]
@@ -106,6 +125,7 @@ mod tests {
         assert_eq!(chunks_only.output_tokens(), 1);
         s.feed(b"event: message_delta\ndata: {\"usage\":{\"output_tokens\":57}}\n\n");
         assert_eq!(s.output_tokens(), 57);
+        assert_eq!(s.reported(), (Some(3), Some(57)));
     }
 
     #[test]
@@ -114,5 +134,13 @@ mod tests {
         s.feed(b"\"completion_tokens\":");
         s.feed(&[0xff; 64]);
         assert_eq!(s.output_tokens(), 0);
+        assert_eq!(s.reported(), (None, None));
+        let mut chunks = UsageScanner::default();
+        chunks.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n");
+        assert_eq!(
+            chunks.reported(),
+            (None, None),
+            "a chunk count is not usage"
+        );
     }
 }

@@ -239,7 +239,11 @@ impl Flight {
                     target,
                     sample,
                     now_ms,
+                    for_routing: true,
+                    ..
                 } => store::add_samples(plugin.id, config, target, &sample, now_ms),
+                // Token usage for the metrics: the native build defines none yet.
+                Effect::Samples { .. } => {}
                 Effect::Pin {
                     virtual_model,
                     session,

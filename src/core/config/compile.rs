@@ -12,6 +12,7 @@ use crate::core::health::policy::{Eviction, FailureWindow, HealthPolicy};
 use crate::core::health::record::MAX_FAILURES;
 use crate::core::outbound::is_credential;
 use crate::core::responses::id::Keys;
+use crate::core::trace::TraceSettings;
 use hashbrown::HashMap;
 use serde_json::Value;
 
@@ -131,6 +132,9 @@ pub(super) fn compile(
         .collect();
 
     let response_keys = compile_response_keys(&mut root, env)?;
+    let trace = compile_trace(&mut root, env)?;
+    let filter_state = root.opt_bool("filter_state")?.unwrap_or(false);
+    let usage_metrics = root.opt_bool("usage_metrics")?.unwrap_or(false);
     let stored_responses_virtual_model = match root.opt_str("stored_responses_virtual_model")? {
         None => None,
         Some(name) => match names.get(name) {
@@ -155,7 +159,7 @@ pub(super) fn compile(
             }
         )
     });
-    Ok(Config {
+    let mut config = Config {
         models_list_json,
         has_classifier,
         default_metadata,
@@ -170,8 +174,14 @@ pub(super) fn compile(
         health_view_ms,
         attempt_timeout_ms,
         fold_case,
+        metrics: crate::core::metrics::MetricTable::default(),
+        trace,
+        filter_state,
+        usage_metrics,
         names,
-    })
+    };
+    config.metrics = crate::core::metrics::MetricTable::new(&config);
+    Ok(config)
 }
 
 /// Shortest `response_id_keys` entry: a MAC key must not be guessable.
@@ -198,6 +208,40 @@ fn compile_response_keys(
         secrets.push(secret);
     }
     Ok(Keys::new(&secrets))
+}
+
+/// Shortest `trace.token`: the trace names internal targets, so the token must not be
+/// guessable.
+const MIN_TRACE_TOKEN_BYTES: usize = 16;
+
+/// `trace`: when answers carry the `x-switchboard-trace` header. `always` for every request;
+/// else `token` (may be `${env:NAME}`) for requests that present it in the trace-token header.
+fn compile_trace(
+    root: &mut Fields<'_>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<TraceSettings, ConfigError> {
+    let Some(mut f) = root.opt_object("trace")? else {
+        return Ok(TraceSettings::default());
+    };
+    let always = f.opt_bool("always")?.unwrap_or(false);
+    let token = match f.opt_str("token")? {
+        None => None,
+        Some(text) => {
+            let token = expand_env(text, &f.field_path("token"), env)?;
+            if token.len() < MIN_TRACE_TOKEN_BYTES {
+                return Err(f.error(
+                    "token",
+                    format!("must be at least {MIN_TRACE_TOKEN_BYTES} bytes long"),
+                ));
+            }
+            if !is_header_value(&token) {
+                return Err(f.error("token", "must not contain control characters"));
+            }
+            Some(token)
+        }
+    };
+    f.finish(&[])?;
+    Ok(TraceSettings::new(always, token.as_deref()))
 }
 
 /// `GET /v1/models` in OpenAI's list shape: what a client may call by name.
@@ -362,6 +406,8 @@ fn compile_header_names(mut f: Fields<'_>) -> Result<HeaderNames, ConfigError> {
         ("resolved_model", &mut names.resolved_model),
         ("attempts", &mut names.attempts),
         ("metadata", &mut names.metadata),
+        ("trace", &mut names.trace),
+        ("trace_token", &mut names.trace_token),
     ] {
         if let Some(value) = f.opt_str(key)? {
             let lower = value.to_ascii_lowercase();
@@ -371,14 +417,18 @@ fn compile_header_names(mut f: Fields<'_>) -> Result<HeaderNames, ConfigError> {
             *slot = lower;
         }
     }
-    if names.cluster == names.resolved_model
-        || names.cluster == names.attempts
-        || names.resolved_model == names.attempts
-    {
-        return Err(f.error(
-            "attempts",
-            "cluster, resolved_model and attempts must be different headers",
-        ));
+    let all = [
+        ("cluster", &names.cluster),
+        ("resolved_model", &names.resolved_model),
+        ("attempts", &names.attempts),
+        ("metadata", &names.metadata),
+        ("trace", &names.trace),
+        ("trace_token", &names.trace_token),
+    ];
+    for (i, (key, name)) in all.iter().enumerate() {
+        if let Some((other, _)) = all.iter().take(i).find(|(_, n)| n == name) {
+            return Err(f.error(key, format!("must differ from `{other}`")));
+        }
     }
     f.finish(&["metadata"])?;
     Ok(names)
@@ -468,6 +518,58 @@ mod tests {
     fn sample_with(from: &str, to: &str) -> String {
         assert!(SAMPLE.contains(from), "{from}");
         SAMPLE.replacen(from, to, 1)
+    }
+
+    #[test]
+    fn trace_settings_and_filter_state_are_validated_with_their_field_paths() {
+        let with = |extra: &str| {
+            sample_with(
+                r#""virtual_models": ["#,
+                &format!(r#"{extra}, "virtual_models": ["#),
+            )
+        };
+        let c = Config::parse(SAMPLE.as_bytes()).unwrap();
+        assert!(!c.trace.always && !c.trace.has_token() && !c.filter_state);
+        assert_eq!(c.header_names.trace, "x-switchboard-trace");
+        assert_eq!(c.header_names.trace_token, "x-switchboard-trace-token");
+        let c =
+            Config::parse(with(r#""trace": {"always": true}, "filter_state": true"#).as_bytes())
+                .unwrap();
+        assert!(c.trace.always && c.filter_state && !c.usage_metrics);
+        let c = Config::parse(with(r#""usage_metrics": true"#).as_bytes()).unwrap();
+        assert!(c.usage_metrics);
+        let env = |name: &str| (name == "TRACE").then(|| "0123456789abcdef-trace".to_string());
+        let c = Config::parse_with_env(
+            with(r#""trace": {"token": "${env:TRACE}"}"#).as_bytes(),
+            &env,
+        )
+        .unwrap();
+        assert!(c.trace.wanted(Some(b"0123456789abcdef-trace")));
+        assert!(!c.trace.wanted(Some(b"${env:TRACE}")));
+        assert_eq!(
+            err(&with(r#""trace": {"token": "short"}"#)),
+            "trace.token: must be at least 16 bytes long"
+        );
+        assert!(err(&with(r#""trace": {"token": "${env:NOPE}"}"#))
+            .starts_with("trace.token: environment variable `NOPE` is not set"));
+        assert_eq!(
+            err(&with(r#""trace": {"always": "yes"}"#)),
+            "trace.always: expected true or false, got a string"
+        );
+        assert!(err(&with(r#""trace": {"alway": true}"#)).starts_with("trace.alway: unknown field"));
+        assert_eq!(
+            err(&with(r#""filter_state": 1"#)),
+            "filter_state: expected true or false, got a number"
+        );
+        assert_eq!(
+            err(&with(
+                r#""header_names": {"trace_token": "x-switchboard-metadata"}"#
+            )),
+            "header_names.trace_token: must differ from `metadata`"
+        );
+        let c = Config::parse(with(r#""header_names": {"trace": "X-Route-Trace"}"#).as_bytes())
+            .unwrap();
+        assert_eq!(c.header_names.trace, "x-route-trace");
     }
 
     #[test]

@@ -264,6 +264,21 @@ pub enum Routing {
     },
 }
 
+impl Routing {
+    /// The `routing_config.type` it was configured with.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Routing::Weighted(_) => "weight-based-routing",
+            Routing::Priority(_) => "priority-based-routing",
+            Routing::Conditional(_) => "conditional-routing",
+            Routing::RoundRobin(_) => "round-robin-routing",
+            Routing::Hash { .. } => "hash-based-routing",
+            Routing::Complexity { .. } => "complexity-based-routing",
+            Routing::Latency { .. } => "latency-based-routing",
+        }
+    }
+}
+
 /// What happens when one target fails (TrueFoundry seed, "Retries and fallbacks").
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct TargetPolicy {
@@ -394,6 +409,10 @@ pub struct HeaderNames {
     pub attempts: String,
     /// Request: metadata as a JSON object of strings.
     pub metadata: String,
+    /// Response: the routing trace, when asked for (`trace`).
+    pub trace: String,
+    /// Request: the `trace.token` that asks for the trace; never sent upstream.
+    pub trace_token: String,
 }
 
 impl Default for HeaderNames {
@@ -403,6 +422,8 @@ impl Default for HeaderNames {
             resolved_model: "x-switchboard-resolved-model".to_string(),
             attempts: "x-switchboard-attempts".to_string(),
             metadata: "x-switchboard-metadata".to_string(),
+            trace: "x-switchboard-trace".to_string(),
+            trace_token: "x-switchboard-trace-token".to_string(),
         }
     }
 }
@@ -456,6 +477,18 @@ pub struct Config {
     pub gateway_metadata: Vec<(String, String)>,
     /// `model_name_case: "insensitive"`: model names are looked up without regard to ASCII case.
     pub fold_case: bool,
+    /// Where each Prometheus metric of this config sits, and its host id once defined.
+    pub metrics: crate::core::metrics::MetricTable,
+    /// `trace`: when answers carry the routing trace header.
+    pub trace: crate::core::trace::TraceSettings,
+    /// `filter_state` (default false): each routed request writes its routing facts as Envoy
+    /// filter state (`wasm.switchboard.*`) for the access log: five host calls a request, so
+    /// only when an access log prints them.
+    pub filter_state: bool,
+    /// `usage_metrics` (default false): every successful answer's body is read as it passes
+    /// for the token, time-to-first-token and time-per-token metrics (answers of virtual
+    /// models whose routing uses latency are read anyway).
+    pub usage_metrics: bool,
     names: HashMap<String, NameEntry>,
 }
 
@@ -494,6 +527,13 @@ impl Config {
             .into_iter()
             .filter_map(|(k, v)| Some((k.to_string(), v.filter(|v| !v.is_empty())?)))
             .collect();
+        self
+    }
+
+    /// The config with the host's id of each of its metrics, in
+    /// [`crate::core::metrics::definitions`] order (set by the adapter once it has defined them).
+    pub fn with_metric_ids(mut self, ids: Vec<u32>) -> Self {
+        self.metrics = std::mem::take(&mut self.metrics).with_ids(ids);
         self
     }
 

@@ -22,15 +22,14 @@ impl Machine {
         self.holding = false;
         // No attempt follows: free the client's body now rather than when a long stream ends.
         self.replay = None;
-        if let Some(target) = answered_by.filter(|_| (200..300).contains(&status)) {
-            if self.needs_latency {
-                self.measure = Some(Measure {
-                    target,
-                    started_ms: self.routed_ms,
-                    first_token_ms: None,
-                    usage: UsageScanner::default(),
-                });
-            }
+        let measured = answered_by.filter(|_| self.measures && (200..300).contains(&status));
+        if let Some(target) = measured {
+            self.measure = Some(Measure {
+                target,
+                started_ms: self.routed_ms,
+                first_token_ms: None,
+                usage: UsageScanner::default(),
+            });
         }
         // Minted ids are longer than the provider's: the length is no longer known.
         let rewrite = self.mint_ids && answered_by.is_some();
@@ -114,24 +113,27 @@ impl Machine {
         }
     }
 
-    /// The TTFT and TPOT samples of a successful answer by `target` that ended at `now_ms`.
+    /// The TTFT and TPOT samples and the token usage of a successful answer by `target`,
+    /// timed (started, first token, ended) in milliseconds.
     pub(super) fn add_samples<'c>(
         &self,
         target: ModelId,
-        started_ms: u64,
-        first_token_ms: Option<u64>,
-        tokens: u64,
-        now_ms: u64,
+        (started_ms, first_token_ms, now_ms): (u64, Option<u64>, u64),
+        usage: &UsageScanner,
         out: &mut Effects<'c>,
     ) {
         let first = first_token_ms.map(|t| t.saturating_sub(started_ms));
         let total = now_ms.saturating_sub(started_ms);
-        let sample = LatencySample::of(self.stream, first, total, tokens);
-        if !sample.is_empty() {
+        let sample = LatencySample::of(self.stream, first, total, usage.output_tokens());
+        let (prompt, completion) = usage.reported();
+        let tokens = Tokens { prompt, completion };
+        if !sample.is_empty() || tokens != Tokens::default() {
             out.push(Effect::Samples {
                 target,
                 sample,
                 now_ms,
+                tokens,
+                for_routing: self.needs_latency,
             });
         }
     }
@@ -171,12 +173,11 @@ impl Machine {
         let target = self.attempts.current();
         if let Some(t) = target.filter(|_| (200..300).contains(&status)) {
             self.pin_session(config, out);
-            if self.needs_latency {
+            if self.measures {
                 let mut usage = UsageScanner::default();
                 usage.feed(&answer.body);
                 // The whole answer arrived at once: no time to first token here.
-                let (started, tokens) = (self.started_ms, usage.output_tokens());
-                self.add_samples(t, started, None, tokens, now_ms, out);
+                self.add_samples(t, (self.started_ms, None, now_ms), &usage, out);
             }
         }
         self.state = State::Done;

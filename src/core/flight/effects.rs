@@ -253,7 +253,7 @@ pub enum Effect<'c> {
         /// status that is neither a success nor one of its failure codes).
         health: Option<Outcome>,
     },
-    /// A successful answer's latency samples for its target.
+    /// A successful answer's latency samples and reported token usage, for its target.
     Samples {
         /// The target.
         target: ModelId,
@@ -261,6 +261,11 @@ pub enum Effect<'c> {
         sample: LatencySample,
         /// When the answer ended.
         now_ms: u64,
+        /// `usage` as the provider reported it, for the token metrics.
+        tokens: Tokens,
+        /// Whether routing uses the samples (latency routing, an SLA cutoff): only then do
+        /// they go into the target's health record.
+        for_routing: bool,
     },
     /// Keep a sticky session on the target a fallback reached, for the rest of its window
     /// (TrueFoundry seed, "Fallback during a sticky session").
@@ -287,6 +292,15 @@ pub enum Effect<'c> {
         /// The new bytes.
         with: Vec<u8>,
     },
+}
+
+/// Tokens of one answer as its `usage` reported them (`None`: not reported).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tokens {
+    /// `prompt_tokens` or `input_tokens`.
+    pub prompt: Option<u64>,
+    /// `completion_tokens` or `output_tokens`.
+    pub completion: Option<u64>,
 }
 
 /// What a finished (or abandoned) request did, for access-log fields.

@@ -49,11 +49,11 @@ mod records;
 
 pub use effects::{
     AnswerHeaders, Attempt, AttemptKind, Call, CallId, CallRequest, Delivery, Effect, Effects,
-    Ending, Failure, Flow, Reply, Summary,
+    Ending, Failure, Flow, Reply, Summary, Tokens,
 };
 pub use inputs::{AnswerFacts, CallAnswer, Replay, Start};
 pub use outcome::{call_outcome, health_outcome, hint_ms, router_outcome};
-pub use records::{add_samples, record_outcome};
+pub use records::{add_samples, record_noting_eviction, record_outcome};
 
 use crate::core::config::{Config, HeaderNames, ModelId, TargetPolicy, DIRECT_POLICY};
 use crate::core::fallback::{AttemptOutcome, Attempts, Step};
@@ -108,9 +108,13 @@ pub struct Machine {
     started_ms: u64,
     /// `fallback_timeout_ms`, when another attempt is possible.
     fallback_timeout_ms: Option<u64>,
-    /// Whether answers feed latency samples (only when routing uses them).
+    /// Whether answers feed latency samples into health (only when routing uses them).
     needs_latency: bool,
-    /// Set while a delivered answer is timed for the latency samples.
+    /// Whether successful answers are timed and their usage read: for the latency samples,
+    /// or for the metrics when the config asks (`usage_metrics`). Otherwise a plain answer's
+    /// body streams past unread.
+    measures: bool,
+    /// Set while a successful answer is timed and its usage read.
     measure: Option<Measure>,
     /// The sticky session of the request, to pin it where a fallback worked.
     sticky: Option<Session>,
@@ -167,6 +171,7 @@ impl Machine {
             stream: start.stream,
             started_ms: now_ms,
             needs_latency: vm.is_some_and(|vm| vm.needs_latency()),
+            measures: config.usage_metrics || vm.is_some_and(|vm| vm.needs_latency()),
             measure: None,
             sticky: start.sticky,
             mint_ids: start.mint_ids,
@@ -283,8 +288,8 @@ impl Machine {
                 m.first_token_ms.get_or_insert(now);
             }
             if end {
-                let tokens = m.usage.output_tokens();
-                self.add_samples(m.target, m.started_ms, m.first_token_ms, tokens, now, out);
+                let times = (m.started_ms, m.first_token_ms, now);
+                self.add_samples(m.target, times, &m.usage, out);
             } else {
                 self.measure = Some(m);
             }
@@ -381,7 +386,7 @@ impl Machine {
         if !matches!(self.state, State::Calling(c) if c == call) {
             return; // abandoned after a timeout
         }
-        let outcome = call_outcome(answer.as_ref().map(|a| &a.headers));
+        let outcome = call_outcome(answer.as_ref());
         let hint = || hint_ms(&answer.as_ref()?.headers, now_ms);
         self.record(config, self.attempts.current(), outcome, hint, out);
         let step = self.step(config, outcome);

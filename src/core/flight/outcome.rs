@@ -23,12 +23,37 @@ pub fn router_outcome(status: u16, details: impl FnOnce() -> Option<String>) -> 
     }
 }
 
-/// How a call-out ended: `None` when it got no answer (reset, refused, its timeout).
-pub fn call_outcome(answer: Option<&Headers>) -> AttemptOutcome {
+/// How a call-out ended: `None` when it got no answer (refused). A call-out whose upstream
+/// reset or timed out gets Envoy's own reply (checked with Envoy 1.40: a 503 "upstream connect
+/// error or disconnect/reset before headers. reset reason: ...", or a 504 "upstream request
+/// timeout", `text/plain`); it is told from a provider's 5xx by the absence of the
+/// `x-envoy-upstream-service-time` header Envoy's router adds to every upstream answer.
+pub fn call_outcome(answer: Option<&super::CallAnswer>) -> AttemptOutcome {
+    let Some(answer) = answer else {
+        return AttemptOutcome::ConnectFailure;
+    };
     let status = answer
-        .and_then(|h| h.get_str(":status"))
+        .headers
+        .get_str(":status")
         .and_then(|s| s.parse::<u16>().ok());
-    status.map_or(AttemptOutcome::ConnectFailure, AttemptOutcome::Status)
+    let Some(status) = status else {
+        return AttemptOutcome::ConnectFailure;
+    };
+    let envoys_own = (500..600).contains(&status)
+        && answer
+            .headers
+            .get("x-envoy-upstream-service-time")
+            .is_none();
+    match &answer.body {
+        b if envoys_own && b.starts_with(b"upstream request timeout") => AttemptOutcome::Timeout,
+        b if envoys_own
+            && (b.starts_with(b"upstream connect error")
+                || b.starts_with(b"no healthy upstream")) =>
+        {
+            AttemptOutcome::ConnectFailure
+        }
+        _ => AttemptOutcome::Status(status),
+    }
 }
 
 /// What an attempt's outcome does to `model`'s health. Statuses the model does not count as
@@ -88,12 +113,45 @@ mod tests {
         assert_eq!(router_outcome(200, never), AttemptOutcome::Status(200));
     }
 
+    fn answer(headers: &[(&str, &str)], body: &str) -> super::super::CallAnswer {
+        super::super::CallAnswer {
+            headers: Headers::from_pairs(headers.iter().copied()),
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
     #[test]
     fn a_call_without_a_status_got_no_answer() {
         assert_eq!(call_outcome(None), AttemptOutcome::ConnectFailure);
-        let h = Headers::from_pairs([(":status", "429")]);
-        assert_eq!(call_outcome(Some(&h)), AttemptOutcome::Status(429));
-        let h = Headers::from_pairs([(":status", "x")]);
-        assert_eq!(call_outcome(Some(&h)), AttemptOutcome::ConnectFailure);
+        let a = answer(&[(":status", "429")], "");
+        assert_eq!(call_outcome(Some(&a)), AttemptOutcome::Status(429));
+        let a = answer(&[(":status", "x")], "");
+        assert_eq!(call_outcome(Some(&a)), AttemptOutcome::ConnectFailure);
+    }
+
+    #[test]
+    fn envoys_own_reply_to_a_call_is_no_answer_and_a_providers_5xx_is_its_status() {
+        // As Envoy 1.40 answers a call-out whose upstream reset before answering.
+        let plain = [(":status", "503"), ("content-type", "text/plain")];
+        let reset = "upstream connect error or disconnect/reset before headers. reset reason: connection termination";
+        assert_eq!(
+            call_outcome(Some(&answer(&plain, reset))),
+            AttemptOutcome::ConnectFailure
+        );
+        let timeout = [(":status", "504"), ("content-type", "text/plain")];
+        assert_eq!(
+            call_outcome(Some(&answer(&timeout, "upstream request timeout"))),
+            AttemptOutcome::Timeout
+        );
+        // A provider's 503, even with the same words, came through Envoy's router.
+        let upstream = [(":status", "503"), ("x-envoy-upstream-service-time", "3")];
+        assert_eq!(
+            call_outcome(Some(&answer(&upstream, reset))),
+            AttemptOutcome::Status(503)
+        );
+        assert_eq!(
+            call_outcome(Some(&answer(&plain, "{\"error\":{}}"))),
+            AttemptOutcome::Status(503)
+        );
     }
 }

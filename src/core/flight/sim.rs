@@ -412,10 +412,13 @@ impl Sim {
                 target,
                 sample,
                 now_ms,
+                for_routing: true,
+                ..
             } => {
                 let written = add_samples(&self.store, config, target, &sample, now_ms);
                 self.keep_view(target, written);
             }
+            Effect::Samples { .. } => {}
             Effect::Pin {
                 virtual_model,
                 session,

@@ -796,6 +796,8 @@ fn a_streamed_answer_gives_time_to_first_token_and_per_token_samples_at_its_end(
         target,
         sample,
         now_ms,
+        tokens,
+        for_routing: true,
     }] = effects.as_slice()
     else {
         panic!("{effects:?}")
@@ -807,6 +809,48 @@ fn a_streamed_answer_gives_time_to_first_token_and_per_token_samples_at_its_end(
         "to the first content, not the role-only chunk"
     );
     assert_eq!(sample.tpot_us, Some(250_000), "500 ms over 2 tokens");
+    assert_eq!(*tokens, Tokens::default(), "no usage reported");
+}
+
+#[test]
+fn every_successful_answer_reports_its_usage_for_the_metrics_but_feeds_health_only_when_routing_uses_it(
+) {
+    // Weighted routing uses no latency: the samples go to the metrics only, when the config
+    // asks for them (without `usage_metrics` the body is not read: see the plain 2xx test).
+    let config = config(
+        r#"{"models": [{"name": "one", "cluster": "c1", "model": "one-up"}], "usage_metrics": true,
+          "virtual_models": [{"name": "vm", "model_types": ["chat"], "routing_config": {
+            "type": "weight-based-routing", "load_balance_targets": [{"target": "one", "weight": 100}]}}]}"#,
+    );
+    let mut m = start_with(&config, &[0], |_| {});
+    let mut fx = Effects::new();
+    m.on_answer_headers(&config, 200, &mut at(1050), &mut fx);
+    let mut fx = Effects::new();
+    let body = r#"{"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":5}}"#;
+    let mut end = Fake {
+        now: 1100,
+        chunk: body.as_bytes().to_vec(),
+        ..Fake::default()
+    };
+    m.on_answer_body(&config, true, &mut end, &mut fx);
+    let effects = list(fx);
+    let [Effect::Samples {
+        target: ModelId(0),
+        sample,
+        tokens,
+        for_routing: false,
+        ..
+    }] = effects.as_slice()
+    else {
+        panic!("{effects:?}")
+    };
+    let reported = Tokens {
+        prompt: Some(12),
+        completion: Some(5),
+    };
+    assert_eq!(*tokens, reported);
+    assert_eq!(sample.tpot_us, Some(20_000), "100 ms over 5 tokens");
+    assert_eq!(sample.ttft_ms, None, "not streamed");
 }
 
 #[test]

@@ -301,3 +301,23 @@ fn a_virtual_models_responses_answer_is_asked_for_uncompressed() {
     let o = out(&c, "openai/gpt-4o", &h[..3]);
     assert!(!o.remove.contains(&"accept-encoding"));
 }
+
+#[test]
+fn the_trace_token_header_never_reaches_a_provider() {
+    let c = config();
+    let mut h = CLIENT.to_vec();
+    h.push(("x-switchboard-trace-token", "0123456789abcdef-secret"));
+    for target in ["openai/gpt-4o", "vllm/llama"] {
+        let o = out(&c, target, &h);
+        assert!(
+            o.remove.contains(&"x-switchboard-trace-token"),
+            "{target}: {:?}",
+            o.remove
+        );
+    }
+    // Not sent: nothing to remove.
+    assert_eq!(
+        out(&c, "vllm/llama", CLIENT).remove,
+        ["x-switchboard-metadata"]
+    );
+}

@@ -6,6 +6,9 @@
 //! - `switchboard simulate CONFIG --requests N [--model M] [--header k:v]...` runs N decisions
 //!   and prints the resulting split of first attempts.
 //!
+//! - `switchboard stats-config` prints the `stats_config` block every Envoy bootstrap needs to
+//!   turn Switchboard's metric names into `virtual_model`, `target`, `class` and `reason` labels.
+//!
 //! - `switchboard import --from truefoundry|agentgateway|zuplo FILE [--name NAME]` turns a
 //!   seed dialect's virtual-model config into a plugin config (stdout), reporting what it
 //!   could not carry over (stderr).
@@ -17,19 +20,20 @@ mod import;
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use switchboard::core::config::{Config, Named, Routing, StickySource};
-use switchboard::core::decision::decide;
+use switchboard::core::decision::{decide, request_metadata};
 use switchboard::core::endpoint::Endpoint;
 use switchboard::core::headers::Headers;
-use switchboard::core::metadata::Metadata;
 use switchboard::core::outbound::Outbound;
 use switchboard::core::routing::state::LocalState;
 use switchboard::core::routing::{HealthInput, Request};
+use switchboard::core::trace::{self, Skip};
 
 const USAGE: &str = "usage:
   switchboard check CONFIG.json
   switchboard explain CONFIG.json REQUEST.json [--header name:value]... [--path /v1/chat/completions]
   switchboard simulate CONFIG.json --requests N [--model NAME] [--header name:value]... [--path P]
-  switchboard import --from truefoundry|agentgateway|zuplo FILE.yaml|FILE.json [--name NAME]";
+  switchboard import --from truefoundry|agentgateway|zuplo FILE.yaml|FILE.json [--name NAME]
+  switchboard stats-config";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -38,6 +42,11 @@ fn main() -> ExitCode {
         Some("explain") => explain(&args[1..]),
         Some("simulate") => simulate(&args[1..]),
         Some("import") => import::run(&args[1..]),
+        Some("stats-config") if args.len() == 1 => {
+            Ok(switchboard::core::metrics::stats_config_yaml()
+                .trim_end()
+                .to_string())
+        }
         _ => Err(USAGE.to_string()),
     };
     match result {
@@ -185,28 +194,17 @@ fn explain(args: &[String]) -> Result<String, String> {
         None => switchboard::core::request::inspect(&body).map(|i| i.model.into_owned()),
     }
     .unwrap_or_default();
-    let metadata_header = headers.get(&config.header_names.metadata);
-    let metadata = Metadata::resolve(metadata_header, &config.default_metadata)
-        .map_err(|e| e.body)?
-        .beneath(&config.gateway_metadata);
+    let metadata = request_metadata(&config, &headers).map_err(|e| e.body)?;
     match config.lookup(&requested) {
         Some(Named::Virtual(_, vm)) => {
-            let strategy = match &vm.routing {
-                Routing::Weighted(_) if vm.sticky.is_some() => {
-                    "weight-based-routing with sticky_routing"
-                }
-                Routing::Weighted(_) => "weight-based-routing",
-                Routing::Priority(_) => "priority-based-routing",
-                Routing::Conditional(_) => "conditional-routing",
-                Routing::RoundRobin(_) => "round-robin-routing",
-                Routing::Hash { .. } => "hash-based-routing",
-                Routing::Complexity { .. } => "complexity-based-routing",
-                Routing::Latency { .. } => {
-                    "latency-based-routing (no samples here: every target counts as average)"
-                }
+            let note = match &vm.routing {
+                Routing::Weighted(_) if vm.sticky.is_some() => " with sticky_routing",
+                Routing::Latency { .. } => " (no samples here: every target counts as average)",
+                _ => "",
             };
             out.push(format!(
-                "`{requested}` is a virtual model using {strategy} on {}",
+                "`{requested}` is a virtual model using {}{note} on {}",
+                vm.routing.type_name(),
                 endpoint.display_path()
             ));
             let request = Request {
@@ -219,23 +217,29 @@ fn explain(args: &[String]) -> Result<String, String> {
                 fields: &[],
                 tier_hint: None,
             };
+            // Why a target is out: the filter's own reasons (the trace header's `skipped`).
+            let skipped = trace::skipped(&config, vm, &request, &decision.plan);
             for t in &vm.targets {
                 let Some(m) = config.model(t.model) else {
                     continue;
                 };
                 let mut notes = Vec::new();
-                if !endpoint.served_by(m.apis) {
-                    notes.push(format!(
+                match skipped
+                    .iter()
+                    .find(|(s, _)| *s == t.model)
+                    .map(|(_, why)| *why)
+                {
+                    Some(Skip::Apis) => notes.push(format!(
                         "out: its apis do not include `{}`, which serves {}",
                         endpoint.api().name(),
                         endpoint.display_path()
-                    ));
-                }
-                if !metadata.matches(&t.metadata_match) {
-                    notes.push(format!(
+                    )),
+                    Some(Skip::MetadataMatch) => notes.push(format!(
                         "out: metadata_match {:?} does not hold",
                         t.metadata_match
-                    ));
+                    )),
+                    Some(why) => notes.push(format!("out: {}", why.name())),
+                    None => {}
                 }
                 if let Routing::Conditional(ts) = &vm.routing {
                     if let Some(c) = ts.iter().find(|c| c.model == t.model) {

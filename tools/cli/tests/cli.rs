@@ -85,3 +85,20 @@ fn simulate_prints_the_split_within_statistical_bands() {
         "weight 0 never takes a first attempt: {out}"
     );
 }
+
+#[test]
+fn stats_config_prints_the_block_every_shipped_envoy_config_carries() {
+    let (ok, out, _) = run(&["stats-config"]);
+    assert!(ok);
+    assert!(
+        out.starts_with("stats_config:\n  stats_tags:\n  - tag_name: class\n"),
+        "{out}"
+    );
+    let demo = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../envoy/demo.yaml"),
+    )
+    .unwrap();
+    assert!(demo.contains(&out), "envoy/demo.yaml differs from:\n{out}");
+    let (ok, _, err) = run(&["stats-config", "extra"]);
+    assert!(!ok && err.starts_with("usage:"), "{err}");
+}

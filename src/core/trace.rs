@@ -1,0 +1,393 @@
+//! The `x-switchboard-trace` answer header: how one request was routed, for the operator who
+//! asked for it.
+//!
+//! It names internal targets, so it is off unless the config turns it on for every request
+//! (`trace.always`) or the request presents the configured `trace.token` in the trace-token
+//! header (compared in constant time; the header never goes upstream). The value is compact:
+//!
+//! ```text
+//! vm=my-group/chat; strategy=priority-based-routing; candidates=a,b unhealthy;
+//! skipped=c metadata_match; attempts=a 503,b 200
+//! ```
+//!
+//! (one line). It holds catalog and virtual model names, reasons and statuses only: no header
+//! value, no credential, no sticky or hash key.
+
+use crate::core::config::{Config, ModelId, Routing, VirtualModel};
+use crate::core::endpoint::Endpoint;
+use crate::core::fallback::AttemptOutcome;
+use crate::core::headers::Headers;
+use crate::core::health::record::Standing;
+use crate::core::metadata::Metadata;
+use crate::core::routing::condition::Facts;
+use crate::core::routing::state::RoutingState;
+use crate::core::routing::{HealthInput, Plan, Request};
+use sha2::{Digest, Sha256};
+
+/// When the trace header is added (the config's `trace`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TraceSettings {
+    /// `trace.always`: on every answer.
+    pub always: bool,
+    /// SHA-256 of `trace.token`: only the digest is kept, so the token itself is not in memory
+    /// after the config loads.
+    token: Option<[u8; 32]>,
+}
+
+impl TraceSettings {
+    /// Settings with an optional token (already `${env:NAME}`-resolved).
+    pub fn new(always: bool, token: Option<&str>) -> TraceSettings {
+        TraceSettings {
+            always,
+            token: token.map(|t| digest(t.as_bytes())),
+        }
+    }
+
+    /// Whether tracing can be asked for per request, so the token header matters.
+    pub fn has_token(&self) -> bool {
+        self.token.is_some()
+    }
+
+    /// Whether this request gets the trace: always on, or it presents the token.
+    pub fn wanted(&self, presented: Option<&[u8]>) -> bool {
+        if self.always {
+            return true;
+        }
+        match (&self.token, presented) {
+            (Some(expected), Some(given)) => same_digest(expected, &digest(given)),
+            _ => false,
+        }
+    }
+}
+
+fn digest(bytes: &[u8]) -> [u8; 32] {
+    Sha256::digest(bytes).into()
+}
+
+/// Compares two digests in time independent of where they differ. Comparing digests rather
+/// than the tokens also keeps the token's length from showing in the time taken.
+fn same_digest(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    let diff = a
+        .iter()
+        .zip(b.iter())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(diff) == 0
+}
+
+/// Why a target of the virtual model is not among a request's candidates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Skip {
+    /// Its `apis` do not serve the endpoint.
+    Apis,
+    /// Its `metadata_match` does not hold for the request's metadata.
+    MetadataMatch,
+    /// Its `when` condition is false.
+    When,
+    /// Cut by `max_targets_per_request`.
+    MaxTargets,
+    /// The request is pinned to one target (a conversation's origin, a stored response).
+    Pinned,
+    /// A Responses request that must be stored, and this target's provider stores nothing.
+    StoresResponses,
+}
+
+impl Skip {
+    /// The word the trace uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Skip::Apis => "apis",
+            Skip::MetadataMatch => "metadata_match",
+            Skip::When => "when",
+            Skip::MaxTargets => "max_targets_per_request",
+            Skip::Pinned => "pinned",
+            Skip::StoresResponses => "stores_responses",
+        }
+    }
+}
+
+/// Why each target of `vm` that is not a candidate was left out, in config order: the first
+/// of its filters that fails (the strategy's own checks), else the plan's later cuts.
+pub fn skipped(
+    config: &Config,
+    vm: &VirtualModel,
+    request: &Request<'_>,
+    plan: &Plan,
+) -> Vec<(ModelId, Skip)> {
+    let mut out = Vec::new();
+    for t in &vm.targets {
+        if plan.candidates.contains(&t.model) {
+            continue;
+        }
+        let Some(model) = config.model(t.model) else {
+            continue;
+        };
+        let when_false = match &vm.routing {
+            Routing::Conditional(ts) => ts
+                .iter()
+                .any(|c| c.model == t.model && !c.when.eval(request as &dyn Facts)),
+            _ => false,
+        };
+        let why = if !request.endpoint.served_by(model.apis) {
+            Skip::Apis
+        } else if !request.metadata.matches(&t.metadata_match) {
+            Skip::MetadataMatch
+        } else if when_false {
+            Skip::When
+        } else if plan.pinned {
+            Skip::Pinned
+        } else if request.endpoint == Endpoint::Responses && !model.stores_responses {
+            Skip::StoresResponses
+        } else {
+            Skip::MaxTargets
+        };
+        out.push((t.model, why));
+    }
+    out
+}
+
+/// The trace of one request, built as it goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trace {
+    virtual_model: Option<usize>,
+    candidates: Vec<(ModelId, Standing)>,
+    skipped: Vec<(ModelId, Skip)>,
+    attempts: Vec<(ModelId, AttemptOutcome)>,
+}
+
+impl Trace {
+    /// The trace of a decision: the plan's candidates with their standing at decision time,
+    /// and the targets left out.
+    pub fn of_plan(
+        config: &Config,
+        plan: &Plan,
+        health: &HealthInput<'_>,
+        skipped: Vec<(ModelId, Skip)>,
+    ) -> Trace {
+        let vm = plan.virtual_model(config);
+        let candidates = plan
+            .candidates
+            .iter()
+            .map(|m| {
+                let standing = vm.map_or(Standing::Healthy, |vm| health.standing(vm, *m));
+                (*m, standing)
+            })
+            .collect();
+        Trace {
+            virtual_model: plan.virtual_model,
+            candidates,
+            skipped,
+            attempts: Vec::new(),
+        }
+    }
+
+    /// Adds an attempt that ended with `outcome`.
+    pub fn attempt(&mut self, target: ModelId, outcome: AttemptOutcome) {
+        self.attempts.push((target, outcome));
+    }
+
+    /// The header value.
+    pub fn render(&self, config: &Config) -> String {
+        let name = |m: ModelId| config.model(m).map_or("?", |m| m.name.as_str());
+        let mut out = String::with_capacity(160);
+        let vm = self
+            .virtual_model
+            .and_then(|i| config.virtual_models.get(i));
+        out.push_str("vm=");
+        escape(
+            vm.map_or(crate::core::metrics::DIRECT, |vm| &vm.name),
+            &mut out,
+        );
+        if let Some(vm) = vm {
+            out.push_str("; strategy=");
+            out.push_str(vm.routing.type_name());
+        }
+        out.push_str("; candidates=");
+        for (i, (m, standing)) in self.candidates.iter().enumerate() {
+            comma(i, &mut out);
+            escape(name(*m), &mut out);
+            match standing {
+                Standing::Healthy => {}
+                Standing::Unhealthy => out.push_str(" unhealthy"),
+                Standing::Evicted => out.push_str(" evicted"),
+            }
+        }
+        if !self.skipped.is_empty() {
+            out.push_str("; skipped=");
+            for (i, (m, why)) in self.skipped.iter().enumerate() {
+                comma(i, &mut out);
+                escape(name(*m), &mut out);
+                out.push(' ');
+                out.push_str(why.name());
+            }
+        }
+        out.push_str("; attempts=");
+        for (i, (m, outcome)) in self.attempts.iter().enumerate() {
+            comma(i, &mut out);
+            escape(name(*m), &mut out);
+            out.push(' ');
+            match outcome {
+                AttemptOutcome::Status(s) => {
+                    let mut buf = [0u8; 20];
+                    let digits = crate::core::access_log::decimal(u64::from(*s), &mut buf);
+                    out.extend(digits.iter().map(|d| char::from(*d)));
+                }
+                AttemptOutcome::ConnectFailure => out.push_str("connect_failure"),
+                AttemptOutcome::Timeout | AttemptOutcome::FallbackTimeout => {
+                    out.push_str("timeout")
+                }
+            }
+        }
+        out
+    }
+}
+
+/// A routing [`Request`] over a request's headers and metadata, without its body: what the
+/// skip reasons look at.
+pub fn request_of<'a>(
+    endpoint: Endpoint,
+    model: &'a str,
+    metadata: &'a Metadata,
+    headers: &'a Headers,
+    state: &'a dyn RoutingState,
+) -> Request<'a> {
+    Request {
+        endpoint,
+        model,
+        metadata,
+        headers,
+        state,
+        body: b"",
+        fields: &[],
+        tier_hint: None,
+    }
+}
+
+fn comma(i: usize, out: &mut String) {
+    if i > 0 {
+        out.push(',');
+    }
+}
+
+/// Appends a name, percent-encoding what would break the header value or its separators.
+fn escape(name: &str, out: &mut String) {
+    for b in name.bytes() {
+        if b.is_ascii_graphic() && !matches!(b, b'%' | b',' | b';' | b'=') {
+            out.push(char::from(b));
+        } else {
+            const HEX: &[u8; 16] = b"0123456789ABCDEF";
+            out.push('%');
+            for nibble in [b >> 4, b & 0xf] {
+                out.push(char::from(
+                    HEX.get(usize::from(nibble)).copied().unwrap_or(b'0'),
+                ));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::health::policy::FailureWindow;
+    use crate::core::health::record::HealthRecord;
+    use crate::core::routing::plan;
+    use crate::core::routing::state::LocalState;
+
+    const CONFIG: &str = r#"{
+      "models": [
+        {"name": "a", "cluster": "c", "model": "m"},
+        {"name": "b", "cluster": "c", "model": "m"},
+        {"name": "eu;x", "cluster": "c", "model": "m"},
+        {"name": "claude", "cluster": "c", "model": "m", "provider": "anthropic"}
+      ],
+      "virtual_models": [
+        {"name": "team/chat", "model_types": ["chat", "embedding"], "routing_config": {
+          "type": "priority-based-routing", "load_balance_targets": [
+            {"target": "a", "priority": 0}, {"target": "b", "priority": 1},
+            {"target": "eu;x", "priority": 0, "metadata_match": {"region": "eu"}},
+            {"target": "claude", "priority": 2}]}}
+      ]
+    }"#;
+
+    #[test]
+    fn only_the_configured_token_turns_the_trace_on() {
+        let off = TraceSettings::default();
+        assert!(!off.wanted(Some(b"anything")));
+        let token = TraceSettings::new(false, Some("s3cret-trace-token-0001"));
+        assert!(token.wanted(Some(b"s3cret-trace-token-0001")));
+        assert!(!token.wanted(Some(b"s3cret-trace-token-0002")));
+        assert!(!token.wanted(Some(b"s3cret-trace-token-000")));
+        assert!(!token.wanted(Some(b"")));
+        assert!(!token.wanted(None));
+        let always = TraceSettings::new(true, None);
+        assert!(always.wanted(None));
+        assert!(!format!("{token:?}").contains("s3cret"), "only a digest");
+    }
+
+    #[test]
+    fn digests_compare_equal_only_when_every_byte_is() {
+        let a = digest(b"x");
+        let mut b = a;
+        assert!(same_digest(&a, &b));
+        b[31] ^= 1;
+        assert!(!same_digest(&a, &b));
+    }
+
+    #[test]
+    fn renders_candidates_skips_and_attempts_in_order() {
+        let config = Config::parse(CONFIG.as_bytes()).unwrap();
+        let state = LocalState::default();
+        let metadata = Metadata::default();
+        let request = request_of(
+            Endpoint::Embeddings,
+            "team/chat",
+            &metadata,
+            &crate::core::headers::NO_HEADERS,
+            &state,
+        );
+        let records = vec![
+            HealthRecord::default(),
+            HealthRecord {
+                failures: vec![900, 950],
+                ..HealthRecord::default()
+            },
+        ];
+        let health = HealthInput {
+            records: &records,
+            now_ms: 1000,
+            window: FailureWindow::default(),
+        };
+        let p = plan(&config, &request, &health, &mut fastrand::Rng::with_seed(1)).unwrap();
+        assert_eq!(p.candidates, [ModelId(0), ModelId(1)]);
+        let vm = p.virtual_model(&config).unwrap();
+        let mut trace = Trace::of_plan(&config, &p, &health, skipped(&config, vm, &request, &p));
+        trace.attempt(ModelId(0), AttemptOutcome::Status(503));
+        trace.attempt(ModelId(0), AttemptOutcome::ConnectFailure);
+        trace.attempt(ModelId(1), AttemptOutcome::Status(200));
+        assert_eq!(
+            trace.render(&config),
+            "vm=team/chat; strategy=priority-based-routing; candidates=a,b unhealthy; \
+             skipped=eu%3Bx metadata_match,claude apis; \
+             attempts=a 503,a connect_failure,b 200"
+        );
+    }
+
+    #[test]
+    fn a_direct_call_has_no_strategy_and_names_escape() {
+        let config = Config::parse(
+            br#"{"models": [{"name": "pub lic=1", "cluster": "c", "model": "m", "visibility": "public"}]}"#,
+        )
+        .unwrap();
+        let mut trace = Trace {
+            virtual_model: None,
+            candidates: vec![(ModelId(0), Standing::Healthy)],
+            skipped: Vec::new(),
+            attempts: Vec::new(),
+        };
+        trace.attempt(ModelId(0), AttemptOutcome::FallbackTimeout);
+        assert_eq!(
+            trace.render(&config),
+            "vm=(direct); candidates=pub%20lic%3D1; attempts=pub%20lic%3D1 timeout"
+        );
+    }
+}
