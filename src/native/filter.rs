@@ -131,6 +131,7 @@ impl Filter {
                 if strip_cluster {
                     strip_client_cluster(s, &config.header_names);
                 }
+                strip_trace_token(s, &headers, &config.header_names);
                 Verdict::Continue
             }
             Admission::ModelList(json) => {
@@ -152,6 +153,7 @@ impl Filter {
                 if headers.get(&config.header_names.cluster).is_some() {
                     strip_client_cluster(s, &config.header_names);
                 }
+                strip_trace_token(s, &headers, &config.header_names);
                 self.phase = Phase::CheckingBatch(path, content_type);
                 Verdict::Stop
             }
@@ -421,6 +423,14 @@ impl Filter {
 
 /// Drops the client's cluster header and has Envoy pick the route again: never let a client
 /// pick the cluster through the route's `cluster_header`.
+/// The trace token is Switchboard's secret: it never goes upstream, routed or not (the routed
+/// attempts drop it in `core::outbound`).
+fn strip_trace_token(s: &mut Stream, headers: &Headers, names: &HeaderNames) {
+    if headers.get(&names.trace_token).is_some() {
+        s.remove_header(Side::Request, &names.trace_token);
+    }
+}
+
 fn strip_client_cluster(s: &mut Stream, names: &HeaderNames) {
     s.remove_header(Side::Request, &names.cluster);
     // Unlike proxy-wasm, a dynamic module's header writes leave the cached route in place.
