@@ -159,9 +159,15 @@ impl Http {
         match decided {
             Ok(decision) => {
                 let _span = super::profile::span("forward (own code)");
+                // The clock is read again only for what shows the decision's time.
+                let timed = config.request_histograms || config.filter_state;
                 let facts = DecisionFacts {
                     sticky_hit: state.sticky_hit(),
-                    decision_us: host::now_ns().saturating_sub(started_ns) / 1000,
+                    decision_us: if timed {
+                        host::now_ns().saturating_sub(started_ns) / 1000
+                    } else {
+                        0
+                    },
                 };
                 report::decided(&config, &decision.plan, facts);
                 self.forward(&config, endpoint, decision, body, headers, now)

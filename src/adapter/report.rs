@@ -66,7 +66,7 @@ pub fn decided(config: &Config, plan: &Plan, facts: DecisionFacts) {
         metrics::count(config, vm, first, PairMetric::Requests, 1);
     }
     // 0: a stored-response request, whose target its id names; there was no decision to time.
-    if facts.decision_us > 0 {
+    if config.request_histograms && facts.decision_us > 0 {
         metrics::record_vm(config, vm, VmMetric::DecisionUs, facts.decision_us);
     }
     if config.filter_state {
@@ -224,7 +224,9 @@ impl Report {
             }
             None => metrics::count_vm(config, vm, VmMetric::NoAnswer),
         }
-        metrics::record_vm(config, vm, VmMetric::Attempts, u64::from(ending.attempts));
+        if config.request_histograms {
+            metrics::record_vm(config, vm, VmMetric::Attempts, u64::from(ending.attempts));
+        }
         if config.filter_state {
             let fields = access_log::outcome(config, ending.target, ending.attempts, self.fallback);
             write_fields(fields);

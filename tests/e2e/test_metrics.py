@@ -32,6 +32,7 @@ def plugin() -> dict:
         # (and every count below) is fixed.
         "failure_window": {"failures": 0},
         "usage_metrics": True,
+        "request_histograms": True,
         "virtual_models": [priority(VM), priority(FAST, fallback_timeout_ms=300)],
     }
 
@@ -146,3 +147,23 @@ def test_every_series_is_labelled_and_only_config_names_become_labels(stack):
     targets = {dict(k[1]).get("target") for k in ours} - {None}
     assert targets == {A, B}, targets
     assert sample(series, "switchboard_requests", virtual_model=VM, target=A) == 1
+
+
+def test_request_histograms_are_off_unless_the_config_asks(stack):
+    """`attempts` and `decision_us` cost Envoy a histogram value each per request: by default
+    the counters count and those two take nothing."""
+    stack.provider("a")
+    stack.provider("b")
+    config = plugin()
+    del config["request_histograms"]  # the default
+    envoy = start(stack, config)
+    for _ in range(3):
+        chat(envoy)
+    series = wait_for(envoy, "switchboard_answers", 3, virtual_model=VM, target=A, **{"class": "2xx"})
+    assert sample(series, "switchboard_requests", virtual_model=VM, target=A) == 3
+    # A stats flush later, the histograms still have no sample.
+    time.sleep(1.5)
+    series = prometheus(envoy)
+    # (Envoy lists a histogram that never took a value with a count of 0, or not at all.)
+    assert sample(series, "switchboard_attempts_count", virtual_model=VM) in (0, None)
+    assert sample(series, "switchboard_decision_us_count", virtual_model=VM) in (0, None)

@@ -135,6 +135,7 @@ pub(super) fn compile(
     let trace = compile_trace(&mut root, env)?;
     let filter_state = root.opt_bool("filter_state")?.unwrap_or(false);
     let usage_metrics = root.opt_bool("usage_metrics")?.unwrap_or(false);
+    let request_histograms = root.opt_bool("request_histograms")?.unwrap_or(false);
     let stored_responses_virtual_model = match root.opt_str("stored_responses_virtual_model")? {
         None => None,
         Some(name) => match names.get(name) {
@@ -178,6 +179,7 @@ pub(super) fn compile(
         trace,
         filter_state,
         usage_metrics,
+        request_histograms,
         names,
     };
     config.metrics = crate::core::metrics::MetricTable::new(&config);
@@ -535,9 +537,11 @@ mod tests {
         let c =
             Config::parse(with(r#""trace": {"always": true}, "filter_state": true"#).as_bytes())
                 .unwrap();
-        assert!(c.trace.always && c.filter_state && !c.usage_metrics);
+        assert!(c.trace.always && c.filter_state && !c.usage_metrics && !c.request_histograms);
         let c = Config::parse(with(r#""usage_metrics": true"#).as_bytes()).unwrap();
-        assert!(c.usage_metrics);
+        assert!(c.usage_metrics && !c.request_histograms);
+        let c = Config::parse(with(r#""request_histograms": true"#).as_bytes()).unwrap();
+        assert!(c.request_histograms && !c.usage_metrics);
         let env = |name: &str| (name == "TRACE").then(|| "0123456789abcdef-trace".to_string());
         let c = Config::parse_with_env(
             with(r#""trace": {"token": "${env:TRACE}"}"#).as_bytes(),

@@ -489,6 +489,11 @@ pub struct Config {
     /// for the token, time-to-first-token and time-per-token metrics (answers of virtual
     /// models whose routing uses latency are read anyway).
     pub usage_metrics: bool,
+    /// `request_histograms` (default false): each routed request records its attempts and its
+    /// decision's own time in two histograms. Envoy spends ~3k instructions (about 1 µs) on
+    /// each histogram value it takes, and timing the decision reads the clock once more, which
+    /// is more than the plain request's budget has room for; the counters stay on.
+    pub request_histograms: bool,
     names: HashMap<String, NameEntry>,
 }
 
