@@ -215,24 +215,11 @@ impl Stream<'_> {
         match effect {
             Effect::Attempt(attempt) => self.dispatch(config, machine, attempt, next),
             Effect::ArmTimer { due_ms, token } => rt.add_timer(due_ms, self.context_id, token),
-            Effect::Record {
-                target,
-                health: Some(outcome),
-                ..
-            } => {
-                if rt.record(config, target, outcome, || self.clock.now_ms()) {
+            Effect::Record { .. } | Effect::Samples { .. } => {
+                if let Some(target) = rt.apply_health(config, &effect, || self.clock.now_ms()) {
                     metrics::count(config, vm, target, PairMetric::Evictions, 1);
                 }
             }
-            Effect::Record { health: None, .. } => {}
-            Effect::Samples {
-                target,
-                sample,
-                now_ms,
-                for_routing: true,
-                ..
-            } => rt.add_samples(config, target, sample, now_ms),
-            Effect::Samples { .. } => {}
             Effect::Pin {
                 virtual_model,
                 session,

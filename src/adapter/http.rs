@@ -331,14 +331,6 @@ impl Http {
     }
 }
 
-/// Removes the trace token from a request Switchboard lets pass without routing it: the
-/// token is a secret of this gateway (a routed request loses it in its outbound changes).
-fn strip_trace_token(config: &Config, headers: &Headers) {
-    if headers.get(&config.header_names.trace_token).is_some() {
-        host::remove_request_header(&config.header_names.trace_token);
-    }
-}
-
 /// One debug line per attempt: where it goes, never a header value (they may be keys).
 pub(super) fn log_attempt(config: &Config, target: ModelId, n: u32, out: &Outbound<'_>) {
     if log::log_enabled!(log::Level::Debug) {
@@ -411,14 +403,13 @@ impl HttpContext for Http {
         // One host call for every header: cheaper than several lookups, and these are the
         // client's headers as sent, which a retry or fallback replays.
         let headers = host::request_headers();
-        match admit(&config, &headers, end_of_stream) {
-            Admission::Pass { strip_cluster } => {
-                if strip_cluster {
-                    host::remove_request_header(&config.header_names.cluster);
-                }
-                strip_trace_token(&config, &headers);
-                Action::Continue
-            }
+        let admission = admit(&config, &headers, end_of_stream);
+        let strip = admission.client_headers_to_strip(&config.header_names, &headers);
+        for name in strip.into_iter().flatten() {
+            host::remove_request_header(name);
+        }
+        match admission {
+            Admission::Pass { .. } => Action::Continue,
             Admission::ModelList(json) => {
                 let headers = vec![("content-type", "application/json")];
                 host::send_reply(200, headers, json.as_bytes());
@@ -435,10 +426,6 @@ impl HttpContext for Http {
                 Action::Pause
             }
             Admission::CheckBatch { path, content_type } => {
-                if headers.get(&config.header_names.cluster).is_some() {
-                    host::remove_request_header(&config.header_names.cluster);
-                }
-                strip_trace_token(&config, &headers);
                 self.phase = Phase::CheckingBatch(path, content_type);
                 Action::Pause
             }

@@ -11,10 +11,8 @@ use super::host::{self, SharedData};
 use super::metrics;
 use super::report::Report;
 use crate::core::config::{Config, ModelId};
-use crate::core::flight::{self, CallId, Machine};
-use crate::core::health::record::{HealthRecord, Outcome};
-use crate::core::health::sla::LatencySample;
-use crate::core::health::store;
+use crate::core::flight::{self, CallId, Effect, Machine};
+use crate::core::health::view::HealthView;
 use crate::core::routing::pins;
 use crate::core::routing::state::RoutingState;
 use crate::core::routing::HealthInput;
@@ -46,6 +44,8 @@ pub struct Slot {
 /// The worker's shared state.
 #[derive(Default)]
 pub struct Runtime {
+    /// This worker's copy of the shared health records, so the request path reads shared
+    /// data at most every `health_view_ms`.
     health: RefCell<HealthView>,
     /// Forwarded requests by context id.
     flights: RefCell<HashMap<u32, Slot>>,
@@ -98,14 +98,6 @@ impl RoutingState for Runtime {
     }
 }
 
-/// This worker's copy of the shared health records, re-read when older than
-/// `health_view_ms`, so the request path reads shared data at most that often.
-#[derive(Default)]
-struct HealthView {
-    records: Vec<HealthRecord>,
-    fetched_ms: Option<u64>,
-}
-
 impl Runtime {
     /// Forgets what is indexed by the config (model and virtual model indices change with it).
     pub fn reset_for_new_config(&self) {
@@ -122,68 +114,23 @@ impl Runtime {
         f: impl FnOnce(&HealthInput<'_>) -> T,
     ) -> T {
         let mut view = self.health.borrow_mut();
-        let stale = view
-            .fetched_ms
-            .is_none_or(|at| now_ms.saturating_sub(at) >= config.health_view_ms)
-            || view.records.len() != config.models.len();
-        if stale {
-            view.records = config
-                .models
-                .iter()
-                .map(|m| store::load(&SharedData, &store::key(&m.name)))
-                .collect();
-            view.fetched_ms = Some(now_ms);
-        }
-        let input = HealthInput {
-            records: &view.records,
-            now_ms,
-            window: config.failure_window,
-        };
-        if stale {
+        let (refreshed, input) = view.read(config, now_ms, &SharedData);
+        if refreshed {
             metrics::update_health(config, &input, &mut self.gauges.borrow_mut());
         }
         f(&input)
     }
 
-    /// Records an attempt's outcome in shared data and in this worker's view; true if it
-    /// started an eviction of the target.
-    pub fn record(
+    /// Applies an effect's change to a target's health in shared data and in this worker's
+    /// view ([`flight::apply_health`]); the target whose eviction it started.
+    pub fn apply_health(
         &self,
         config: &Config,
-        model: ModelId,
-        outcome: Outcome,
+        effect: &Effect<'_>,
         now_ms: impl FnOnce() -> u64,
-    ) -> bool {
-        // A success changes nothing on a clean record: skip two shared-data calls per request.
-        let clean = || {
-            self.health
-                .borrow()
-                .records
-                .get(model.0)
-                .is_some_and(HealthRecord::is_clean)
-        };
-        if outcome == Outcome::Success && clean() {
-            return false;
-        }
-        let (written, evicted) =
-            flight::record_noting_eviction(&SharedData, config, model, outcome, now_ms());
-        self.keep_view(model, written);
-        evicted
-    }
-
-    /// Adds the latency samples of a successful answer to a target's record.
-    pub fn add_samples(&self, config: &Config, model: ModelId, sample: LatencySample, now_ms: u64) {
-        let written = flight::add_samples(&SharedData, config, model, &sample, now_ms);
-        self.keep_view(model, written);
-    }
-
-    /// Keeps this worker's view in step with a record just written.
-    fn keep_view(&self, model: ModelId, written: Option<HealthRecord>) {
-        if let Some(record) = written {
-            if let Some(slot) = self.health.borrow_mut().records.get_mut(model.0) {
-                *slot = record;
-            }
-        }
+    ) -> Option<ModelId> {
+        let mut view = self.health.borrow_mut();
+        flight::apply_health(&mut view, &SharedData, config, effect, now_ms)
     }
 
     /// Keeps the flight of stream `context_id`.

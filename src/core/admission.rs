@@ -4,7 +4,7 @@
 //! every adapter; the body half is [`crate::core::decision`].
 
 use crate::core::batch;
-use crate::core::config::{Config, ModelId};
+use crate::core::config::{Config, HeaderNames, ModelId};
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
 use crate::core::flight::{Replay, Start};
@@ -45,6 +45,29 @@ pub enum Admission<'c> {
     /// A retrieve, input-items list, cancel or delete of a stored response: route it now
     /// with [`route_stored`].
     Stored(StoredPath),
+}
+
+impl Admission<'_> {
+    /// The client headers to remove, `[cluster header, trace token]`, from a request that goes
+    /// on now or after a check (pass-through, batch input): a client never picks the cluster
+    /// through the route's `cluster_header`, and the trace token never goes upstream. Only
+    /// those the client sent, so most requests make no host call for them.
+    pub fn client_headers_to_strip<'n>(
+        &self,
+        names: &'n HeaderNames,
+        headers: &Headers,
+    ) -> [Option<&'n str>; 2] {
+        let cluster = match self {
+            Admission::Pass { strip_cluster } => *strip_cluster,
+            Admission::CheckBatch { .. } => headers.get(&names.cluster).is_some(),
+            _ => return [None, None],
+        };
+        let token = headers.get(&names.trace_token).is_some();
+        [
+            cluster.then_some(names.cluster.as_str()),
+            token.then_some(names.trace_token.as_str()),
+        ]
+    }
 }
 
 /// A stored-response path, with the part after its id (`""`, `/input_items`, `/cancel`).
@@ -270,6 +293,34 @@ mod tests {
                 content_type: "multipart/form-data".into()
             }
         );
+    }
+
+    #[test]
+    fn only_requests_let_through_lose_the_cluster_header_and_trace_token_they_sent() {
+        let c = config();
+        let names = &c.header_names;
+        let strip = |method, path, extra: &[(&str, &str)], end| {
+            let h = request(method, path, extra);
+            admit(&c, &h, end).client_headers_to_strip(names, &h)
+        };
+        let both = [
+            ("x-switchboard-cluster", "secret"),
+            (names.trace_token.as_str(), "t"),
+        ];
+        let all = [
+            Some("x-switchboard-cluster"),
+            Some(names.trace_token.as_str()),
+        ];
+        assert_eq!(strip("GET", "/healthz", &both, true), all);
+        assert_eq!(strip("POST", "/v1/files", &both, false), all, "batch input");
+        assert_eq!(strip("GET", "/healthz", &[], true), [None, None]);
+        assert_eq!(
+            strip("POST", "/v1/files", &both[1..], false),
+            [None, Some(names.trace_token.as_str())]
+        );
+        // Routed requests get their headers from the outbound request instead.
+        let chat = "/v1/chat/completions";
+        assert_eq!(strip("POST", chat, &both, false), [None, None]);
     }
 
     #[test]

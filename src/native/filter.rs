@@ -126,14 +126,18 @@ impl Filter {
         // One call for every header: these are the client's headers as sent, which a retry or
         // fallback replays.
         let headers = s.headers(Side::Request);
-        match admit(config, &headers, end_of_stream) {
-            Admission::Pass { strip_cluster } => {
-                if strip_cluster {
-                    strip_client_cluster(s, &config.header_names);
-                }
-                strip_trace_token(s, &headers, &config.header_names);
-                Verdict::Continue
-            }
+        let admission = admit(config, &headers, end_of_stream);
+        let strip = admission.client_headers_to_strip(&config.header_names, &headers);
+        for name in strip.into_iter().flatten() {
+            s.remove_header(Side::Request, name);
+        }
+        if let [Some(_cluster), _] = strip {
+            // Unlike proxy-wasm, a dynamic module's header writes leave the cached route in
+            // place.
+            s.clear_route_cache();
+        }
+        match admission {
+            Admission::Pass { .. } => Verdict::Continue,
             Admission::ModelList(json) => {
                 let json_type = vec![("content-type".to_string(), "application/json".to_string())];
                 self.send(200, json_type, json.as_bytes().to_vec());
@@ -150,10 +154,6 @@ impl Filter {
                 Verdict::Stop
             }
             Admission::CheckBatch { path, content_type } => {
-                if headers.get(&config.header_names.cluster).is_some() {
-                    strip_client_cluster(s, &config.header_names);
-                }
-                strip_trace_token(s, &headers, &config.header_names);
                 self.phase = Phase::CheckingBatch(path, content_type);
                 Verdict::Stop
             }
@@ -419,22 +419,6 @@ impl Filter {
             _ => Verdict::Continue,
         }
     }
-}
-
-/// Drops the client's cluster header and has Envoy pick the route again: never let a client
-/// pick the cluster through the route's `cluster_header`.
-/// The trace token is Switchboard's secret: it never goes upstream, routed or not (the routed
-/// attempts drop it in `core::outbound`).
-fn strip_trace_token(s: &mut Stream, headers: &Headers, names: &HeaderNames) {
-    if headers.get(&names.trace_token).is_some() {
-        s.remove_header(Side::Request, &names.trace_token);
-    }
-}
-
-fn strip_client_cluster(s: &mut Stream, names: &HeaderNames) {
-    s.remove_header(Side::Request, &names.cluster);
-    // Unlike proxy-wasm, a dynamic module's header writes leave the cached route in place.
-    s.clear_route_cache();
 }
 
 /// Writes the router's attempt into the request: the body for the target, then path,

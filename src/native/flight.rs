@@ -229,21 +229,10 @@ impl Flight {
                     };
                     timer::arm(&wake, due_ms, token);
                 }
-                Effect::Record {
-                    target,
-                    health: Some(health),
-                    ..
-                } => store::record(plugin.id, config, target, health, super::now_ms()),
-                Effect::Record { health: None, .. } => {}
-                Effect::Samples {
-                    target,
-                    sample,
-                    now_ms,
-                    for_routing: true,
-                    ..
-                } => store::add_samples(plugin.id, config, target, &sample, now_ms),
-                // Token usage for the metrics: the native build defines none yet.
-                Effect::Samples { .. } => {}
+                // Token usage and evictions are for metrics: the native build defines none yet.
+                Effect::Record { .. } | Effect::Samples { .. } => {
+                    store::apply_health(plugin.id, config, &effect);
+                }
                 Effect::Pin {
                     virtual_model,
                     session,

@@ -5,11 +5,10 @@
 //! [`crate::core::routing::pins`]) runs against one synchronised map. It is process-wide, so
 //! like shared data it outlives config reloads.
 
-use crate::core::config::{Config, ModelId};
-use crate::core::flight;
-use crate::core::health::record::{HealthRecord, Outcome};
-use crate::core::health::sla::LatencySample;
-use crate::core::health::store::{self, Store, WriteError};
+use crate::core::config::Config;
+use crate::core::flight::{self, Effect};
+use crate::core::health::store::{Store, WriteError};
+use crate::core::health::view::HealthView;
 use crate::core::routing::HealthInput;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -43,12 +42,11 @@ impl Store for Shared {
     }
 }
 
-/// A worker's copy of one plugin config's health records, re-read when older than
-/// `health_view_ms`, so requests lock the shared map at most that often.
+/// A worker's copy of one plugin config's health records, so requests lock the shared map at
+/// most every `health_view_ms`.
 struct View {
     plugin: u64,
-    records: Vec<HealthRecord>,
-    fetched_ms: Option<u64>,
+    health: HealthView,
 }
 
 /// The plugin configs Envoy still holds; a worker drops its views of others.
@@ -86,8 +84,7 @@ fn with_view<T>(plugin: u64, f: impl FnOnce(&mut View) -> T) -> T {
                 drop(live);
                 views.push(View {
                     plugin,
-                    records: Vec::new(),
-                    fetched_ms: None,
+                    health: HealthView::default(),
                 });
                 views.len() - 1
             }
@@ -96,8 +93,7 @@ fn with_view<T>(plugin: u64, f: impl FnOnce(&mut View) -> T) -> T {
             Some(view) => f(view),
             None => f(&mut View {
                 plugin,
-                records: Vec::new(),
-                fetched_ms: None,
+                health: HealthView::default(),
             }),
         }
     })
@@ -111,61 +107,22 @@ pub fn with_health<T>(
     f: impl FnOnce(&HealthInput<'_>) -> T,
 ) -> T {
     with_view(plugin, |view| {
-        let stale = view
-            .fetched_ms
-            .is_none_or(|at| now_ms.saturating_sub(at) >= config.health_view_ms)
-            || view.records.len() != config.models.len();
-        if stale {
-            view.records = config
-                .models
-                .iter()
-                .map(|m| store::load(&Shared, &store::key(&m.name)))
-                .collect();
-            view.fetched_ms = Some(now_ms);
-        }
-        f(&HealthInput {
-            records: &view.records,
-            now_ms,
-            window: config.failure_window,
-        })
+        f(&view.health.read(config, now_ms, &Shared).1)
     })
 }
 
-/// Records an attempt's outcome in the shared store and in this worker's view.
-pub fn record(plugin: u64, config: &Config, model: ModelId, outcome: Outcome, now_ms: u64) {
-    // A success changes nothing on a clean record: skip the shared map.
-    let clean = || {
-        with_view(plugin, |v| {
-            v.records.get(model.0).is_some_and(HealthRecord::is_clean)
-        })
-    };
-    if outcome == Outcome::Success && clean() {
-        return;
-    }
-    let written = flight::record_outcome(&Shared, config, model, outcome, now_ms);
-    keep_in_view(plugin, model, written);
-}
-
-/// Adds the latency samples of a successful answer to a target's record.
-pub fn add_samples(plugin: u64, config: &Config, model: ModelId, sample: &LatencySample, now: u64) {
-    let written = flight::add_samples(&Shared, config, model, sample, now);
-    keep_in_view(plugin, model, written);
-}
-
-/// Keeps this worker's view in step with a record it wrote.
-fn keep_in_view(plugin: u64, model: ModelId, written: Option<HealthRecord>) {
-    if let Some(record) = written {
-        with_view(plugin, |v| {
-            if let Some(slot) = v.records.get_mut(model.0) {
-                *slot = record;
-            }
-        });
-    }
+/// Applies an effect's change to a target's health in the shared store and in this worker's
+/// view ([`flight::apply_health`]).
+pub fn apply_health(plugin: u64, config: &Config, effect: &Effect<'_>) {
+    with_view(plugin, |view| {
+        flight::apply_health(&mut view.health, &Shared, config, effect, super::now_ms);
+    });
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::health::store;
 
     #[test]
     fn the_shared_store_refuses_a_stale_cas_token() {

@@ -32,8 +32,8 @@
 //!   the batch's. The first attempt (`call: None`) was already written into the request.
 //! - [`Effect::ArmTimer`]: call [`Machine::on_timer`] with the token at or after `due_ms`;
 //!   stale tokens are ignored, so timers never need cancelling.
-//! - [`Effect::Record`] / [`Effect::Samples`]: update the health store ([`record_outcome`],
-//!   [`add_samples`]); a success on a clean record may be skipped.
+//! - [`Effect::Record`] / [`Effect::Samples`]: hand them to [`apply_health`], which updates
+//!   the health store and the worker's view (a success on a clean record is skipped).
 //! - [`Effect::Deliver`]: set its headers on the router's answer before it goes on.
 //!   [`Effect::Reply`] / [`Effect::Fail`]: a local reply replacing the held answer.
 //!   [`Effect::ReplaceBody`]: edit the body chunk in hand.
@@ -53,7 +53,7 @@ pub use effects::{
 };
 pub use inputs::{AnswerFacts, CallAnswer, Replay, Start};
 pub use outcome::{call_outcome, health_outcome, hint_ms, router_outcome};
-pub use records::{add_samples, record_noting_eviction, record_outcome};
+pub use records::apply_health;
 
 use crate::core::config::{Config, HeaderNames, ModelId, TargetPolicy, DIRECT_POLICY};
 use crate::core::fallback::{AttemptOutcome, Attempts, Step};

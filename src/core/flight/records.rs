@@ -2,27 +2,58 @@
 //! the same update in every adapter (proxy-wasm shared data, a native module's memory) and in
 //! the tests' simulated host.
 
+use super::Effect;
 use crate::core::config::{Config, ModelId};
 use crate::core::health::record::{HealthRecord, Outcome};
 use crate::core::health::sla::LatencySample;
 use crate::core::health::store::{self, Store};
+use crate::core::health::view::HealthView;
 
-/// Records an attempt's outcome in `target`'s shared record at `now_ms`; the record as
-/// written, or `None` if the target is unknown or every write lost its race.
-pub fn record_outcome(
+/// Applies an effect's change to its target's health in `store` and keeps the record written
+/// in `view`: [`Effect::Record`] (skipped for a success on a record the view holds clean: it
+/// would change nothing, and the common request then makes no store call) and
+/// [`Effect::Samples`] when routing uses them. Other effects are not health's. `clock` is read
+/// only for a write. Returns the target whose eviction this started, for the evictions metric.
+pub fn apply_health(
+    view: &mut HealthView,
     store: &dyn Store,
     config: &Config,
-    target: ModelId,
-    outcome: Outcome,
-    now_ms: u64,
-) -> Option<HealthRecord> {
-    record_noting_eviction(store, config, target, outcome, now_ms).0
+    effect: &Effect<'_>,
+    clock: impl FnOnce() -> u64,
+) -> Option<ModelId> {
+    match *effect {
+        Effect::Record {
+            target,
+            health: Some(outcome),
+            ..
+        } => {
+            if outcome == Outcome::Success && view.is_clean(target) {
+                return None;
+            }
+            let (written, evicted) =
+                record_noting_eviction(store, config, target, outcome, clock());
+            view.keep(target, written);
+            evicted.then_some(target)
+        }
+        Effect::Samples {
+            target,
+            ref sample,
+            now_ms,
+            for_routing: true,
+            ..
+        } => {
+            view.keep(target, add_samples(store, config, target, sample, now_ms));
+            None
+        }
+        _ => None,
+    }
 }
 
-/// [`record_outcome`], also saying whether this outcome started an eviction of the target
-/// (for the evictions metric): judged on the record the write replaced, not on a cached view
-/// another worker may have outdated.
-pub fn record_noting_eviction(
+/// Records an attempt's outcome in `target`'s shared record at `now_ms`: the record as
+/// written (`None` if the target is unknown or every write lost its race), and whether this
+/// outcome started an eviction of the target (for the evictions metric), judged on the record
+/// the write replaced, not on a cached view another worker may have outdated.
+fn record_noting_eviction(
     store: &dyn Store,
     config: &Config,
     target: ModelId,
@@ -44,7 +75,7 @@ pub fn record_noting_eviction(
 }
 
 /// Adds a successful answer's latency samples to `target`'s shared record.
-pub fn add_samples(
+fn add_samples(
     store: &dyn Store,
     config: &Config,
     target: ModelId,
@@ -60,7 +91,65 @@ pub fn add_samples(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::fallback::AttemptOutcome;
+    use crate::core::flight::Tokens;
     use crate::core::health::store::MemoryStore;
+
+    #[test]
+    fn health_effects_reach_the_store_and_the_view_and_nothing_else_does() {
+        let config = Config::parse(
+            br#"{"models": [{"name": "a", "cluster": "c", "model": "m",
+                 "health": {"eviction": {"consecutive_failures": 1, "duration": "5s"}}}]}"#,
+        )
+        .unwrap();
+        let store = MemoryStore::default();
+        let mut view = HealthView::default();
+        view.read(&config, 1_000, &store);
+        let a = ModelId(0);
+        let record = |health| Effect::Record {
+            target: a,
+            outcome: AttemptOutcome::Status(200),
+            health,
+        };
+        let samples = |for_routing| Effect::Samples {
+            target: a,
+            sample: LatencySample {
+                ttft_ms: Some(40),
+                ..LatencySample::default()
+            },
+            now_ms: 1_000,
+            tokens: Tokens::default(),
+            for_routing,
+        };
+        let mut apply = |effect: &Effect<'_>| {
+            let mut clock_read = false;
+            let evicted = apply_health(&mut view, &store, &config, effect, || {
+                clock_read = true;
+                1_000
+            });
+            (evicted, clock_read)
+        };
+        let stored = || store::load(&store, &store::key("a"));
+        assert_eq!(apply(&record(Some(Outcome::Success))), (None, false));
+        assert_eq!(apply(&record(None)), (None, false));
+        assert_eq!(apply(&samples(false)), (None, false));
+        assert_eq!(stored(), HealthRecord::default(), "nothing written");
+        let failure = Outcome::Failure { hint_ms: None };
+        assert_eq!(apply(&record(Some(failure))), (Some(a), true));
+        assert_eq!(
+            apply(&record(Some(failure))),
+            (None, true),
+            "already evicted"
+        );
+        apply(&samples(true));
+        assert_eq!(stored().ttft.0.len(), 1);
+        let (_, input) = view.read(&config, 1_001, &store);
+        assert_eq!(
+            input.records.first(),
+            Some(&stored()),
+            "the view kept each write"
+        );
+    }
 
     #[test]
     fn only_the_failure_that_evicts_is_noted_as_an_eviction() {

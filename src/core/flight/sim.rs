@@ -8,10 +8,10 @@ use super::*;
 use crate::core::decision::decide;
 use crate::core::endpoint::Endpoint;
 use crate::core::headers::Headers;
-use crate::core::health::record::{HealthRecord, Outcome};
+use crate::core::health::record::HealthRecord;
 use crate::core::health::store::{self, MemoryStore};
+use crate::core::health::view::HealthView;
 use crate::core::routing::state::{LocalState, RoutingState};
-use crate::core::routing::HealthInput;
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 
@@ -137,7 +137,7 @@ pub struct Sim {
     pub now: u64,
     store: MemoryStore,
     pub state: LocalState,
-    view: (Vec<HealthRecord>, Option<u64>),
+    view: HealthView,
     providers: HashMap<String, Provider>,
     /// Clusters with nothing listening (the router gets a connection failure).
     refused: Vec<String>,
@@ -173,7 +173,7 @@ impl Sim {
             now: 1_000_000,
             store: MemoryStore::default(),
             state: LocalState::default(),
-            view: (Vec::new(), None),
+            view: HealthView::default(),
             providers: HashMap::new(),
             refused: Vec::new(),
             rng: fastrand::Rng::with_seed(7),
@@ -238,12 +238,8 @@ impl Sim {
             ("content-type", "application/json"),
         ]);
         let body = body.as_bytes().to_vec();
-        self.refresh_view();
-        let health = HealthInput {
-            records: &self.view.0,
-            now_ms: self.now,
-            window: self.config.failure_window,
-        };
+        // The health view, re-read as the adapters' is.
+        let (_, health) = self.view.read(&self.config, self.now, &self.store);
         let config = Rc::clone(&self.config);
         let decided = decide(
             &config,
@@ -402,23 +398,9 @@ impl Sim {
         match e {
             Effect::Attempt(_) => unreachable!("applied by apply"),
             Effect::ArmTimer { due_ms, token } => flight.at(due_ms, Ev::Timer { token }),
-            Effect::Record {
-                target,
-                health: Some(h),
-                ..
-            } => self.record(config, target, h),
-            Effect::Record { health: None, .. } => {}
-            Effect::Samples {
-                target,
-                sample,
-                now_ms,
-                for_routing: true,
-                ..
-            } => {
-                let written = add_samples(&self.store, config, target, &sample, now_ms);
-                self.keep_view(target, written);
+            Effect::Record { .. } | Effect::Samples { .. } => {
+                apply_health(&mut self.view, &self.store, config, &e, || self.now);
             }
-            Effect::Samples { .. } => {}
             Effect::Pin {
                 virtual_model,
                 session,
@@ -641,39 +623,6 @@ impl Sim {
         pairs.push(("x-mock-provider".into(), cluster.to_string()));
         let headers = Headers::from_pairs(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         (delay, Some(CallAnswer { headers, body }))
-    }
-
-    /// The health view, re-read as the adapter's is: when older than `health_view_ms`.
-    fn refresh_view(&mut self) {
-        let stale = self
-            .view
-            .1
-            .is_none_or(|at| self.now.saturating_sub(at) >= self.config.health_view_ms);
-        if stale || self.view.0.len() != self.config.models.len() {
-            let names: Vec<String> = self.config.models.iter().map(|m| m.name.clone()).collect();
-            self.view.0 = names.iter().map(|n| self.record_of(n)).collect();
-            self.view.1 = Some(self.now);
-        }
-    }
-
-    /// Applies a Record effect as the adapter does: a success on a clean record is skipped.
-    fn record(&mut self, config: &Config, target: ModelId, outcome: Outcome) {
-        let clean = self
-            .view
-            .0
-            .get(target.0)
-            .is_some_and(HealthRecord::is_clean);
-        if outcome == Outcome::Success && clean {
-            return;
-        }
-        let written = record_outcome(&self.store, config, target, outcome, self.now);
-        self.keep_view(target, written);
-    }
-
-    fn keep_view(&mut self, target: ModelId, written: Option<HealthRecord>) {
-        if let (Some(r), Some(slot)) = (written, self.view.0.get_mut(target.0)) {
-            *slot = r;
-        }
     }
 }
 

@@ -44,6 +44,59 @@ fn sim(config: serde_json::Value) -> Sim {
     Sim::new(&config.to_string())
 }
 
+/// A twin's worker as most e2e tests set one up: a catalog model per target (see [`model`]),
+/// each on its own cluster with a mock provider behind it, under one virtual model "vm".
+struct Setup {
+    config: serde_json::Value,
+    providers: Vec<(&'static str, Behaviour)>,
+}
+
+impl Setup {
+    /// Virtual model `vm` over `targets`, each answering as its behaviour says.
+    fn new(vm: serde_json::Value, targets: Vec<(&'static str, Behaviour)>) -> Setup {
+        let names: Vec<&str> = targets.iter().map(|(name, _)| *name).collect();
+        Setup {
+            config: json!({"models": models(&names), "virtual_models": [vm]}),
+            providers: targets,
+        }
+    }
+
+    /// The e2e file's usual pair: every request to `primary` (weight 100), `spare` (weight 0)
+    /// reached by fallback only.
+    fn fallback_pair(
+        primary: (&'static str, Behaviour),
+        spare: (&'static str, Behaviour),
+    ) -> Setup {
+        let vm = weighted(json!([{"target": primary.0, "weight": 100},
+            {"target": spare.0, "weight": 0}]));
+        Setup::new(vm, vec![primary, spare])
+    }
+
+    /// The config's failure window.
+    fn window(mut self, failures: u32, window_seconds: u64) -> Setup {
+        self.config["failure_window"] =
+            json!({"failures": failures, "window_seconds": window_seconds});
+        self
+    }
+
+    /// Catalog model `name` with `extra` fields (its health policy).
+    fn model(mut self, name: &str, extra: serde_json::Value) -> Setup {
+        let entries = self.config["models"].as_array_mut().into_iter().flatten();
+        for entry in entries.filter(|m| m["name"] == name) {
+            *entry = model(name, extra.clone());
+        }
+        self
+    }
+
+    fn sim(self) -> Sim {
+        let mut s = sim(self.config);
+        for (name, behaviour) in self.providers {
+            s.provider(name, behaviour);
+        }
+        s
+    }
+}
+
 fn fail(status: u16) -> Behaviour {
     Behaviour {
         fail_status: Some(status),
@@ -54,6 +107,13 @@ fn fail(status: u16) -> Behaviour {
 fn stall(ms: u64) -> Behaviour {
     Behaviour {
         stall_ms: ms,
+        ..Behaviour::default()
+    }
+}
+
+fn dropper() -> Behaviour {
+    Behaviour {
+        drop_before_response: true,
         ..Behaviour::default()
     }
 }
@@ -88,10 +148,8 @@ fn counts<'a>(items: impl IntoIterator<Item = &'a str>) -> BTreeMap<String, usiz
 /// Twin of test_resilience.py::test_failing_target_is_invisible_to_clients_and_stops_getting_traffic
 #[test]
 fn failing_target_is_invisible_to_clients_and_stops_getting_traffic() {
-    let mut s = sim(json!({"models": models(&["good", "bad"]),
-        "virtual_models": [weighted(json!([{"target": "good", "weight": 50}, {"target": "bad", "weight": 50}]))]}));
-    s.provider("good", Behaviour::default());
-    s.provider("bad", fail(503));
+    let vm = weighted(json!([{"target": "good", "weight": 50}, {"target": "bad", "weight": 50}]));
+    let mut s = Setup::new(vm, vec![("good", Behaviour::default()), ("bad", fail(503))]).sim();
     let results: Vec<Answer> = (0..1000).map(|_| post(&mut s)).collect();
     assert!(
         results.iter().all(|r| r.status == 200),
@@ -117,16 +175,11 @@ fn failing_target_is_invisible_to_clients_and_stops_getting_traffic() {
 /// Twin of test_resilience.py::test_429_with_retry_after_evicts_for_that_long_then_the_target_returns
 #[test]
 fn a_429_with_retry_after_evicts_for_that_long_then_the_target_returns() {
-    let mut s = sim(json!({"models": models(&["limited", "spare"]),
-        "virtual_models": [weighted(json!([{"target": "limited", "weight": 100}, {"target": "spare", "weight": 0}]))]}));
-    s.provider(
-        "limited",
-        Behaviour {
-            retry_after: Some("2"),
-            ..fail(429)
-        },
-    );
-    s.provider("spare", Behaviour::default());
+    let limited = Behaviour {
+        retry_after: Some("2"),
+        ..fail(429)
+    };
+    let mut s = Setup::fallback_pair(("limited", limited), ("spare", Behaviour::default())).sim();
     let first = post(&mut s);
     let evicted_at = s.now;
     assert_eq!(
@@ -147,15 +200,16 @@ fn a_429_with_retry_after_evicts_for_that_long_then_the_target_returns() {
 #[test]
 fn priority_group_spills_to_backup_only_when_both_members_are_evicted() {
     let evict = json!({"health": {"eviction": {"consecutive_failures": 1, "duration": "30s"}}});
-    let mut s = sim(
-        json!({"models": [model("a", evict.clone()), model("b", evict), model("backup", json!({}))],
-        "virtual_models": [priority(json!([{"target": "a", "priority": 0}, {"target": "b", "priority": 0},
-                                           {"target": "backup", "priority": 1}]))],
-        "failure_window": {"failures": 16, "window_seconds": 120}}),
+    let vm = priority(
+        json!([{"target": "a", "priority": 0}, {"target": "b", "priority": 0},
+        {"target": "backup", "priority": 1}]),
     );
-    for name in ["a", "b", "backup"] {
-        s.provider(name, Behaviour::default());
-    }
+    let targets = ["a", "b", "backup"].map(|name| (name, Behaviour::default()));
+    let mut s = Setup::new(vm, targets.into())
+        .model("a", evict.clone())
+        .model("b", evict)
+        .window(16, 120)
+        .sim();
     let served: Vec<Answer> = (0..40).map(|_| post(&mut s)).collect();
     let served = counts(served.iter().map(Answer::resolved));
     assert_eq!(served.keys().collect::<Vec<_>>(), ["a", "b"], "{served:?}");
@@ -188,18 +242,16 @@ fn priority_group_spills_to_backup_only_when_both_members_are_evicted() {
 /// Twin of test_resilience.py::test_target_stalling_past_fallback_timeout_is_abandoned
 #[test]
 fn a_target_stalling_past_fallback_timeout_is_abandoned() {
-    let mut s = sim(json!({"models": models(&["slow", "fast"]),
-        "virtual_models": [vm("weight-based-routing",
-            json!([{"target": "slow", "weight": 100}, {"target": "fast", "weight": 0}]),
-            json!({"fallback_timeout_ms": 500}))]}));
-    s.provider("slow", stall(10_000));
-    s.provider(
-        "fast",
-        Behaviour {
-            tokens: Some(5),
-            ..Behaviour::default()
-        },
+    let vm = vm(
+        "weight-based-routing",
+        json!([{"target": "slow", "weight": 100}, {"target": "fast", "weight": 0}]),
+        json!({"fallback_timeout_ms": 500}),
     );
+    let fast = Behaviour {
+        tokens: Some(5),
+        ..Behaviour::default()
+    };
+    let mut s = Setup::new(vm, vec![("slow", stall(10_000)), ("fast", fast)]).sim();
     let r = post(&mut s);
     assert_eq!((r.status, r.resolved(), r.attempts()), (200, "fast", "2"));
     assert_eq!(r.json()["model"], "fast-upstream");
@@ -237,14 +289,12 @@ fn a_target_stalling_past_fallback_timeout_is_abandoned() {
 /// Twin of test_resilience.py::test_retry_config_retries_the_same_target_with_its_delay
 #[test]
 fn retry_config_retries_the_same_target_with_its_delay() {
-    let mut s = sim(json!({"models": models(&["flaky", "spare"]),
-        "virtual_models": [weighted(json!([
-            {"target": "flaky", "weight": 100,
-             "retry_config": {"attempts": 2, "delay": 150, "on_status_codes": ["503"]}},
-            {"target": "spare", "weight": 0}]))],
-        "failure_window": {"failures": 16, "window_seconds": 120}}));
-    s.provider("flaky", fail(503));
-    s.provider("spare", Behaviour::default());
+    let vm = weighted(json!([
+        {"target": "flaky", "weight": 100,
+         "retry_config": {"attempts": 2, "delay": 150, "on_status_codes": ["503"]}},
+        {"target": "spare", "weight": 0}]));
+    let targets = vec![("flaky", fail(503)), ("spare", Behaviour::default())];
+    let mut s = Setup::new(vm, targets).window(16, 120).sim();
     let r = post(&mut s);
     assert_eq!((r.status, r.resolved(), r.attempts()), (200, "spare", "4"));
     assert_eq!(s.received("flaky").len(), 3, "one attempt and two retries");
@@ -264,14 +314,16 @@ fn retry_config_retries_the_same_target_with_its_delay() {
 /// Twin of test_resilience.py::test_fallback_never_goes_to_a_target_that_is_not_a_fallback_candidate
 #[test]
 fn fallback_never_goes_to_a_target_that_is_not_a_fallback_candidate() {
-    let mut s = sim(json!({"models": models(&["primary", "reserved", "last"]),
-        "virtual_models": [weighted(json!([
-            {"target": "primary", "weight": 100},
-            {"target": "reserved", "weight": 0, "fallback_candidate": false},
-            {"target": "last", "weight": 0}]))]}));
-    s.provider("primary", fail(500));
-    s.provider("reserved", Behaviour::default());
-    s.provider("last", Behaviour::default());
+    let vm = weighted(json!([
+        {"target": "primary", "weight": 100},
+        {"target": "reserved", "weight": 0, "fallback_candidate": false},
+        {"target": "last", "weight": 0}]));
+    let targets = vec![
+        ("primary", fail(500)),
+        ("reserved", Behaviour::default()),
+        ("last", Behaviour::default()),
+    ];
+    let mut s = Setup::new(vm, targets).sim();
     let r = post(&mut s);
     assert_eq!((r.status, r.resolved()), (200, "last"));
     let seen = ["primary", "reserved", "last"].map(|n| s.received(n).len());
@@ -281,10 +333,7 @@ fn fallback_never_goes_to_a_target_that_is_not_a_fallback_candidate() {
 /// Twin of test_resilience.py::test_when_every_target_fails_the_last_error_passes_through_with_the_attempt_count
 #[test]
 fn when_every_target_fails_the_last_error_passes_through_with_the_attempt_count() {
-    let mut s = sim(json!({"models": models(&["one", "two"]),
-        "virtual_models": [weighted(json!([{"target": "one", "weight": 100}, {"target": "two", "weight": 0}]))]}));
-    s.provider("one", fail(503));
-    s.provider("two", fail(502));
+    let mut s = Setup::fallback_pair(("one", fail(503)), ("two", fail(502))).sim();
     let r = post(&mut s);
     assert_eq!((r.status, r.attempts(), r.resolved()), (502, "2", "two"));
     assert_eq!(
@@ -302,13 +351,7 @@ fn connection_refused_and_dropped_connections_fall_back() {
         "virtual_models": [priority(json!([{"target": "refused", "priority": 0},
             {"target": "dropper", "priority": 1}, {"target": "good", "priority": 2}]))]}));
     s.refused("refused");
-    s.provider(
-        "dropper",
-        Behaviour {
-            drop_before_response: true,
-            ..Behaviour::default()
-        },
-    );
+    s.provider("dropper", dropper());
     s.provider("good", Behaviour::default());
     let r = post(&mut s);
     assert_eq!((r.status, r.resolved(), r.attempts()), (200, "good", "3"));
@@ -477,11 +520,9 @@ fn sla_cutoff_on_time_per_output_token() {
 /// Twin of test_resilience.py::test_unhealthy_target_recovers_once_its_failures_age_out
 #[test]
 fn an_unhealthy_target_recovers_once_its_failures_age_out() {
-    let mut s = sim(json!({"models": models(&["flaky", "steady"]),
-        "virtual_models": [weighted(json!([{"target": "flaky", "weight": 100}, {"target": "steady", "weight": 0}]))],
-        "failure_window": {"failures": 2, "window_seconds": 2}}));
-    s.provider("flaky", fail(500));
-    s.provider("steady", Behaviour::default());
+    let mut s = Setup::fallback_pair(("flaky", fail(500)), ("steady", Behaviour::default()))
+        .window(2, 2)
+        .sim();
     let unhealthy_at = s.now;
     assert_eq!(
         [
@@ -505,13 +546,10 @@ fn an_unhealthy_target_recovers_once_its_failures_age_out() {
 #[test]
 fn repeated_evictions_back_off() {
     let evict = json!({"health": {"eviction": {"consecutive_failures": 1, "duration": "500ms"}}});
-    let mut s = sim(
-        json!({"models": [model("broken", evict), model("spare", json!({}))],
-        "virtual_models": [weighted(json!([{"target": "broken", "weight": 100}, {"target": "spare", "weight": 0}]))],
-        "failure_window": {"failures": 16, "window_seconds": 1}}),
-    );
-    s.provider("broken", fail(503));
-    s.provider("spare", Behaviour::default());
+    let mut s = Setup::fallback_pair(("broken", fail(503)), ("spare", Behaviour::default()))
+        .model("broken", evict)
+        .window(16, 1)
+        .sim();
     let start = s.now;
     let mut arrivals = Vec::new();
     while s.now - start < 4000 {
@@ -534,17 +572,13 @@ fn repeated_evictions_back_off() {
 /// Twin of test_resilience.py::test_a_503_with_retry_after_does_not_evict_only_a_429_does
 #[test]
 fn a_503_with_retry_after_does_not_evict_only_a_429_does() {
-    let mut s = sim(json!({"models": models(&["busy", "spare"]),
-        "virtual_models": [weighted(json!([{"target": "busy", "weight": 100}, {"target": "spare", "weight": 0}]))],
-        "failure_window": {"failures": 16, "window_seconds": 120}}));
-    s.provider(
-        "busy",
-        Behaviour {
-            retry_after: Some("30"),
-            ..fail(503)
-        },
-    );
-    s.provider("spare", Behaviour::default());
+    let busy = Behaviour {
+        retry_after: Some("30"),
+        ..fail(503)
+    };
+    let mut s = Setup::fallback_pair(("busy", busy), ("spare", Behaviour::default()))
+        .window(16, 120)
+        .sim();
     assert_eq!(post(&mut s).resolved(), "spare");
     s.configure("busy", |b| b.fail_status = None);
     assert_eq!(post(&mut s).resolved(), "busy", "not evicted for 30 s");
@@ -553,12 +587,12 @@ fn a_503_with_retry_after_does_not_evict_only_a_429_does() {
 /// Twin of test_resilience.py::test_a_late_good_answer_from_an_abandoned_target_is_still_delivered
 #[test]
 fn a_late_good_answer_from_an_abandoned_target_is_still_delivered() {
-    let mut s = sim(json!({"models": models(&["late", "stuck"]),
-        "virtual_models": [vm("weight-based-routing",
-            json!([{"target": "late", "weight": 100}, {"target": "stuck", "weight": 0}]),
-            json!({"fallback_timeout_ms": 200}))]}));
-    s.provider("late", stall(700));
-    s.provider("stuck", stall(5000));
+    let vm = vm(
+        "weight-based-routing",
+        json!([{"target": "late", "weight": 100}, {"target": "stuck", "weight": 0}]),
+        json!({"fallback_timeout_ms": 200}),
+    );
+    let mut s = Setup::new(vm, vec![("late", stall(700)), ("stuck", stall(5000))]).sim();
     let r = post(&mut s);
     // Abandoned at 200 ms for a fallback that stalls longer; the first answer, at 700 ms, wins.
     assert_eq!((r.status, r.resolved()), (200, "late"));
@@ -570,10 +604,7 @@ fn a_late_good_answer_from_an_abandoned_target_is_still_delivered() {
 /// Twin of test_resilience.py::test_a_client_leaving_during_a_fallback_leaves_the_vm_serving
 #[test]
 fn a_client_leaving_during_a_fallback_leaves_the_vm_serving() {
-    let mut s = sim(json!({"models": models(&["down", "slow"]),
-        "virtual_models": [weighted(json!([{"target": "down", "weight": 100}, {"target": "slow", "weight": 0}]))]}));
-    s.provider("down", fail(500));
-    s.provider("slow", stall(1500));
+    let mut s = Setup::fallback_pair(("down", fail(500)), ("slow", stall(1500))).sim();
     let body =
         json!({"model": "vm", "messages": [{"role": "user", "content": "hello"}]}).to_string();
     for _ in 0..5 {
@@ -596,12 +627,14 @@ fn a_client_leaving_during_a_fallback_leaves_the_vm_serving() {
 /// Twin of test_resilience.py::test_narrowed_fallback_status_codes_return_a_retry_code_to_the_client
 #[test]
 fn narrowed_fallback_status_codes_return_a_retry_code_to_the_client() {
-    let mut s = sim(json!({"models": models(&["down", "spare"]),
-        "virtual_models": [weighted(json!([
-            {"target": "down", "weight": 100, "fallback_status_codes": ["429"]},
-            {"target": "spare", "weight": 0}]))]}));
-    s.provider("down", fail(500));
-    s.provider("spare", Behaviour::default());
+    let vm = weighted(json!([
+        {"target": "down", "weight": 100, "fallback_status_codes": ["429"]},
+        {"target": "spare", "weight": 0}]));
+    let mut s = Setup::new(
+        vm,
+        vec![("down", fail(500)), ("spare", Behaviour::default())],
+    )
+    .sim();
     let r = post(&mut s);
     assert_eq!((r.status, r.resolved()), (500, "down"));
     assert_eq!(
@@ -613,19 +646,11 @@ fn narrowed_fallback_status_codes_return_a_retry_code_to_the_client() {
 /// Twin of test_resilience.py::test_a_dropped_connection_is_retried_when_retries_are_configured
 #[test]
 fn a_dropped_connection_is_retried_when_retries_are_configured() {
-    let mut s = sim(json!({"models": models(&["dropper", "good"]),
-        "virtual_models": [priority(json!([
-            {"target": "dropper", "priority": 0, "retry_config": {"attempts": 1, "delay": 50}},
-            {"target": "good", "priority": 1}]))],
-        "failure_window": {"failures": 16, "window_seconds": 120}}));
-    s.provider(
-        "dropper",
-        Behaviour {
-            drop_before_response: true,
-            ..Behaviour::default()
-        },
-    );
-    s.provider("good", Behaviour::default());
+    let vm = priority(json!([
+        {"target": "dropper", "priority": 0, "retry_config": {"attempts": 1, "delay": 50}},
+        {"target": "good", "priority": 1}]));
+    let targets = vec![("dropper", dropper()), ("good", Behaviour::default())];
+    let mut s = Setup::new(vm, targets).window(16, 120).sim();
     let r = post(&mut s);
     assert_eq!(
         (r.status, r.resolved(), r.attempts()),
@@ -640,14 +665,18 @@ fn a_dropped_connection_is_retried_when_retries_are_configured() {
 /// Twin of test_resilience.py::test_a_fallback_that_does_not_answer_within_fallback_timeout_is_abandoned_too
 #[test]
 fn a_fallback_that_does_not_answer_within_fallback_timeout_is_abandoned_too() {
-    let mut s = sim(json!({"models": models(&["down", "stalled", "fast"]),
-        "virtual_models": [vm("priority-based-routing",
-            json!([{"target": "down", "priority": 0}, {"target": "stalled", "priority": 1},
-                   {"target": "fast", "priority": 2}]),
-            json!({"fallback_timeout_ms": 300}))]}));
-    s.provider("down", fail(500));
-    s.provider("stalled", stall(2000));
-    s.provider("fast", Behaviour::default());
+    let vm = vm(
+        "priority-based-routing",
+        json!([{"target": "down", "priority": 0}, {"target": "stalled", "priority": 1},
+               {"target": "fast", "priority": 2}]),
+        json!({"fallback_timeout_ms": 300}),
+    );
+    let targets = vec![
+        ("down", fail(500)),
+        ("stalled", stall(2000)),
+        ("fast", Behaviour::default()),
+    ];
+    let mut s = Setup::new(vm, targets).sim();
     let r = post(&mut s);
     assert_eq!((r.status, r.resolved(), r.attempts()), (200, "fast", "3"));
     assert_eq!(s.received("stalled").len(), 1);

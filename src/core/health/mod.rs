@@ -8,3 +8,4 @@ pub mod record;
 pub mod retry_after;
 pub mod sla;
 pub mod store;
+pub mod view;
