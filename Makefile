@@ -79,6 +79,7 @@ e2e-native: build
 bench: build
 	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
 	@command -v taskset >/dev/null || (apt-get update -qq && apt-get install -y -qq util-linux)
+	@command -v valgrind >/dev/null || (apt-get update -qq && apt-get install -y -qq valgrind)
 	cargo build --release --target wasm32-wasip1 -p noop-filter
 	cargo build --release -p lean-upstream
 	$(PY) scripts/bench.py

@@ -9,7 +9,8 @@ and the report gives medians of per-round ratios with their range, Envoy's and t
 CPU per request, p50/p99, errors and RSS, and each target's verdict from this run.
 
 `BENCH_QUICK=1` (development): 3 rounds of 1 s, only the two 1.5 KB chat scenarios, written to
-target/bench-quick.md instead of docs/benchmarks.md. `BENCH_ONLY=text` keeps the scenarios whose
+target/bench-quick.md instead of docs/benchmarks.md, without the callgrind instruction counts the
+full run adds (`BENCH_INSTRUCTIONS=1` adds them). `BENCH_ONLY=text` keeps the scenarios whose
 name contains it; `BENCH_ROUNDS`, `BENCH_VERDICT_ROUNDS` (the scenario the targets are judged
 on) and `BENCH_SECONDS` override the round counts and length.
 `BENCH_BASELINE_WASM=path` adds that build of Switchboard as `switchboard, baseline`, loaded in
@@ -516,6 +517,45 @@ def targets_section(results: dict[str, tuple[Scenario, dict]]) -> list[str]:
     return out + [""]
 
 
+# The configurations counted under callgrind, with the rate that turns a difference into µs.
+COUNTED = ["plain", "no-op", "calls", "switchboard", "native"]
+
+
+def instruction_section(upstream: Upstream, plain_cpu_us: float | None) -> list[str]:
+    """Instructions Envoy executes per request for the 1.5 KB chat (scripts/instructions.py).
+    Timed figures on a shared machine drift by tens of percent between rounds; these counts
+    repeat to about ±2k and do not depend on load, so the report gives both."""
+    from instructions import measure  # imports this file: import it only when needed
+
+    counted = [n for n in COUNTED if n != "native" or NATIVE_SO.exists()]
+    try:
+        totals = {n: sum(measure(n, upstream).values()) for n in counted}
+    except (OSError, RuntimeError, subprocess.SubprocessError) as e:
+        return ["## Instructions per request (callgrind)", "", f"Not measured: {e}", ""]
+    plain = totals["plain"]
+    # Plain Envoy's own rate in this run turns an instruction difference into CPU time; it is
+    # only a guide (a cache miss costs no instruction).
+    rate = plain / plain_cpu_us if plain_cpu_us else 0.0
+    names = {"calls": "no-op, host calls", "switchboard": "Switchboard .wasm", "native": "Switchboard native"}
+    out = ["## Instructions per request (callgrind)", "",
+           "Envoy (`--concurrency 1`) under valgrind's callgrind, 200 requests of the 1.5 KB chat over one"
+           " keep-alive connection after 30 of warm-up (`scripts/instructions.py`): what Envoy executes per"
+           " request, whatever the machine's load. They repeat to about ±2k between runs.", "",
+           "| Envoy | instructions / request | over plain |", "|---|---|---|"]
+    for n, total in totals.items():
+        out.append(f"| {names.get(n, n)} | {total:,.0f} | {total - plain:+,.0f} |")
+    out.append("")
+    if rate:
+        def us(d: float) -> str:
+            return f"{d:+,.0f} instructions, {d / rate:+.1f} µs"
+        out.append(f"At plain Envoy's rate in this run ({rate / 1000:.2f}k instructions per µs of CPU):")
+        out.append(f"- Switchboard .wasm over the host-call floor: {us(totals['switchboard'] - totals['calls'])}")
+        if "native" in totals:
+            out.append(f"- Switchboard native over plain: {us(totals['native'] - plain)}")
+        out.append("")
+    return out
+
+
 def method_lines(upstream_cost: list[str]) -> list[str]:
     envoy_version = subprocess.run([str(ENVOY_BIN), "--version"], capture_output=True, text=True).stdout
     envoy_version = envoy_version.split("version:")[-1].strip()
@@ -610,11 +650,16 @@ def main() -> int:
     chosen = [s for s in SCENARIOS if (ONLY in s.name if ONLY else (s.quick or not QUICK))]
     upstream = Upstream()
     results: dict[str, tuple[Scenario, dict]] = {}
+    counted: list[str] = []
     try:
         for s in chosen:
             print(f"running: {s.name}", flush=True)
             results[s.name] = (s, run_scenario(s, upstream))
             print(quick_row(results[s.name][1]), flush=True)
+        if not QUICK or os.environ.get("BENCH_INSTRUCTIONS"):
+            print("counting instructions under callgrind", flush=True)
+            plain_cpu_us = results[MAIN][1]["plain"]["cpu_us"] if MAIN in results else None
+            counted = instruction_section(upstream, plain_cpu_us)
     finally:
         upstream.stop()
     command = "BENCH_QUICK=1 make bench" if QUICK else "make bench"
@@ -623,6 +668,7 @@ def main() -> int:
              + (" Quick mode: few short rounds, for development only." if QUICK else ""), "",
              *method_lines(upstream_cost_lines(results))]
     lines += targets_section(results)
+    lines += counted
     for s, r in results.values():
         lines += scenario_section(s, r)
     report = "\n".join(lines + core) + "\n"
