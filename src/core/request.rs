@@ -17,30 +17,46 @@ use std::ops::Range;
 #[derive(Deserialize)]
 struct Key<'a>(#[serde(borrow)] Cow<'a, str>);
 
-/// Every top-level field of an object body, in order, values left raw.
-struct TopLevel<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+/// Every top-level field of an object body, in order, with the span of its value in the body
+/// (a raw value borrows from the body it was read from).
+type Fields<'a> = Vec<(Cow<'a, str>, Range<usize>)>;
 
-impl<'de> Deserialize<'de> for TopLevel<'de> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Fields;
-        impl<'de> serde::de::Visitor<'de> for Fields {
-            type Value = TopLevel<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> Result<Self::Value, A::Error> {
-                let mut out = Vec::with_capacity(8);
-                while let Some(Key(key)) = map.next_key()? {
-                    out.push((key, map.next_value::<&'de RawValue>()?));
-                }
-                Ok(TopLevel(out))
-            }
-        }
-        d.deserialize_map(Fields)
+/// Reads [`Fields`] from `body`, straight into one list.
+struct TopLevel<'b>(&'b [u8]);
+
+impl<'de> serde::de::DeserializeSeed<'de> for TopLevel<'de> {
+    type Value = Fields<'de>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
     }
+}
+
+impl<'de> serde::de::Visitor<'de> for TopLevel<'de> {
+    type Value = Fields<'de>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut out = Vec::with_capacity(8);
+        while let Some(Key(key)) = map.next_key()? {
+            let raw: &'de RawValue = map.next_value()?;
+            let span = span_in(self.0, raw.get())
+                .ok_or_else(|| serde::de::Error::custom("could not locate a top-level field"))?;
+            out.push((key, span));
+        }
+        Ok(out)
+    }
+}
+
+/// Where `text`, a slice of `body`, sits in it. Addresses, not bytes: comparing the bytes
+/// would read the whole body again; checked so a surprise cannot mis-splice.
+fn span_in(body: &[u8], text: &str) -> Option<Range<usize>> {
+    let start = (text.as_ptr() as usize).checked_sub(body.as_ptr() as usize)?;
+    let end = start.checked_add(text.len())?;
+    (end <= body.len()).then_some(start..end)
 }
 
 /// What the filter learnt from a JSON request body.
@@ -96,20 +112,13 @@ pub fn inspect(body: &[u8]) -> Result<Inspected<'_>, ErrorReply> {
             },
         );
     }
-    let TopLevel(raw_fields) = serde_json::from_slice(body).map_err(|e| describe(&e))?;
-    let span_of = |raw: &RawValue| {
-        let text = raw.get();
-        // A raw value always borrows from `body`; checked so a surprise cannot mis-splice.
-        // Addresses, not bytes: comparing the bytes would read the whole body again.
-        let start = (text.as_ptr() as usize).checked_sub(body.as_ptr() as usize)?;
-        let end = start.checked_add(text.len())?;
-        (end <= body.len()).then_some(start..end)
-    };
-    let mut fields = Vec::with_capacity(raw_fields.len());
+    let mut reader = serde_json::Deserializer::from_slice(body);
+    let fields = serde::de::DeserializeSeed::deserialize(TopLevel(body), &mut reader)
+        .and_then(|fields| reader.end().map(|()| fields))
+        .map_err(|e| describe(&e))?;
+    let value = |span: &Range<usize>| body.get(span.clone()).unwrap_or_default();
     let (mut model, mut stream) = (None, false);
-    for (key, raw) in raw_fields {
-        let span = span_of(raw)
-            .ok_or_else(|| ErrorReply::invalid_json("could not locate a top-level field"))?;
+    for (key, span) in &fields {
         match key.as_ref() {
             // Two `model` fields would let the provider read a different one than we routed on.
             "model" if model.is_some() => {
@@ -117,14 +126,15 @@ pub fn inspect(body: &[u8]) -> Result<Inspected<'_>, ErrorReply> {
                     "the `model` field appears more than once",
                 ))
             }
-            "model" if raw.get() != "null" => model = Some(raw),
-            "stream" => stream = raw.get() == "true",
+            "model" if value(span) != b"null" => model = Some(span.clone()),
+            "stream" => stream = value(span) == b"true",
             _ => {}
         }
-        fields.push((key, span));
     }
-    let raw = model.ok_or_else(ErrorReply::missing_model)?;
-    let text = raw.get();
+    let model_span = model.ok_or_else(ErrorReply::missing_model)?;
+    // serde_json checked the value is UTF-8 when it read it as a raw value.
+    let text =
+        std::str::from_utf8(value(&model_span)).map_err(|_| ErrorReply::model_not_string())?;
     if !text.starts_with('"') {
         return Err(ErrorReply::model_not_string());
     }
@@ -135,8 +145,6 @@ pub fn inspect(body: &[u8]) -> Result<Inspected<'_>, ErrorReply> {
             serde_json::from_str::<String>(text).map_err(|_| ErrorReply::model_not_string())?,
         ),
     };
-    let model_span =
-        span_of(raw).ok_or_else(|| ErrorReply::invalid_json("could not locate the model field"))?;
     let end = body
         .iter()
         .rposition(|b| !b.is_ascii_whitespace())
@@ -341,13 +349,28 @@ impl Edits {
         Some((pieces, at))
     }
 
+    /// Appends the edited bytes from the start of `body` to the end of the last edit to `out`
+    /// (what [`Edits::head`] returns as pieces, joined without a list of them); returns where
+    /// that end is.
+    pub fn write_head(&self, body: &[u8], out: &mut Vec<u8>) -> Option<usize> {
+        let mut at = 0;
+        for e in &self.0 {
+            out.extend_from_slice(body.get(at..e.span.start)?);
+            out.extend_from_slice(&e.with);
+            at = e.span.end;
+        }
+        Some(at)
+    }
+
+    /// Where the last edit ends in the unedited body (0 without edits).
+    pub fn head_end(&self) -> usize {
+        self.0.last().map_or(0, |e| e.span.end)
+    }
+
     /// The whole edited body.
     pub fn apply(&self, body: &[u8]) -> Option<Vec<u8>> {
-        let (pieces, end) = self.head(body)?;
         let mut out = Vec::with_capacity(self.new_len(body));
-        for piece in pieces {
-            out.extend_from_slice(piece);
-        }
+        let end = self.write_head(body, &mut out)?;
         out.extend_from_slice(body.get(end..)?);
         Some(out)
     }
@@ -559,5 +582,19 @@ mod tests {
         let edits = Edits::new(vec![edit(4..6), edit(0..2), edit(3..3)], 6).unwrap();
         assert_eq!(edits.apply(b"abcdef").unwrap(), b"xcxdx");
         assert_eq!(edits.new_len(b"abcdef"), 5);
+        // The head (up to the last edit's end) joined, as the body edit hands it to Envoy.
+        let mut head = b">".to_vec();
+        assert_eq!(edits.write_head(b"abcdef", &mut head), Some(6));
+        assert_eq!(head, b">xcxdx");
+        assert_eq!(edits.head_end(), 6);
+        let one = Edits::new(vec![edit(1..2)], 6).unwrap();
+        let mut head = Vec::new();
+        assert_eq!(one.write_head(b"abcdef", &mut head), Some(2));
+        assert_eq!((head.as_slice(), one.head_end()), (&b"ax"[..], 2));
+        let none = Edits::new(Vec::new(), 6).unwrap();
+        assert_eq!(
+            (none.write_head(b"abcdef", &mut head), none.head_end()),
+            (Some(0), 0)
+        );
     }
 }
