@@ -255,9 +255,12 @@ pub fn rewrite(
     if same_model && overrides.is_empty() && layout.extra.is_empty() {
         return Some(None);
     }
+    // Room for the padding a shorter name gets (`padded`), so it takes no second allocation.
+    let mut with = Vec::with_capacity(model_json.len().max(layout.model_span.len()));
+    with.extend_from_slice(model_json);
     let mut edits = vec![Edit {
         span: layout.model_span.clone(),
-        with: model_json.to_vec(),
+        with,
     }];
     edits.extend(layout.extra.iter().cloned());
     for (key, value) in overrides {

@@ -23,10 +23,11 @@ pub fn order_by_health(
     standing: impl Fn(ModelId) -> Standing,
     rng: &mut fastrand::Rng,
 ) -> Vec<ModelId> {
-    let ranks: Vec<u8> = targets.iter().map(|t| rank(standing(t.model))).collect();
-    if ranks.iter().all(|r| *r == 0) {
+    // Every target healthy, the usual case: no list of ranks to build.
+    if targets.iter().all(|t| rank(standing(t.model)) == 0) {
         return order(targets, rng);
     }
+    let ranks: Vec<u8> = targets.iter().map(|t| rank(standing(t.model))).collect();
     let mut out = Vec::with_capacity(targets.len());
     for group in 0..3u8 {
         let members: Vec<WeightedTarget> = targets
