@@ -466,43 +466,49 @@ fn trailing_dot(mut s: String) -> String {
     s
 }
 
+/// Where Envoy 1.40 files a filter's metric `N`: `wasmcustom.N` for the Wasm build,
+/// `dynamicmodulescustom.N` for the dynamic module (checked on `/stats`). The rules below
+/// accept both, so one `stats_config` serves either build.
+pub const NAMESPACES: [&str; 2] = ["wasmcustom", "dynamicmodulescustom"];
+
 /// The `stats_config.stats_tags` rules that turn the names into labels (the first capture
 /// group is cut from the name, the second is the value); every config under `envoy/`
 /// carries exactly these.
 pub const STATS_TAGS: [(&str, &str); 4] = [
     (
         "class",
-        r"^wasmcustom\.switchboard\.[a-z0-9_]+(\.class\.([0-9a-z]+))\.vm\.",
+        r"^(?:wasmcustom|dynamicmodulescustom)\.switchboard\.[a-z0-9_]+(\.class\.([0-9a-z]+))\.vm\.",
     ),
     (
         "reason",
-        r"^wasmcustom\.switchboard\.[a-z0-9_]+(\.reason\.([a-z_]+))\.vm\.",
+        r"^(?:wasmcustom|dynamicmodulescustom)\.switchboard\.[a-z0-9_]+(\.reason\.([a-z_]+))\.vm\.",
     ),
     (
         "virtual_model",
-        r"^wasmcustom\.switchboard\.[a-z0-9_.]+?(\.vm\.(.+?))(?:\.target\..+)?$",
+        r"^(?:wasmcustom|dynamicmodulescustom)\.switchboard\.[a-z0-9_.]+?(\.vm\.(.+?))(?:\.target\..+)?$",
     ),
     (
         "target",
-        r"^wasmcustom\.switchboard\.[a-z0-9_.]+?\.vm\..+?(\.target\.(.+))$",
+        r"^(?:wasmcustom|dynamicmodulescustom)\.switchboard\.[a-z0-9_.]+?\.vm\..+?(\.target\.(.+))$",
     ),
 ];
 
 /// Histogram buckets (`stats_config.histogram_bucket_settings`, matched by name prefix)
-/// shipped with the Envoy configs; Envoy's defaults (0.5 to 3,600,000) fit the others.
+/// shipped with the Envoy configs, once per [`NAMESPACES`] entry; Envoy's defaults (0.5 to
+/// 3,600,000) fit the others.
 pub const BUCKETS: [(&str, &[f64]); 3] = [
     (
-        "wasmcustom.switchboard.attempts.",
+        "switchboard.attempts.",
         &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0],
     ),
     (
-        "wasmcustom.switchboard.decision_us.",
+        "switchboard.decision_us.",
         &[
             5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0,
         ],
     ),
     (
-        "wasmcustom.switchboard.tpot_us.",
+        "switchboard.tpot_us.",
         &[
             1000.0, 2500.0, 5000.0, 10000.0, 25000.0, 50000.0, 100000.0, 250000.0, 1000000.0,
         ],
@@ -517,12 +523,14 @@ pub fn stats_config_yaml() -> String {
         out.push_str(&format!("  - tag_name: {tag}\n    regex: '{regex}'\n"));
     }
     out.push_str("  histogram_bucket_settings:\n");
-    for (prefix, buckets) in BUCKETS {
-        let list: Vec<String> = buckets.iter().map(|b| format!("{b}")).collect();
-        out.push_str(&format!(
-            "  - match: {{ prefix: {prefix} }}\n    buckets: [{}]\n",
-            list.join(", ")
-        ));
+    for namespace in NAMESPACES {
+        for (prefix, buckets) in BUCKETS {
+            let list: Vec<String> = buckets.iter().map(|b| format!("{b}")).collect();
+            out.push_str(&format!(
+                "  - match: {{ prefix: {namespace}.{prefix} }}\n    buckets: [{}]\n",
+                list.join(", ")
+            ));
+        }
     }
     out
 }

@@ -21,9 +21,10 @@ use crate::core::errors::ErrorReply;
 use crate::core::flight::{Replay, Start};
 use crate::core::headers::Headers;
 use crate::core::outbound::Outbound;
+use crate::core::report;
 use crate::core::routing::classifier::parse_answer;
 use crate::core::routing::state::RoutingState;
-use crate::core::routing::HealthInput;
+use crate::core::routing::{HealthInput, Plan};
 use std::sync::Arc;
 
 /// What a hook tells Envoy.
@@ -240,7 +241,11 @@ impl Filter {
         decide: impl FnOnce(&HealthInput<'_>, &dyn RoutingState, &mut fastrand::Rng) -> T,
     ) -> T {
         let rng = &mut self.rng;
-        store::with_health(plugin.id, &plugin.config, now, |health| {
+        let config = &plugin.config;
+        let gauges = |health: &HealthInput<'_>, last: &mut Vec<u8>| {
+            super::metrics::update_health(s, config, health, last);
+        };
+        store::with_health(plugin.id, config, now, gauges, |health| {
             let routing = Routing { plugin, stream: s };
             decide(health, &routing, rng)
         })
@@ -301,13 +306,21 @@ impl Filter {
         let plugin = Arc::clone(&self.plugin);
         let config = &plugin.config;
         let now = super::now_ms();
+        // The clock is read again only for what shows the decision's time.
+        let started = config.request_histograms.then(std::time::Instant::now);
         let decided = self.with_routing(s, &plugin, now, |health, routing, rng| {
             decide_with_tier(
                 config, endpoint, &body, &headers, health, routing, tier, rng,
             )
         });
         match decided {
-            Ok(decision) => self.forward(s, at, &plugin, endpoint, decision, body, headers, now),
+            Ok(decision) => {
+                let us = started.map_or(0, |t| {
+                    u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX)
+                });
+                report::decided(config, &decision.plan, us, |id, w| s.write_metric(id, w));
+                self.forward(s, at, &plugin, endpoint, decision, body, headers, now)
+            }
             Err(reply) => self.reply(&reply),
         }
     }
@@ -388,6 +401,14 @@ impl Filter {
             return self.reply(&e);
         }
         log_attempt(plugin, route.target, 1, &route.outbound);
+        let plan = Plan {
+            candidates: vec![route.target],
+            virtual_model: route.start.virtual_model,
+            sticky: None,
+            pinned: true,
+        };
+        // Its id names its target: no decision time (0) is recorded.
+        report::decided(config, &plan, 0, |id, w| s.write_metric(id, w));
         let replay = route.replay(headers);
         self.start_flight(s, plugin, (route.start, replay), now)
     }

@@ -16,6 +16,7 @@ use crate::core::flight::{
     AnswerFacts, CallAnswer, CallId, Effect, Effects, Flow, Machine, Replay, Start,
 };
 use crate::core::headers::Headers;
+use crate::core::report::{self, Report};
 use crate::core::routing::pins;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -27,6 +28,8 @@ pub struct Flight {
     calls: Vec<(u64, CallId)>,
     /// The stream's scheduler, made when the first timer is armed.
     wake: Option<Arc<Wake>>,
+    /// Its metrics' bookkeeping.
+    report: Report,
 }
 
 /// What the machine may ask about the router's answer, read from Envoy only when asked.
@@ -70,11 +73,13 @@ impl Flight {
         after: &mut Vec<After>,
     ) -> Flight {
         let mut out = Effects::new();
+        let report = Report::new(start.virtual_model, None);
         let machine = Machine::start(&plugin.config, start, replay, now_ms, &mut out);
         let mut flight = Flight {
             machine,
             calls: Vec::new(),
             wake: None,
+            report,
         };
         flight.apply(s, plugin, out, after);
         flight
@@ -187,6 +192,10 @@ impl Flight {
         let mut first = out.take();
         let mut pending: VecDeque<Effect<'c>> = VecDeque::new();
         while let Some(effect) = first.next().or_else(|| pending.pop_front()) {
+            // Metrics first: the effect is consumed below.
+            let _trace = self
+                .report
+                .effect(config, &effect, |id, w| s.write_metric(id, w));
             match effect {
                 Effect::Attempt(attempt) => {
                     // The first attempt is already in the request the router sends.
@@ -229,9 +238,11 @@ impl Flight {
                     };
                     timer::arm(&wake, due_ms, token);
                 }
-                // Token usage and evictions are for metrics: the native build defines none yet.
                 Effect::Record { .. } | Effect::Samples { .. } => {
-                    store::apply_health(plugin.id, config, &effect);
+                    if let Some(target) = store::apply_health(plugin.id, config, &effect) {
+                        let vm = self.report.virtual_model();
+                        report::evicted(config, vm, target, |id, w| s.write_metric(id, w));
+                    }
                 }
                 Effect::Pin {
                     virtual_model,

@@ -8,6 +8,7 @@ use super::ffi::{
     ModuleBuffer, ModuleHeader, SchedulerPtr,
 };
 use crate::core::headers::Headers;
+use crate::core::report::Write;
 
 /// Headers read without allocating Envoy's array: a chat request carries about a dozen.
 const INLINE_HEADERS: usize = 48;
@@ -364,6 +365,31 @@ impl Stream {
     pub fn new_scheduler(&mut self) -> SchedulerPtr {
         // SAFETY: a plain call on the stream.
         unsafe { (self.api.http_filter_scheduler_new)(self.ptr) }
+    }
+
+    /// Performs a metric write the core decided ([`crate::core::report`]) on a label-less
+    /// metric of this stream's config.
+    pub fn write_metric(&self, id: u32, w: Write) {
+        let null = std::ptr::null_mut();
+        // SAFETY: plain calls on the stream with an id its config defined; no labels.
+        unsafe {
+            match w {
+                Write::Add(n) => {
+                    (self.api.http_filter_increment_counter)(self.ptr, id as usize, null, 0, n)
+                }
+                Write::Record(v) => {
+                    (self.api.http_filter_record_histogram_value)(self.ptr, id as usize, null, 0, v)
+                }
+            }
+        };
+    }
+
+    /// Sets a label-less gauge of this stream's config.
+    pub fn set_gauge(&self, id: u32, value: u64) {
+        // SAFETY: as above.
+        unsafe {
+            (self.api.http_filter_set_gauge)(self.ptr, id as usize, std::ptr::null_mut(), 0, value)
+        };
     }
 
     /// Resumes the request after a hook stopped it.
