@@ -7,13 +7,10 @@ use super::metrics;
 use crate::core;
 use crate::core::access_log::{self, DecisionFacts, Value};
 use crate::core::config::Config;
-use crate::core::decision::request_metadata;
-use crate::core::endpoint::Endpoint;
 use crate::core::flight::{Effect, Ending};
-use crate::core::headers::Headers;
 use crate::core::routing::state::RoutingState;
-use crate::core::routing::{HealthInput, Plan};
-use crate::core::trace::{self, Trace};
+use crate::core::routing::Plan;
+use crate::core::trace::Trace;
 use std::cell::Cell;
 
 /// The routing state of a decision, noting whether it looked a sticky session's pin up and
@@ -77,38 +74,6 @@ pub fn decided(config: &Config, plan: &Plan, facts: DecisionFacts) {
             facts.decision_us
         );
     }
-}
-
-/// Whether a request gets the trace header (the token header is only looked for when a token
-/// is configured).
-pub fn wants_trace(config: &Config, headers: &Headers) -> bool {
-    let presented = config
-        .trace
-        .has_token()
-        .then(|| headers.get(&config.header_names.trace_token))
-        .flatten();
-    config.trace.wanted(presented)
-}
-
-/// The start of the routing trace of a request that asked for one (`trace`): its candidates
-/// and the targets left out, and why.
-pub fn trace(
-    config: &Config,
-    endpoint: Endpoint,
-    headers: &Headers,
-    state: &dyn RoutingState,
-    plan: &Plan,
-    health: &HealthInput<'_>,
-) -> Box<Trace> {
-    let skipped = match plan.virtual_model(config) {
-        Some(vm) => {
-            let metadata = request_metadata(config, headers).unwrap_or_default();
-            let request = trace::request_of(endpoint, &vm.name, &metadata, headers, state);
-            trace::skipped(config, vm, &request, plan)
-        }
-        None => Vec::new(),
-    };
-    Box::new(Trace::of_plan(config, plan, health, skipped))
 }
 
 /// Writes access-log fields as filter state (no allocation: numbers go through a stack buffer).

@@ -7,10 +7,14 @@
 //! allocated on the request path.
 
 use crate::core::config::{Config, ModelId};
+use crate::core::decision::request_metadata;
+use crate::core::endpoint::Endpoint;
 use crate::core::flight::{AttemptKind, Effect, Ending};
+use crate::core::headers::Headers;
 use crate::core::metrics::{PairMetric, Reason, StatusClass, VmMetric};
-use crate::core::routing::Plan;
-use crate::core::trace::Trace;
+use crate::core::routing::state::RoutingState;
+use crate::core::routing::{HealthInput, Plan};
+use crate::core::trace::{self, Trace};
 
 /// What to do with a metric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,6 +84,38 @@ pub fn evicted(config: &Config, vm: Option<usize>, target: ModelId, mut sink: im
         Write::Add(1),
         &mut sink,
     );
+}
+
+/// Whether a request gets the trace header (the token header is only looked for when a token
+/// is configured).
+pub fn wants_trace(config: &Config, headers: &Headers) -> bool {
+    let presented = config
+        .trace
+        .has_token()
+        .then(|| headers.get(&config.header_names.trace_token))
+        .flatten();
+    config.trace.wanted(presented)
+}
+
+/// The start of the routing trace of a request that asked for one (`trace`): its candidates
+/// and the targets left out, and why.
+pub fn trace(
+    config: &Config,
+    endpoint: Endpoint,
+    headers: &Headers,
+    state: &dyn RoutingState,
+    plan: &Plan,
+    health: &HealthInput<'_>,
+) -> Box<Trace> {
+    let skipped = match plan.virtual_model(config) {
+        Some(vm) => {
+            let metadata = request_metadata(config, headers).unwrap_or_default();
+            let request = trace::request_of(endpoint, &vm.name, &metadata, headers, state);
+            trace::skipped(config, vm, &request, plan)
+        }
+        None => Vec::new(),
+    };
+    Box::new(Trace::of_plan(config, plan, health, skipped))
 }
 
 /// What one forwarded request's metrics and trace still need as its flight goes on.

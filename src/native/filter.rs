@@ -25,6 +25,7 @@ use crate::core::report;
 use crate::core::routing::classifier::parse_answer;
 use crate::core::routing::state::RoutingState;
 use crate::core::routing::{HealthInput, Plan};
+use crate::core::trace::Trace;
 use std::sync::Arc;
 
 /// What a hook tells Envoy.
@@ -78,6 +79,8 @@ pub struct Filter {
     anthropic: bool,
     /// Calls to make once the current hook has let go of the filter.
     pub after: Vec<After>,
+    /// The routing trace, from the decision until the flight takes it (when asked for).
+    trace: Option<Box<Trace>>,
 }
 
 impl Filter {
@@ -89,6 +92,7 @@ impl Filter {
             phase: Phase::PassThrough,
             anthropic: false,
             after: Vec::new(),
+            trace: None,
         }
     }
 
@@ -308,11 +312,20 @@ impl Filter {
         let now = super::now_ms();
         // The clock is read again only for what shows the decision's time.
         let started = config.request_histograms.then(std::time::Instant::now);
-        let decided = self.with_routing(s, &plugin, now, |health, routing, rng| {
-            decide_with_tier(
+        let traced = report::wants_trace(config, &headers);
+        let (decided, trace) = self.with_routing(s, &plugin, now, |health, routing, rng| {
+            let decided = decide_with_tier(
                 config, endpoint, &body, &headers, health, routing, tier, rng,
-            )
+            );
+            let trace = match &decided {
+                Ok(d) if traced => Some(report::trace(
+                    config, endpoint, &headers, routing, &d.plan, health,
+                )),
+                _ => None,
+            };
+            (decided, trace)
         });
+        self.trace = trace;
         match decided {
             Ok(decision) => {
                 let us = started.map_or(0, |t| {
@@ -361,7 +374,8 @@ impl Filter {
         request: (Start, Replay),
         now: u64,
     ) -> Verdict {
-        let flight = Flight::start(s, plugin, request, now, &mut self.after);
+        let trace = self.trace.take();
+        let flight = Flight::start(s, plugin, (request, trace), now, &mut self.after);
         self.phase = Phase::Forwarded(Box::new(flight));
         Verdict::Continue
     }
@@ -409,6 +423,10 @@ impl Filter {
         };
         // Its id names its target: no decision time (0) is recorded.
         report::decided(config, &plan, 0, |id, w| s.write_metric(id, w));
+        if report::wants_trace(config, &headers) {
+            let health = &HealthInput::NONE;
+            self.trace = Some(Box::new(Trace::of_plan(config, &plan, health, Vec::new())));
+        }
         let replay = route.replay(headers);
         self.start_flight(s, plugin, (route.start, replay), now)
     }

@@ -18,6 +18,7 @@ use crate::core::flight::{
 use crate::core::headers::Headers;
 use crate::core::report::{self, Report};
 use crate::core::routing::pins;
+use crate::core::trace::Trace;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -64,16 +65,17 @@ fn verdict(flow: Flow) -> Verdict {
 }
 
 impl Flight {
-    /// The flight of a request whose first attempt was just written into it, at `now_ms`.
+    /// The flight of a request whose first attempt was just written into it, at `now_ms`,
+    /// with its routing trace if it asked for one.
     pub fn start(
         s: &mut Stream,
         plugin: &Plugin,
-        (start, replay): (Start, Replay),
+        ((start, replay), trace): ((Start, Replay), Option<Box<Trace>>),
         now_ms: u64,
         after: &mut Vec<After>,
     ) -> Flight {
         let mut out = Effects::new();
-        let report = Report::new(start.virtual_model, None);
+        let report = Report::new(start.virtual_model, trace);
         let machine = Machine::start(&plugin.config, start, replay, now_ms, &mut out);
         let mut flight = Flight {
             machine,
@@ -192,10 +194,11 @@ impl Flight {
         let mut first = out.take();
         let mut pending: VecDeque<Effect<'c>> = VecDeque::new();
         while let Some(effect) = first.next().or_else(|| pending.pop_front()) {
-            // Metrics first: the effect is consumed below.
-            let _trace = self
+            // Metrics and trace first: the effect is consumed below.
+            let trace = self
                 .report
-                .effect(config, &effect, |id, w| s.write_metric(id, w));
+                .effect(config, &effect, |id, w| s.write_metric(id, w))
+                .map(|t| (config.header_names.trace.clone(), t));
             match effect {
                 Effect::Attempt(attempt) => {
                     // The first attempt is already in the request the router sends.
@@ -261,15 +264,18 @@ impl Flight {
                     for (name, value) in delivery.headers.pairs() {
                         s.set_header(Side::Response, name, value.as_bytes());
                     }
+                    if let Some((name, value)) = &trace {
+                        s.set_header(Side::Response, name, value.as_bytes());
+                    }
                 }
                 Effect::Reply(reply) => after.push(After::Reply {
                     status: reply.ending.status,
-                    headers: owned(reply.headers()),
+                    headers: owned(reply.headers()).into_iter().chain(trace).collect(),
                     body: reply.body,
                 }),
                 Effect::Fail(failure) => after.push(After::Reply {
                     status: failure.error.status,
-                    headers: owned(failure.headers()),
+                    headers: owned(failure.headers()).into_iter().chain(trace).collect(),
                     body: failure.error.body.into_bytes(),
                 }),
                 Effect::ReplaceBody { with, .. } => s.replace_chunk(Side::Response, &with),
