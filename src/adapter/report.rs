@@ -8,52 +8,9 @@ use crate::core;
 use crate::core::access_log::{self, DecisionFacts, Value};
 use crate::core::config::Config;
 use crate::core::flight::{Effect, Ending};
-use crate::core::routing::state::RoutingState;
+pub use crate::core::report::PinProbe;
 use crate::core::routing::Plan;
 use crate::core::trace::Trace;
-use std::cell::Cell;
-
-/// The routing state of a decision, noting whether it looked a sticky session's pin up and
-/// found one (the access log's `sticky`).
-pub struct PinProbe<'a> {
-    inner: &'a dyn RoutingState,
-    hit: Cell<Option<bool>>,
-}
-
-impl<'a> PinProbe<'a> {
-    /// Wraps the worker's routing state for one decision.
-    pub fn new(inner: &'a dyn RoutingState) -> Self {
-        PinProbe {
-            inner,
-            hit: Cell::new(None),
-        }
-    }
-
-    /// `Some(found)` if the decision looked a pin up.
-    pub fn sticky_hit(&self) -> Option<bool> {
-        self.hit.get()
-    }
-}
-
-impl RoutingState for PinProbe<'_> {
-    fn pinned(&self, virtual_model: &str, session: u64, window: u64) -> Option<String> {
-        let found = self.inner.pinned(virtual_model, session, window);
-        self.hit.set(Some(found.is_some()));
-        found
-    }
-
-    fn next_cursor(&self, virtual_model: usize, len: usize, rng: &mut fastrand::Rng) -> usize {
-        self.inner.next_cursor(virtual_model, len, rng)
-    }
-
-    fn pin(&self, virtual_model: &str, session: u64, window: u64, value: &str) {
-        self.inner.pin(virtual_model, session, window, value);
-    }
-
-    fn verified_claim(&self, payload: &str, claim: &str) -> Option<Vec<u8>> {
-        self.inner.verified_claim(payload, claim)
-    }
-}
 
 /// A request was routed: count it against its first target, time the decision, write the
 /// decision's access-log fields, and say where it goes at debug level.

@@ -15,6 +15,7 @@ use crate::core::metrics::{PairMetric, Reason, StatusClass, VmMetric};
 use crate::core::routing::state::RoutingState;
 use crate::core::routing::{HealthInput, Plan};
 use crate::core::trace::{self, Trace};
+use std::cell::Cell;
 
 /// What to do with a metric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,6 +117,48 @@ pub fn trace(
         None => Vec::new(),
     };
     Box::new(Trace::of_plan(config, plan, health, skipped))
+}
+
+/// The routing state of a decision, noting whether it looked a sticky session's pin up and
+/// found one (the access log's `sticky`).
+pub struct PinProbe<'a> {
+    inner: &'a dyn RoutingState,
+    hit: Cell<Option<bool>>,
+}
+
+impl<'a> PinProbe<'a> {
+    /// Wraps the worker's routing state for one decision.
+    pub fn new(inner: &'a dyn RoutingState) -> Self {
+        PinProbe {
+            inner,
+            hit: Cell::new(None),
+        }
+    }
+
+    /// `Some(found)` if the decision looked a pin up.
+    pub fn sticky_hit(&self) -> Option<bool> {
+        self.hit.get()
+    }
+}
+
+impl RoutingState for PinProbe<'_> {
+    fn pinned(&self, virtual_model: &str, session: u64, window: u64) -> Option<String> {
+        let found = self.inner.pinned(virtual_model, session, window);
+        self.hit.set(Some(found.is_some()));
+        found
+    }
+
+    fn next_cursor(&self, virtual_model: usize, len: usize, rng: &mut fastrand::Rng) -> usize {
+        self.inner.next_cursor(virtual_model, len, rng)
+    }
+
+    fn pin(&self, virtual_model: &str, session: u64, window: u64, value: &str) {
+        self.inner.pin(virtual_model, session, window, value);
+    }
+
+    fn verified_claim(&self, payload: &str, claim: &str) -> Option<Vec<u8>> {
+        self.inner.verified_claim(payload, claim)
+    }
 }
 
 /// What one forwarded request's metrics and trace still need as its flight goes on.

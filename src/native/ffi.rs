@@ -270,7 +270,6 @@ callbacks! {
         out: *mut EnvoyBuffer,
     ) -> bool;
     /// Sets bytes in the stream's filter state.
-    #[allow(dead_code)]
     fn http_set_filter_state_bytes(
         filter: FilterEnvoyPtr, key: ModuleBuffer, value: ModuleBuffer,
     ) -> bool;

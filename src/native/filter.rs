@@ -10,6 +10,7 @@ use super::flight::Flight;
 use super::host::{BodyAt, Side, Stream};
 use super::plugin::{Plugin, Routing};
 use super::store;
+use crate::core::access_log::{self, DecisionFacts};
 use crate::core::admission::{admit, route_stored, Admission, StoredPath};
 use crate::core::batch;
 use crate::core::config::{HeaderNames, ModelId, Tier};
@@ -21,7 +22,7 @@ use crate::core::errors::ErrorReply;
 use crate::core::flight::{Replay, Start};
 use crate::core::headers::Headers;
 use crate::core::outbound::Outbound;
-use crate::core::report;
+use crate::core::report::{self, PinProbe};
 use crate::core::routing::classifier::parse_answer;
 use crate::core::routing::state::RoutingState;
 use crate::core::routing::{HealthInput, Plan};
@@ -311,18 +312,21 @@ impl Filter {
         let config = &plugin.config;
         let now = super::now_ms();
         // The clock is read again only for what shows the decision's time.
-        let started = config.request_histograms.then(std::time::Instant::now);
+        let timed = config.request_histograms || config.filter_state;
+        let started = timed.then(std::time::Instant::now);
         let traced = report::wants_trace(config, &headers);
+        let mut sticky_hit = None;
         let (decided, trace) = self.with_routing(s, &plugin, now, |health, routing, rng| {
-            let decided = decide_with_tier(
-                config, endpoint, &body, &headers, health, routing, tier, rng,
-            );
+            let probe = PinProbe::new(routing);
+            let decided =
+                decide_with_tier(config, endpoint, &body, &headers, health, &probe, tier, rng);
             let trace = match &decided {
                 Ok(d) if traced => Some(report::trace(
-                    config, endpoint, &headers, routing, &d.plan, health,
+                    config, endpoint, &headers, &probe, &d.plan, health,
                 )),
                 _ => None,
             };
+            sticky_hit = probe.sticky_hit();
             (decided, trace)
         });
         self.trace = trace;
@@ -332,6 +336,13 @@ impl Filter {
                     u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX)
                 });
                 report::decided(config, &decision.plan, us, |id, w| s.write_metric(id, w));
+                if config.filter_state {
+                    let facts = DecisionFacts {
+                        sticky_hit,
+                        decision_us: us,
+                    };
+                    s.write_fields(access_log::decision(config, &decision.plan, facts));
+                }
                 self.forward(s, at, &plugin, endpoint, decision, body, headers, now)
             }
             Err(reply) => self.reply(&reply),
@@ -423,6 +434,10 @@ impl Filter {
         };
         // Its id names its target: no decision time (0) is recorded.
         report::decided(config, &plan, 0, |id, w| s.write_metric(id, w));
+        if config.filter_state {
+            let facts = DecisionFacts::default();
+            s.write_fields(access_log::decision(config, &plan, facts));
+        }
         if report::wants_trace(config, &headers) {
             let health = &HealthInput::NONE;
             self.trace = Some(Box::new(Trace::of_plan(config, &plan, health, Vec::new())));

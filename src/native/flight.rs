@@ -11,6 +11,7 @@ use super::host::{Side, Stream};
 use super::plugin::Plugin;
 use super::store::{self, Shared};
 use super::timer::{self, Wake};
+use crate::core::access_log;
 use crate::core::config::Config;
 use crate::core::flight::{
     AnswerFacts, CallAnswer, CallId, Effect, Effects, Flow, Machine, Replay, Start,
@@ -199,6 +200,15 @@ impl Flight {
                 .report
                 .effect(config, &effect, |id, w| s.write_metric(id, w))
                 .map(|t| (config.header_names.trace.clone(), t));
+            if let (true, Some(ending)) = (config.filter_state, report::ending(&effect)) {
+                let fallback = self.report.fallback();
+                s.write_fields(access_log::outcome(
+                    config,
+                    ending.target,
+                    ending.attempts,
+                    fallback,
+                ));
+            }
             match effect {
                 Effect::Attempt(attempt) => {
                     // The first attempt is already in the request the router sends.
