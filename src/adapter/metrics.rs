@@ -44,16 +44,5 @@ pub fn write(id: u32, w: Write) {
 /// Sets the `health` gauges that changed since `last` (this worker's last written values,
 /// by pair number; resized and reset with the config).
 pub fn update_health(config: &Config, health: &HealthInput<'_>, last: &mut Vec<u8>) {
-    for (n, id, value) in metrics::health_gauges(config, health) {
-        if last.len() <= n {
-            last.resize(n + 1, u8::MAX);
-        }
-        let value_u8 = u8::try_from(value).unwrap_or(u8::MAX - 1);
-        if let Some(slot) = last.get_mut(n) {
-            if *slot != value_u8 {
-                *slot = value_u8;
-                host::record_metric(id, value);
-            }
-        }
-    }
+    metrics::changed_health_gauges(config, health, last, host::record_metric);
 }

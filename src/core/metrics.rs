@@ -387,6 +387,29 @@ pub fn health_gauges<'a>(
         .filter_map(|(n, (id, value))| Some((n, id?, value)))
 }
 
+/// Hands `set` each [`health_gauges`] value that differs from `last` (the values an adapter
+/// last set, by pair number; grown as needed) and notes it there: a view refresh sets only
+/// the gauges that moved.
+pub fn changed_health_gauges(
+    config: &Config,
+    health: &HealthInput<'_>,
+    last: &mut Vec<u8>,
+    mut set: impl FnMut(u32, u64),
+) {
+    for (n, id, value) in health_gauges(config, health) {
+        if last.len() <= n {
+            last.resize(n + 1, u8::MAX);
+        }
+        let value_u8 = u8::try_from(value).unwrap_or(u8::MAX - 1);
+        if let Some(slot) = last.get_mut(n) {
+            if *slot != value_u8 {
+                *slot = value_u8;
+                set(id, value);
+            }
+        }
+    }
+}
+
 /// Every metric of `config` with its kind, in the order of [`MetricTable`]'s indices: what
 /// the adapter defines when the config loads.
 pub fn definitions(config: &Config) -> Vec<(Kind, String)> {
@@ -710,6 +733,36 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    #[test]
+    fn a_health_gauge_is_set_again_only_when_its_value_moved() {
+        use crate::core::health::policy::FailureWindow;
+        use crate::core::health::record::HealthRecord;
+        let config = config();
+        let n = definitions(&config).len() as u32;
+        let config = config.with_metric_ids((0..n).collect());
+        let mut records = vec![HealthRecord::default(), HealthRecord::default()];
+        let mut last = Vec::new();
+        let sets = |records: &[HealthRecord], last: &mut Vec<u8>| {
+            let health = HealthInput {
+                records,
+                now_ms: 1_000,
+                window: FailureWindow::default(),
+            };
+            let mut out = Vec::new();
+            changed_health_gauges(&config, &health, last, |id, v| out.push((id, v)));
+            out.len()
+        };
+        assert_eq!(
+            sets(&records, &mut last),
+            4,
+            "every pair's gauge, the first time"
+        );
+        assert_eq!(sets(&records, &mut last), 0, "nothing moved");
+        records[1].evicted_until_ms = 5_000;
+        // azure-east/gpt-4o is a target of both virtual models.
+        assert_eq!(sets(&records, &mut last), 2);
     }
 
     #[test]
