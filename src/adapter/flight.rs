@@ -9,7 +9,6 @@ use crate::core::config::Config;
 use crate::core::flight::{
     AnswerFacts, Attempt, CallAnswer, Effect, Effects, Flow, Machine, Replay, Start,
 };
-use crate::core::metrics::PairMetric;
 use crate::core::routing::state::RoutingState;
 use crate::core::trace::Trace;
 use proxy_wasm::types::Action;
@@ -217,7 +216,7 @@ impl Stream<'_> {
             Effect::ArmTimer { due_ms, token } => rt.add_timer(due_ms, self.context_id, token),
             Effect::Record { .. } | Effect::Samples { .. } => {
                 if let Some(target) = rt.apply_health(config, &effect, || self.clock.now_ms()) {
-                    metrics::count(config, vm, target, PairMetric::Evictions, 1);
+                    crate::core::report::evicted(config, vm, target, metrics::write);
                 }
             }
             Effect::Pin {

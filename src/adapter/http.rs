@@ -20,6 +20,7 @@ use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
 use crate::core::flight::{Replay, Start};
 use crate::core::outbound::Outbound;
+use crate::core::report as core_report;
 use crate::core::routing::classifier::parse_answer;
 use crate::core::routing::{HealthInput, Plan};
 use crate::core::trace::Trace;
@@ -140,14 +141,14 @@ impl Http {
         let rng = &mut self.rng;
         let runtime = &*self.runtime;
         let state = PinProbe::new(runtime);
-        let traced = report::wants_trace(&config, &headers);
+        let traced = core_report::wants_trace(&config, &headers);
         let decided = runtime.with_health(&config, now, |health| {
             let _span = super::profile::span("core: inspect, decide, rewrite");
             let decided = decide_with_tier(
                 &config, endpoint, &body, &headers, health, &state, tier, rng,
             );
             let trace = match &decided {
-                Ok(d) if traced => Some(report::trace(
+                Ok(d) if traced => Some(core_report::trace(
                     &config, endpoint, &headers, &state, &d.plan, health,
                 )),
                 _ => None,
@@ -281,7 +282,7 @@ impl Http {
         };
         // Its id names its target: no decision time (0) is recorded.
         report::decided(config, &plan, DecisionFacts::default());
-        if report::wants_trace(config, &headers) {
+        if core_report::wants_trace(config, &headers) {
             let health = &HealthInput::NONE;
             self.trace = Some(Box::new(Trace::of_plan(config, &plan, health, Vec::new())));
         }

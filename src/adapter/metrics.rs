@@ -6,8 +6,9 @@
 //! own config's series.
 
 use super::host;
-use crate::core::config::{Config, ModelId};
-use crate::core::metrics::{self, Kind, PairMetric, VmMetric, UNDEFINED};
+use crate::core::config::Config;
+use crate::core::metrics::{self, Kind, UNDEFINED};
+use crate::core::report::Write;
 use crate::core::routing::HealthInput;
 use proxy_wasm::types::MetricType;
 
@@ -32,47 +33,16 @@ pub fn define(config: Config, version: u64) -> Config {
     config
 }
 
-/// Adds `n` to a per-pair counter.
-pub fn count(config: &Config, vm: Option<usize>, target: ModelId, m: PairMetric, n: u64) {
-    if let Some(id) = config.metrics.pair(vm, target, m) {
-        host::add_to_counter(id, n);
-    }
-}
-
-/// Records a value in a per-pair histogram.
-pub fn record(config: &Config, vm: Option<usize>, target: ModelId, m: PairMetric, value: u64) {
-    if let Some(id) = config.metrics.pair(vm, target, m) {
-        host::record_metric(id, value);
-    }
-}
-
-/// Adds one to a per-virtual-model counter.
-pub fn count_vm(config: &Config, vm: Option<usize>, m: VmMetric) {
-    if let Some(id) = config.metrics.vm(vm, m) {
-        host::add_to_counter(id, 1);
-    }
-}
-
-/// Records a value in a per-virtual-model histogram.
-pub fn record_vm(config: &Config, vm: Option<usize>, m: VmMetric, value: u64) {
-    if let Some(id) = config.metrics.vm(vm, m) {
-        host::record_metric(id, value);
+/// Performs a write the core decided ([`crate::core::report`]).
+pub fn write(id: u32, w: Write) {
+    match w {
+        Write::Add(n) => host::add_to_counter(id, n),
+        Write::Record(v) => host::record_metric(id, v),
     }
 }
 
 /// Sets the `health` gauges that changed since `last` (this worker's last written values,
 /// by pair number; resized and reset with the config).
 pub fn update_health(config: &Config, health: &HealthInput<'_>, last: &mut Vec<u8>) {
-    for (n, id, value) in metrics::health_gauges(config, health) {
-        if last.len() <= n {
-            last.resize(n + 1, u8::MAX);
-        }
-        let value_u8 = u8::try_from(value).unwrap_or(u8::MAX - 1);
-        if let Some(slot) = last.get_mut(n) {
-            if *slot != value_u8 {
-                *slot = value_u8;
-                host::record_metric(id, value);
-            }
-        }
-    }
+    metrics::changed_health_gauges(config, health, last, host::record_metric);
 }

@@ -4,71 +4,18 @@
 
 use super::host;
 use super::metrics;
+use crate::core;
 use crate::core::access_log::{self, DecisionFacts, Value};
-use crate::core::config::{Config, ModelId};
-use crate::core::decision::request_metadata;
-use crate::core::endpoint::Endpoint;
-use crate::core::flight::{AttemptKind, Effect, Ending};
-use crate::core::headers::Headers;
-use crate::core::metrics::{PairMetric, Reason, StatusClass, VmMetric};
-use crate::core::routing::state::RoutingState;
-use crate::core::routing::{HealthInput, Plan};
-use crate::core::trace::{self, Trace};
-use std::cell::Cell;
-
-/// The routing state of a decision, noting whether it looked a sticky session's pin up and
-/// found one (the access log's `sticky`).
-pub struct PinProbe<'a> {
-    inner: &'a dyn RoutingState,
-    hit: Cell<Option<bool>>,
-}
-
-impl<'a> PinProbe<'a> {
-    /// Wraps the worker's routing state for one decision.
-    pub fn new(inner: &'a dyn RoutingState) -> Self {
-        PinProbe {
-            inner,
-            hit: Cell::new(None),
-        }
-    }
-
-    /// `Some(found)` if the decision looked a pin up.
-    pub fn sticky_hit(&self) -> Option<bool> {
-        self.hit.get()
-    }
-}
-
-impl RoutingState for PinProbe<'_> {
-    fn pinned(&self, virtual_model: &str, session: u64, window: u64) -> Option<String> {
-        let found = self.inner.pinned(virtual_model, session, window);
-        self.hit.set(Some(found.is_some()));
-        found
-    }
-
-    fn next_cursor(&self, virtual_model: usize, len: usize, rng: &mut fastrand::Rng) -> usize {
-        self.inner.next_cursor(virtual_model, len, rng)
-    }
-
-    fn pin(&self, virtual_model: &str, session: u64, window: u64, value: &str) {
-        self.inner.pin(virtual_model, session, window, value);
-    }
-
-    fn verified_claim(&self, payload: &str, claim: &str) -> Option<Vec<u8>> {
-        self.inner.verified_claim(payload, claim)
-    }
-}
+use crate::core::config::Config;
+use crate::core::flight::{Effect, Ending};
+pub use crate::core::report::PinProbe;
+use crate::core::routing::Plan;
+use crate::core::trace::Trace;
 
 /// A request was routed: count it against its first target, time the decision, write the
 /// decision's access-log fields, and say where it goes at debug level.
 pub fn decided(config: &Config, plan: &Plan, facts: DecisionFacts) {
-    let vm = plan.virtual_model;
-    if let Some(first) = plan.primary() {
-        metrics::count(config, vm, first, PairMetric::Requests, 1);
-    }
-    // 0: a stored-response request, whose target its id names; there was no decision to time.
-    if config.request_histograms && facts.decision_us > 0 {
-        metrics::record_vm(config, vm, VmMetric::DecisionUs, facts.decision_us);
-    }
+    core::report::decided(config, plan, facts.decision_us, metrics::write);
     if config.filter_state {
         write_fields(access_log::decision(config, plan, facts));
     }
@@ -86,38 +33,6 @@ pub fn decided(config: &Config, plan: &Plan, facts: DecisionFacts) {
     }
 }
 
-/// Whether a request gets the trace header (the token header is only looked for when a token
-/// is configured).
-pub fn wants_trace(config: &Config, headers: &Headers) -> bool {
-    let presented = config
-        .trace
-        .has_token()
-        .then(|| headers.get(&config.header_names.trace_token))
-        .flatten();
-    config.trace.wanted(presented)
-}
-
-/// The start of the routing trace of a request that asked for one (`trace`): its candidates
-/// and the targets left out, and why.
-pub fn trace(
-    config: &Config,
-    endpoint: Endpoint,
-    headers: &Headers,
-    state: &dyn RoutingState,
-    plan: &Plan,
-    health: &HealthInput<'_>,
-) -> Box<Trace> {
-    let skipped = match plan.virtual_model(config) {
-        Some(vm) => {
-            let metadata = request_metadata(config, headers).unwrap_or_default();
-            let request = trace::request_of(endpoint, &vm.name, &metadata, headers, state);
-            trace::skipped(config, vm, &request, plan)
-        }
-        None => Vec::new(),
-    };
-    Box::new(Trace::of_plan(config, plan, health, skipped))
-}
-
 /// Writes access-log fields as filter state (no allocation: numbers go through a stack buffer).
 pub fn write_fields<'a>(fields: impl Iterator<Item = (&'static str, Value<'a>)>) {
     let mut buf = [0u8; 20];
@@ -126,115 +41,47 @@ pub fn write_fields<'a>(fields: impl Iterator<Item = (&'static str, Value<'a>)>)
     }
 }
 
-/// What one forwarded request's reports still need as its flight goes on.
+/// What one forwarded request's reports still need as its flight goes on: the core's
+/// metric and trace bookkeeping ([`core::report::Report`]), whose writes go to the host here.
 #[derive(Default)]
-pub struct Report {
-    /// The virtual model called.
-    virtual_model: Option<usize>,
-    /// The target of the attempt in flight.
-    current: Option<ModelId>,
-    /// Why the request last fell back.
-    fallback: Option<Reason>,
-    /// The routing trace, when the request asked for it.
-    trace: Option<Box<Trace>>,
-}
+pub struct Report(core::report::Report);
 
 impl Report {
     /// The report of a request routed to `virtual_model`.
     pub fn new(virtual_model: Option<usize>, trace: Option<Box<Trace>>) -> Report {
-        Report {
-            virtual_model,
-            trace,
-            ..Report::default()
-        }
+        Report(core::report::Report::new(virtual_model, trace))
     }
 
     /// The virtual model called.
     pub fn virtual_model(&self) -> Option<usize> {
-        self.virtual_model
+        self.0.virtual_model()
     }
 
-    /// Notes an effect of the flight before it is applied: counts retries and fallbacks,
-    /// traces attempts, and at the ending writes its metrics, access-log fields and warn line.
-    /// For an ending, returns the trace header's value if the request asked for it.
+    /// Notes an effect of the flight before it is applied: writes its metrics, and at the
+    /// ending its access-log fields and warn line. For an ending, returns the trace header's
+    /// value if the request asked for it.
     pub fn effect(&mut self, config: &Config, effect: &Effect<'_>) -> Option<String> {
-        let vm = self.virtual_model;
-        match effect {
-            Effect::Attempt(a) => {
-                match a.kind {
-                    AttemptKind::First => {}
-                    AttemptKind::Retry(o) => {
-                        let m = PairMetric::Retries(Reason::of(o));
-                        metrics::count(config, vm, a.target, m, 1);
-                    }
-                    AttemptKind::Fallback(o) => {
-                        let reason = Reason::of(o);
-                        if let Some(from) = self.current {
-                            metrics::count(config, vm, from, PairMetric::Fallbacks(reason), 1);
-                        }
-                        self.fallback = Some(reason);
-                    }
-                }
-                self.current = Some(a.target);
-                None
-            }
-            Effect::Record {
-                target, outcome, ..
-            } => {
-                if let Some(trace) = self.trace.as_mut() {
-                    trace.attempt(*target, *outcome);
-                }
-                None
-            }
-            Effect::Samples {
-                target,
-                sample,
-                tokens,
-                ..
-            } => {
-                let t = *target;
-                if let Some(ms) = sample.ttft_ms {
-                    metrics::record(config, vm, t, PairMetric::TtftMs, u64::from(ms));
-                }
-                if let Some(us) = sample.tpot_us {
-                    metrics::record(config, vm, t, PairMetric::TpotUs, us);
-                }
-                if let Some(n) = tokens.prompt {
-                    metrics::count(config, vm, t, PairMetric::PromptTokens, n);
-                }
-                if let Some(n) = tokens.completion {
-                    metrics::count(config, vm, t, PairMetric::CompletionTokens, n);
-                }
-                None
-            }
-            Effect::Deliver(d) => self.ended(config, &d.ending),
-            Effect::Reply(r) => self.ended(config, &r.ending),
-            Effect::Fail(f) => self.ended(config, &f.ending),
-            Effect::ArmTimer { .. } | Effect::Pin { .. } | Effect::ReplaceBody { .. } => None,
+        let trace = self.0.effect(config, effect, metrics::write);
+        if let Some(ending) = core::report::ending(effect) {
+            self.ended(config, ending);
         }
+        trace
     }
 
     /// The request's answer goes to the client.
-    fn ended(&mut self, config: &Config, ending: &Ending) -> Option<String> {
-        let vm = self.virtual_model;
-        match ending.target {
-            Some(t) => {
-                let class = StatusClass::of(ending.status);
-                metrics::count(config, vm, t, PairMetric::Answers(class), 1);
-            }
-            None => metrics::count_vm(config, vm, VmMetric::NoAnswer),
-        }
-        if config.request_histograms {
-            metrics::record_vm(config, vm, VmMetric::Attempts, u64::from(ending.attempts));
-        }
+    fn ended(&self, config: &Config, ending: &Ending) {
         if config.filter_state {
-            let fields = access_log::outcome(config, ending.target, ending.attempts, self.fallback);
-            write_fields(fields);
+            let fallback = self.0.fallback();
+            write_fields(access_log::outcome(
+                config,
+                ending.target,
+                ending.attempts,
+                fallback,
+            ));
         }
         if ending.gave_up {
-            warn_failed(config, vm, ending);
+            warn_failed(config, self.0.virtual_model(), ending);
         }
-        self.trace.as_ref().map(|t| t.render(config))
     }
 }
 

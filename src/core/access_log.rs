@@ -3,7 +3,9 @@
 //! The adapter writes each field with proxy-wasm `set_property([key], value)`; Envoy keeps it
 //! under `wasm.<key>`, and an access log format prints it with
 //! `%FILTER_STATE(wasm.switchboard.target:PLAIN)%` (PLAIN gives the text; TYPED would give a
-//! base64 `BytesValue`). Checked with Envoy 1.40. A field with nothing to say is not written,
+//! base64 `BytesValue`). Checked with Envoy 1.40. The native build writes the same bytes under
+//! the same `wasm.<key>` with the dynamic-modules ABI's `http_set_filter_state_bytes`, so one
+//! access log format reads either build. A field with nothing to say is not written,
 //! so the access log shows `null` (JSON) or `-` for it.
 //!
 //! The decision's fields are written when it is made, the outcome's when the answer goes to

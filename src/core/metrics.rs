@@ -387,6 +387,29 @@ pub fn health_gauges<'a>(
         .filter_map(|(n, (id, value))| Some((n, id?, value)))
 }
 
+/// Hands `set` each [`health_gauges`] value that differs from `last` (the values an adapter
+/// last set, by pair number; grown as needed) and notes it there: a view refresh sets only
+/// the gauges that moved.
+pub fn changed_health_gauges(
+    config: &Config,
+    health: &HealthInput<'_>,
+    last: &mut Vec<u8>,
+    mut set: impl FnMut(u32, u64),
+) {
+    for (n, id, value) in health_gauges(config, health) {
+        if last.len() <= n {
+            last.resize(n + 1, u8::MAX);
+        }
+        let value_u8 = u8::try_from(value).unwrap_or(u8::MAX - 1);
+        if let Some(slot) = last.get_mut(n) {
+            if *slot != value_u8 {
+                *slot = value_u8;
+                set(id, value);
+            }
+        }
+    }
+}
+
 /// Every metric of `config` with its kind, in the order of [`MetricTable`]'s indices: what
 /// the adapter defines when the config loads.
 pub fn definitions(config: &Config) -> Vec<(Kind, String)> {
@@ -466,43 +489,49 @@ fn trailing_dot(mut s: String) -> String {
     s
 }
 
+/// Where Envoy 1.40 files a filter's metric `N`: `wasmcustom.N` for the Wasm build,
+/// `dynamicmodulescustom.N` for the dynamic module (checked on `/stats`). The rules below
+/// accept both, so one `stats_config` serves either build.
+pub const NAMESPACES: [&str; 2] = ["wasmcustom", "dynamicmodulescustom"];
+
 /// The `stats_config.stats_tags` rules that turn the names into labels (the first capture
 /// group is cut from the name, the second is the value); every config under `envoy/`
 /// carries exactly these.
 pub const STATS_TAGS: [(&str, &str); 4] = [
     (
         "class",
-        r"^wasmcustom\.switchboard\.[a-z0-9_]+(\.class\.([0-9a-z]+))\.vm\.",
+        r"^(?:wasmcustom|dynamicmodulescustom)\.switchboard\.[a-z0-9_]+(\.class\.([0-9a-z]+))\.vm\.",
     ),
     (
         "reason",
-        r"^wasmcustom\.switchboard\.[a-z0-9_]+(\.reason\.([a-z_]+))\.vm\.",
+        r"^(?:wasmcustom|dynamicmodulescustom)\.switchboard\.[a-z0-9_]+(\.reason\.([a-z_]+))\.vm\.",
     ),
     (
         "virtual_model",
-        r"^wasmcustom\.switchboard\.[a-z0-9_.]+?(\.vm\.(.+?))(?:\.target\..+)?$",
+        r"^(?:wasmcustom|dynamicmodulescustom)\.switchboard\.[a-z0-9_.]+?(\.vm\.(.+?))(?:\.target\..+)?$",
     ),
     (
         "target",
-        r"^wasmcustom\.switchboard\.[a-z0-9_.]+?\.vm\..+?(\.target\.(.+))$",
+        r"^(?:wasmcustom|dynamicmodulescustom)\.switchboard\.[a-z0-9_.]+?\.vm\..+?(\.target\.(.+))$",
     ),
 ];
 
 /// Histogram buckets (`stats_config.histogram_bucket_settings`, matched by name prefix)
-/// shipped with the Envoy configs; Envoy's defaults (0.5 to 3,600,000) fit the others.
+/// shipped with the Envoy configs, once per [`NAMESPACES`] entry; Envoy's defaults (0.5 to
+/// 3,600,000) fit the others.
 pub const BUCKETS: [(&str, &[f64]); 3] = [
     (
-        "wasmcustom.switchboard.attempts.",
+        "switchboard.attempts.",
         &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0],
     ),
     (
-        "wasmcustom.switchboard.decision_us.",
+        "switchboard.decision_us.",
         &[
             5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0,
         ],
     ),
     (
-        "wasmcustom.switchboard.tpot_us.",
+        "switchboard.tpot_us.",
         &[
             1000.0, 2500.0, 5000.0, 10000.0, 25000.0, 50000.0, 100000.0, 250000.0, 1000000.0,
         ],
@@ -517,12 +546,14 @@ pub fn stats_config_yaml() -> String {
         out.push_str(&format!("  - tag_name: {tag}\n    regex: '{regex}'\n"));
     }
     out.push_str("  histogram_bucket_settings:\n");
-    for (prefix, buckets) in BUCKETS {
-        let list: Vec<String> = buckets.iter().map(|b| format!("{b}")).collect();
-        out.push_str(&format!(
-            "  - match: {{ prefix: {prefix} }}\n    buckets: [{}]\n",
-            list.join(", ")
-        ));
+    for namespace in NAMESPACES {
+        for (prefix, buckets) in BUCKETS {
+            let list: Vec<String> = buckets.iter().map(|b| format!("{b}")).collect();
+            out.push_str(&format!(
+                "  - match: {{ prefix: {namespace}.{prefix} }}\n    buckets: [{}]\n",
+                list.join(", ")
+            ));
+        }
     }
     out
 }
@@ -702,6 +733,36 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    #[test]
+    fn a_health_gauge_is_set_again_only_when_its_value_moved() {
+        use crate::core::health::policy::FailureWindow;
+        use crate::core::health::record::HealthRecord;
+        let config = config();
+        let n = definitions(&config).len() as u32;
+        let config = config.with_metric_ids((0..n).collect());
+        let mut records = vec![HealthRecord::default(), HealthRecord::default()];
+        let mut last = Vec::new();
+        let sets = |records: &[HealthRecord], last: &mut Vec<u8>| {
+            let health = HealthInput {
+                records,
+                now_ms: 1_000,
+                window: FailureWindow::default(),
+            };
+            let mut out = Vec::new();
+            changed_health_gauges(&config, &health, last, |id, v| out.push((id, v)));
+            out.len()
+        };
+        assert_eq!(
+            sets(&records, &mut last),
+            4,
+            "every pair's gauge, the first time"
+        );
+        assert_eq!(sets(&records, &mut last), 0, "nothing moved");
+        records[1].evicted_until_ms = 5_000;
+        // azure-east/gpt-4o is a target of both virtual models.
+        assert_eq!(sets(&records, &mut last), 2);
     }
 
     #[test]

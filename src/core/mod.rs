@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod multipart;
 pub mod nfc;
 pub mod outbound;
+pub mod report;
 pub mod request;
 pub mod responses;
 pub mod routing;

@@ -250,8 +250,9 @@ callbacks! {
     /// Resumes a request stopped in a hook.
     fn http_filter_continue_decoding(filter: FilterEnvoyPtr);
 
-    // Declared for access-log fields and metrics, which the adapter does not write yet: they
-    // are resolved at load like the rest, so a module using them later needs no new check.
+    // Declared for access-log fields and gauge arithmetic, which the adapter does not use
+    // yet: they are resolved at load like the rest, so a module using them later needs no
+    // new check.
     /// Sets a string in the stream's dynamic metadata (what access logs read).
     #[allow(dead_code)]
     fn http_set_dynamic_metadata_string(
@@ -269,7 +270,6 @@ callbacks! {
         out: *mut EnvoyBuffer,
     ) -> bool;
     /// Sets bytes in the stream's filter state.
-    #[allow(dead_code)]
     fn http_set_filter_state_bytes(
         filter: FilterEnvoyPtr, key: ModuleBuffer, value: ModuleBuffer,
     ) -> bool;
@@ -277,26 +277,32 @@ callbacks! {
     #[allow(dead_code)]
     fn http_filter_get_attribute_int(filter: FilterEnvoyPtr, attribute: u32, out: *mut u64) -> bool;
     /// Defines a counter (on the main thread, in `on_http_filter_config_new`); its id out.
-    #[allow(dead_code)]
     fn http_filter_config_define_counter(
         config: ConfigEnvoyPtr, name: ModuleBuffer, labels: *mut ModuleBuffer, labels_len: usize,
         id_out: *mut usize,
     ) -> u32;
     /// Defines a gauge; its id out.
-    #[allow(dead_code)]
     fn http_filter_config_define_gauge(
         config: ConfigEnvoyPtr, name: ModuleBuffer, labels: *mut ModuleBuffer, labels_len: usize,
         id_out: *mut usize,
     ) -> u32;
     /// Defines a histogram; its id out.
-    #[allow(dead_code)]
     fn http_filter_config_define_histogram(
         config: ConfigEnvoyPtr, name: ModuleBuffer, labels: *mut ModuleBuffer, labels_len: usize,
         id_out: *mut usize,
     ) -> u32;
+    /// Sets a gauge of the config, outside any stream (the config version).
+    fn http_filter_config_set_gauge(
+        config: ConfigEnvoyPtr, id: usize, labels: *mut ModuleBuffer, labels_len: usize,
+        value: u64,
+    ) -> u32;
     /// Adds to a counter, with one value per label it was defined with.
-    #[allow(dead_code)]
     fn http_filter_increment_counter(
+        filter: FilterEnvoyPtr, id: usize, labels: *mut ModuleBuffer, labels_len: usize,
+        value: u64,
+    ) -> u32;
+    /// Sets a gauge.
+    fn http_filter_set_gauge(
         filter: FilterEnvoyPtr, id: usize, labels: *mut ModuleBuffer, labels_len: usize,
         value: u64,
     ) -> u32;
@@ -313,7 +319,6 @@ callbacks! {
         value: u64,
     ) -> u32;
     /// Records a value in a histogram.
-    #[allow(dead_code)]
     fn http_filter_record_histogram_value(
         filter: FilterEnvoyPtr, id: usize, labels: *mut ModuleBuffer, labels_len: usize,
         value: u64,

@@ -10,6 +10,7 @@ use super::flight::Flight;
 use super::host::{BodyAt, Side, Stream};
 use super::plugin::{Plugin, Routing};
 use super::store;
+use crate::core::access_log::{self, DecisionFacts};
 use crate::core::admission::{admit, route_stored, Admission, StoredPath};
 use crate::core::batch;
 use crate::core::config::{HeaderNames, ModelId, Tier};
@@ -21,9 +22,11 @@ use crate::core::errors::ErrorReply;
 use crate::core::flight::{Replay, Start};
 use crate::core::headers::Headers;
 use crate::core::outbound::Outbound;
+use crate::core::report::{self, PinProbe};
 use crate::core::routing::classifier::parse_answer;
 use crate::core::routing::state::RoutingState;
-use crate::core::routing::HealthInput;
+use crate::core::routing::{HealthInput, Plan};
+use crate::core::trace::Trace;
 use std::sync::Arc;
 
 /// What a hook tells Envoy.
@@ -77,6 +80,8 @@ pub struct Filter {
     anthropic: bool,
     /// Calls to make once the current hook has let go of the filter.
     pub after: Vec<After>,
+    /// The routing trace, from the decision until the flight takes it (when asked for).
+    trace: Option<Box<Trace>>,
 }
 
 impl Filter {
@@ -88,6 +93,7 @@ impl Filter {
             phase: Phase::PassThrough,
             anthropic: false,
             after: Vec::new(),
+            trace: None,
         }
     }
 
@@ -240,7 +246,11 @@ impl Filter {
         decide: impl FnOnce(&HealthInput<'_>, &dyn RoutingState, &mut fastrand::Rng) -> T,
     ) -> T {
         let rng = &mut self.rng;
-        store::with_health(plugin.id, &plugin.config, now, |health| {
+        let config = &plugin.config;
+        let gauges = |health: &HealthInput<'_>, last: &mut Vec<u8>| {
+            super::metrics::update_health(s, config, health, last);
+        };
+        store::with_health(plugin.id, config, now, gauges, |health| {
             let routing = Routing { plugin, stream: s };
             decide(health, &routing, rng)
         })
@@ -301,13 +311,40 @@ impl Filter {
         let plugin = Arc::clone(&self.plugin);
         let config = &plugin.config;
         let now = super::now_ms();
-        let decided = self.with_routing(s, &plugin, now, |health, routing, rng| {
-            decide_with_tier(
-                config, endpoint, &body, &headers, health, routing, tier, rng,
-            )
+        // The clock is read again only for what shows the decision's time.
+        let timed = config.request_histograms || config.filter_state;
+        let started = timed.then(std::time::Instant::now);
+        let traced = report::wants_trace(config, &headers);
+        let mut sticky_hit = None;
+        let (decided, trace) = self.with_routing(s, &plugin, now, |health, routing, rng| {
+            let probe = PinProbe::new(routing);
+            let decided =
+                decide_with_tier(config, endpoint, &body, &headers, health, &probe, tier, rng);
+            let trace = match &decided {
+                Ok(d) if traced => Some(report::trace(
+                    config, endpoint, &headers, &probe, &d.plan, health,
+                )),
+                _ => None,
+            };
+            sticky_hit = probe.sticky_hit();
+            (decided, trace)
         });
+        self.trace = trace;
         match decided {
-            Ok(decision) => self.forward(s, at, &plugin, endpoint, decision, body, headers, now),
+            Ok(decision) => {
+                let us = started.map_or(0, |t| {
+                    u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX)
+                });
+                report::decided(config, &decision.plan, us, |id, w| s.write_metric(id, w));
+                if config.filter_state {
+                    let facts = DecisionFacts {
+                        sticky_hit,
+                        decision_us: us,
+                    };
+                    s.write_fields(access_log::decision(config, &decision.plan, facts));
+                }
+                self.forward(s, at, &plugin, endpoint, decision, body, headers, now)
+            }
             Err(reply) => self.reply(&reply),
         }
     }
@@ -348,7 +385,8 @@ impl Filter {
         request: (Start, Replay),
         now: u64,
     ) -> Verdict {
-        let flight = Flight::start(s, plugin, request, now, &mut self.after);
+        let trace = self.trace.take();
+        let flight = Flight::start(s, plugin, (request, trace), now, &mut self.after);
         self.phase = Phase::Forwarded(Box::new(flight));
         Verdict::Continue
     }
@@ -388,6 +426,22 @@ impl Filter {
             return self.reply(&e);
         }
         log_attempt(plugin, route.target, 1, &route.outbound);
+        let plan = Plan {
+            candidates: vec![route.target],
+            virtual_model: route.start.virtual_model,
+            sticky: None,
+            pinned: true,
+        };
+        // Its id names its target: no decision time (0) is recorded.
+        report::decided(config, &plan, 0, |id, w| s.write_metric(id, w));
+        if config.filter_state {
+            let facts = DecisionFacts::default();
+            s.write_fields(access_log::decision(config, &plan, facts));
+        }
+        if report::wants_trace(config, &headers) {
+            let health = &HealthInput::NONE;
+            self.trace = Some(Box::new(Trace::of_plan(config, &plan, health, Vec::new())));
+        }
         let replay = route.replay(headers);
         self.start_flight(s, plugin, (route.start, replay), now)
     }

@@ -11,12 +11,15 @@ use super::host::{Side, Stream};
 use super::plugin::Plugin;
 use super::store::{self, Shared};
 use super::timer::{self, Wake};
+use crate::core::access_log;
 use crate::core::config::Config;
 use crate::core::flight::{
     AnswerFacts, CallAnswer, CallId, Effect, Effects, Flow, Machine, Replay, Start,
 };
 use crate::core::headers::Headers;
+use crate::core::report::{self, Report};
 use crate::core::routing::pins;
+use crate::core::trace::Trace;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -27,6 +30,8 @@ pub struct Flight {
     calls: Vec<(u64, CallId)>,
     /// The stream's scheduler, made when the first timer is armed.
     wake: Option<Arc<Wake>>,
+    /// Its metrics' bookkeeping.
+    report: Report,
 }
 
 /// What the machine may ask about the router's answer, read from Envoy only when asked.
@@ -61,20 +66,23 @@ fn verdict(flow: Flow) -> Verdict {
 }
 
 impl Flight {
-    /// The flight of a request whose first attempt was just written into it, at `now_ms`.
+    /// The flight of a request whose first attempt was just written into it, at `now_ms`,
+    /// with its routing trace if it asked for one.
     pub fn start(
         s: &mut Stream,
         plugin: &Plugin,
-        (start, replay): (Start, Replay),
+        ((start, replay), trace): ((Start, Replay), Option<Box<Trace>>),
         now_ms: u64,
         after: &mut Vec<After>,
     ) -> Flight {
         let mut out = Effects::new();
+        let report = Report::new(start.virtual_model, trace);
         let machine = Machine::start(&plugin.config, start, replay, now_ms, &mut out);
         let mut flight = Flight {
             machine,
             calls: Vec::new(),
             wake: None,
+            report,
         };
         flight.apply(s, plugin, out, after);
         flight
@@ -187,6 +195,20 @@ impl Flight {
         let mut first = out.take();
         let mut pending: VecDeque<Effect<'c>> = VecDeque::new();
         while let Some(effect) = first.next().or_else(|| pending.pop_front()) {
+            // Metrics and trace first: the effect is consumed below.
+            let trace = self
+                .report
+                .effect(config, &effect, |id, w| s.write_metric(id, w))
+                .map(|t| (config.header_names.trace.clone(), t));
+            if let (true, Some(ending)) = (config.filter_state, report::ending(&effect)) {
+                let fallback = self.report.fallback();
+                s.write_fields(access_log::outcome(
+                    config,
+                    ending.target,
+                    ending.attempts,
+                    fallback,
+                ));
+            }
             match effect {
                 Effect::Attempt(attempt) => {
                     // The first attempt is already in the request the router sends.
@@ -229,9 +251,11 @@ impl Flight {
                     };
                     timer::arm(&wake, due_ms, token);
                 }
-                // Token usage and evictions are for metrics: the native build defines none yet.
                 Effect::Record { .. } | Effect::Samples { .. } => {
-                    store::apply_health(plugin.id, config, &effect);
+                    if let Some(target) = store::apply_health(plugin.id, config, &effect) {
+                        let vm = self.report.virtual_model();
+                        report::evicted(config, vm, target, |id, w| s.write_metric(id, w));
+                    }
                 }
                 Effect::Pin {
                     virtual_model,
@@ -250,15 +274,18 @@ impl Flight {
                     for (name, value) in delivery.headers.pairs() {
                         s.set_header(Side::Response, name, value.as_bytes());
                     }
+                    if let Some((name, value)) = &trace {
+                        s.set_header(Side::Response, name, value.as_bytes());
+                    }
                 }
                 Effect::Reply(reply) => after.push(After::Reply {
                     status: reply.ending.status,
-                    headers: owned(reply.headers()),
+                    headers: owned(reply.headers()).into_iter().chain(trace).collect(),
                     body: reply.body,
                 }),
                 Effect::Fail(failure) => after.push(After::Reply {
                     status: failure.error.status,
-                    headers: owned(failure.headers()),
+                    headers: owned(failure.headers()).into_iter().chain(trace).collect(),
                     body: failure.error.body.into_bytes(),
                 }),
                 Effect::ReplaceBody { with, .. } => s.replace_chunk(Side::Response, &with),

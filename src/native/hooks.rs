@@ -119,7 +119,7 @@ pub extern "C" fn envoy_dynamic_module_on_program_init() -> *const c_char {
 /// compiled once. Null rejects the config.
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
-    _config_envoy: ConfigEnvoyPtr,
+    config_envoy: ConfigEnvoyPtr,
     _name: EnvoyBuffer,
     config: EnvoyBuffer,
 ) -> *const c_void {
@@ -130,7 +130,8 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
         // SAFETY: Envoy's buffer, valid during this hook.
         let json = unsafe { config.bytes() };
         let version = ConfigVersion::of(json);
-        match Plugin::load(api, json) {
+        let define = |config| super::metrics::define(api, config_envoy, config, version.0);
+        match Plugin::load(api, json, define) {
             Ok(plugin) => {
                 // One line for the whole Envoy: the config is shared by every worker.
                 log::info!(

@@ -7,7 +7,9 @@ use super::ffi::{
     attribute, body, callout_init, header_map, Api, EnvoyBuffer, EnvoyHeader, FilterEnvoyPtr,
     ModuleBuffer, ModuleHeader, SchedulerPtr,
 };
+use crate::core::access_log::Value;
 use crate::core::headers::Headers;
+use crate::core::report::Write;
 
 /// Headers read without allocating Envoy's array: a chat request carries about a dozen.
 const INLINE_HEADERS: usize = 48;
@@ -366,11 +368,72 @@ impl Stream {
         unsafe { (self.api.http_filter_scheduler_new)(self.ptr) }
     }
 
+    /// Performs a metric write the core decided ([`crate::core::report`]) on a label-less
+    /// metric of this stream's config.
+    pub fn write_metric(&self, id: u32, w: Write) {
+        let null = std::ptr::null_mut();
+        // SAFETY: plain calls on the stream with an id its config defined; no labels.
+        unsafe {
+            match w {
+                Write::Add(n) => {
+                    (self.api.http_filter_increment_counter)(self.ptr, id as usize, null, 0, n)
+                }
+                Write::Record(v) => {
+                    (self.api.http_filter_record_histogram_value)(self.ptr, id as usize, null, 0, v)
+                }
+            }
+        };
+    }
+
+    /// Writes access-log fields as filter state under `wasm.<key>`, the key the Wasm build's
+    /// `set_property` gets, so the shipped `%FILTER_STATE(wasm.switchboard.*:PLAIN)%` format
+    /// reads either build (no allocation: key and numbers go through stack buffers).
+    pub fn write_fields<'a>(&mut self, fields: impl Iterator<Item = (&'static str, Value<'a>)>) {
+        let mut number = [0u8; 20];
+        let mut key = [0u8; 64];
+        for (name, value) in fields {
+            let Some(full) = prefixed(&mut key, name) else {
+                continue;
+            };
+            let value = value.bytes(&mut number);
+            // SAFETY: both buffers are live slices Envoy copies during the call.
+            let set = unsafe {
+                (self.api.http_set_filter_state_bytes)(
+                    self.ptr,
+                    ModuleBuffer::of(full),
+                    ModuleBuffer::of(value),
+                )
+            };
+            if !set {
+                log::debug!("could not set filter state {name}");
+            }
+        }
+    }
+
+    /// Sets a label-less gauge of this stream's config.
+    pub fn set_gauge(&self, id: u32, value: u64) {
+        // SAFETY: as above.
+        unsafe {
+            (self.api.http_filter_set_gauge)(self.ptr, id as usize, std::ptr::null_mut(), 0, value)
+        };
+    }
+
     /// Resumes the request after a hook stopped it.
     pub fn continue_request(&mut self) {
         // SAFETY: as above.
         unsafe { (self.api.http_filter_continue_decoding)(self.ptr) }
     }
+}
+
+/// `wasm.<name>` in `buf`; `None` if it does not fit.
+fn prefixed<'b>(buf: &'b mut [u8; 64], name: &str) -> Option<&'b [u8]> {
+    const PREFIX: &[u8] = b"wasm.";
+    let len = PREFIX.len() + name.len();
+    let out = buf.get_mut(..len)?;
+    let (head, tail) = out.split_at_mut(PREFIX.len());
+    head.copy_from_slice(PREFIX);
+    tail.copy_from_slice(name.as_bytes());
+    Some(out)
 }
 
 /// The headers and body of a call-out's answer, copied out of Envoy's arrays.

@@ -13,6 +13,7 @@ mod flight;
 mod hooks;
 mod host;
 mod logger;
+mod metrics;
 mod plugin;
 mod store;
 mod timer;

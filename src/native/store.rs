@@ -5,7 +5,7 @@
 //! [`crate::core::routing::pins`]) runs against one synchronised map. It is process-wide, so
 //! like shared data it outlives config reloads.
 
-use crate::core::config::Config;
+use crate::core::config::{Config, ModelId};
 use crate::core::flight::{self, Effect};
 use crate::core::health::store::{Store, WriteError};
 use crate::core::health::view::HealthView;
@@ -47,6 +47,8 @@ impl Store for Shared {
 struct View {
     plugin: u64,
     health: HealthView,
+    /// The `health` gauges this worker last set, by pair number.
+    gauges: Vec<u8>,
 }
 
 /// The plugin configs Envoy still holds; a worker drops its views of others.
@@ -85,6 +87,7 @@ fn with_view<T>(plugin: u64, f: impl FnOnce(&mut View) -> T) -> T {
                 views.push(View {
                     plugin,
                     health: HealthView::default(),
+                    gauges: Vec::new(),
                 });
                 views.len() - 1
             }
@@ -94,29 +97,36 @@ fn with_view<T>(plugin: u64, f: impl FnOnce(&mut View) -> T) -> T {
             None => f(&mut View {
                 plugin,
                 health: HealthView::default(),
+                gauges: Vec::new(),
             }),
         }
     })
 }
 
-/// Runs `f` with the health input of `now_ms`, refreshing the cached view if it is stale.
+/// Runs `f` with the health input of `now_ms`, refreshing the cached view if it is stale;
+/// a refresh sets the `health` gauges that changed, through `gauges`.
 pub fn with_health<T>(
     plugin: u64,
     config: &Config,
     now_ms: u64,
+    gauges: impl FnOnce(&HealthInput<'_>, &mut Vec<u8>),
     f: impl FnOnce(&HealthInput<'_>) -> T,
 ) -> T {
     with_view(plugin, |view| {
-        f(&view.health.read(config, now_ms, &Shared).1)
+        let (refreshed, input) = view.health.read(config, now_ms, &Shared);
+        if refreshed {
+            gauges(&input, &mut view.gauges);
+        }
+        f(&input)
     })
 }
 
 /// Applies an effect's change to a target's health in the shared store and in this worker's
-/// view ([`flight::apply_health`]).
-pub fn apply_health(plugin: u64, config: &Config, effect: &Effect<'_>) {
+/// view ([`flight::apply_health`]); the target whose eviction it started.
+pub fn apply_health(plugin: u64, config: &Config, effect: &Effect<'_>) -> Option<ModelId> {
     with_view(plugin, |view| {
-        flight::apply_health(&mut view.health, &Shared, config, effect, super::now_ms);
-    });
+        flight::apply_health(&mut view.health, &Shared, config, effect, super::now_ms)
+    })
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import requests
 
-from harness import ROOT, bootstrap, free_ports, start_envoy, wasm_filter
+from harness import BUILD, ROOT, bootstrap, free_ports, start_envoy, wasm_filter
 from providers_config import load
 
 DEMO = load(ROOT / "envoy" / "demo.yaml")
@@ -59,16 +59,30 @@ _SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
+# Envoy 1.40 prints a Wasm filter's metric `wasmcustom.switchboard.x` on /stats/prometheus as
+# `switchboard_x`, but a dynamic module's `dynamicmodulescustom.switchboard.x` as
+# `envoy_dynamicmodulescustom_switchboard_x` (it strips only the Wasm namespace): the labels are
+# the same, the names carry this prefix on the native build.
+PROMETHEUS_PREFIX = "envoy_dynamicmodulescustom_" if BUILD == "native" else ""
+
+
+def prometheus_text(envoy) -> str:
+    return requests.get(f"http://127.0.0.1:{envoy.admin_port}/stats/prometheus", timeout=5).text
+
+
 def prometheus(envoy) -> dict:
-    """Every sample of Envoy's /stats/prometheus: {(name, frozenset of (label, value)): value}."""
-    text = requests.get(f"http://127.0.0.1:{envoy.admin_port}/stats/prometheus", timeout=5).text
+    """Every sample of Envoy's /stats/prometheus: {(name, frozenset of (label, value)): value},
+    Switchboard's names without the build's PROMETHEUS_PREFIX."""
     out = {}
-    for line in text.splitlines():
+    for line in prometheus_text(envoy).splitlines():
         m = _SAMPLE.match(line)
         if not m:
             continue
         labels = frozenset((k, v.replace('\\"', '"')) for k, v in _LABEL.findall(m.group(2) or ""))
-        out[(m.group(1), labels)] = float(m.group(3))
+        name = m.group(1)
+        if PROMETHEUS_PREFIX and name.startswith(PROMETHEUS_PREFIX + "switchboard_"):
+            name = name[len(PROMETHEUS_PREFIX):]
+        out[(name, labels)] = float(m.group(3))
     return out
 
 

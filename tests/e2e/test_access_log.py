@@ -2,13 +2,10 @@
 model, the target that answered, strategy, attempts, fallback reason, complexity tier, sticky
 hit and decision time."""
 
-import pytest
 import requests
 
 from observability import access_lines, start
 
-pytestmark = pytest.mark.wasm_only(
-    reason="metrics, access-log filter state and the trace are the Wasm adapter's; the native module has none yet")
 
 A, B = "prov-a/gpt-4o", "prov-b/gpt-4o"
 FIELDS = ["virtual_model", "target", "strategy", "attempts", "fallback_reason", "tier", "sticky", "decision_us"]

@@ -12,9 +12,6 @@ import requests
 
 from observability import access_lines, start
 
-pytestmark = pytest.mark.wasm_only(
-    reason="metrics, access-log filter state and the trace are the Wasm adapter's; the native module has none yet")
-
 PROVIDER_KEY = "sk-provider-SECRET-4242424242"
 CLIENT_KEY = "sk-client-SECRET-1313131313"
 TRACE_TOKEN = "trace-SECRET-token-777777777"
@@ -46,6 +43,10 @@ def plugin() -> dict:
     }
 
 
+@pytest.mark.wasm_only(
+    reason="it reads the Wasm adapter's `[wasm]` log lines (the per-decision debug line and the "
+           "one warn line per failed request); the native module logs under `dynamic_modules` and "
+           "writes neither of those two lines yet")
 def test_no_secret_in_switchboards_debug_lines_and_one_warn_line_per_failed_request(
         stack, monkeypatch, tmp_path):
     a, b = stack.provider("a"), stack.provider("b")

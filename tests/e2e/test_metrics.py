@@ -5,13 +5,10 @@ reason, an eviction and streamed answers."""
 import json
 import time
 
-import pytest
 import requests
 
-from observability import prometheus, sample, start, wait_for
+from observability import PROMETHEUS_PREFIX, prometheus, prometheus_text, sample, start, wait_for
 
-pytestmark = pytest.mark.wasm_only(
-    reason="metrics, access-log filter state and the trace are the Wasm adapter's; the native module has none yet")
 
 A = "prov-a/gpt-4.1:latest"  # '/', '.', ':' in a target name
 B = "prov-b/model.v2"
@@ -136,6 +133,8 @@ def test_every_series_is_labelled_and_only_config_names_become_labels(stack):
         requests.post(f"{envoy.url}/v1/chat/completions", json={"model": model, "messages": []}, timeout=10)
     chat(envoy)
     series = prometheus(envoy)
+    # The names as Envoy prints them: with the native build's prefix (observability.py).
+    assert f"\n{PROMETHEUS_PREFIX}switchboard_requests{{" in prometheus_text(envoy)
     ours = {k: v for k, v in series.items() if k[0].startswith("switchboard_")}
     # 1 version gauge; per virtual model 3 metrics (attempts and decision_us have 10 + 3 and
     # 11 + 3 samples: buckets, +Inf, sum, count), for the two virtual models and `(direct)`;

@@ -2,13 +2,10 @@
 from the environment) or for every request by config; it lists what the providers saw, and the
 token never reaches a provider."""
 
-import pytest
 import requests
 
 from observability import start
 
-pytestmark = pytest.mark.wasm_only(
-    reason="metrics, access-log filter state and the trace are the Wasm adapter's; the native module has none yet")
 
 A, B, EU = "prov-a/gpt-4.1", "prov-b/gpt-4o", "prov-eu/gpt-4o"
 TOKEN = "trace-token-0123456789-abcdef"

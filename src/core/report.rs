@@ -1,0 +1,393 @@
+//! Which metric each step of a routed request moves, and the routing trace it adds to: one
+//! answer for both adapters (proxy-wasm and the Envoy dynamic module), which only perform
+//! the writes this hands them.
+//!
+//! A write is a host id from the config's [`MetricTable`](crate::core::metrics::MetricTable)
+//! and what to do with it; the adapter passes a sink closure, so nothing is collected or
+//! allocated on the request path.
+
+use crate::core::config::{Config, ModelId};
+use crate::core::decision::request_metadata;
+use crate::core::endpoint::Endpoint;
+use crate::core::flight::{AttemptKind, Effect, Ending};
+use crate::core::headers::Headers;
+use crate::core::metrics::{PairMetric, Reason, StatusClass, VmMetric};
+use crate::core::routing::state::RoutingState;
+use crate::core::routing::{HealthInput, Plan};
+use crate::core::trace::{self, Trace};
+use std::cell::Cell;
+
+/// What to do with a metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Write {
+    /// Add to a counter.
+    Add(u64),
+    /// Record a value in a histogram (or set a gauge).
+    Record(u64),
+}
+
+/// Where the writes go: (host id, write).
+pub trait Sink: FnMut(u32, Write) {}
+impl<F: FnMut(u32, Write)> Sink for F {}
+
+fn pair(
+    config: &Config,
+    vm: Option<usize>,
+    t: ModelId,
+    m: PairMetric,
+    w: Write,
+    s: &mut impl Sink,
+) {
+    if let Some(id) = config.metrics.pair(vm, t, m) {
+        s(id, w);
+    }
+}
+
+fn per_vm(config: &Config, vm: Option<usize>, m: VmMetric, w: Write, s: &mut impl Sink) {
+    if let Some(id) = config.metrics.vm(vm, m) {
+        s(id, w);
+    }
+}
+
+/// A request was routed: it counts against its first target; the decision's time (µs; 0
+/// for a stored-response request, whose target its id names) goes to `decision_us` when
+/// `request_histograms` is on.
+pub fn decided(config: &Config, plan: &Plan, decision_us: u64, mut sink: impl Sink) {
+    let vm = plan.virtual_model;
+    if let Some(first) = plan.primary() {
+        pair(
+            config,
+            vm,
+            first,
+            PairMetric::Requests,
+            Write::Add(1),
+            &mut sink,
+        );
+    }
+    if config.request_histograms && decision_us > 0 {
+        per_vm(
+            config,
+            vm,
+            VmMetric::DecisionUs,
+            Write::Record(decision_us),
+            &mut sink,
+        );
+    }
+}
+
+/// A failure of `target` on a request to `vm` evicted it.
+pub fn evicted(config: &Config, vm: Option<usize>, target: ModelId, mut sink: impl Sink) {
+    pair(
+        config,
+        vm,
+        target,
+        PairMetric::Evictions,
+        Write::Add(1),
+        &mut sink,
+    );
+}
+
+/// Whether a request gets the trace header (the token header is only looked for when a token
+/// is configured).
+pub fn wants_trace(config: &Config, headers: &Headers) -> bool {
+    let presented = config
+        .trace
+        .has_token()
+        .then(|| headers.get(&config.header_names.trace_token))
+        .flatten();
+    config.trace.wanted(presented)
+}
+
+/// The start of the routing trace of a request that asked for one (`trace`): its candidates
+/// and the targets left out, and why.
+pub fn trace(
+    config: &Config,
+    endpoint: Endpoint,
+    headers: &Headers,
+    state: &dyn RoutingState,
+    plan: &Plan,
+    health: &HealthInput<'_>,
+) -> Box<Trace> {
+    let skipped = match plan.virtual_model(config) {
+        Some(vm) => {
+            let metadata = request_metadata(config, headers).unwrap_or_default();
+            let request = trace::request_of(endpoint, &vm.name, &metadata, headers, state);
+            trace::skipped(config, vm, &request, plan)
+        }
+        None => Vec::new(),
+    };
+    Box::new(Trace::of_plan(config, plan, health, skipped))
+}
+
+/// The routing state of a decision, noting whether it looked a sticky session's pin up and
+/// found one (the access log's `sticky`).
+pub struct PinProbe<'a> {
+    inner: &'a dyn RoutingState,
+    hit: Cell<Option<bool>>,
+}
+
+impl<'a> PinProbe<'a> {
+    /// Wraps the worker's routing state for one decision.
+    pub fn new(inner: &'a dyn RoutingState) -> Self {
+        PinProbe {
+            inner,
+            hit: Cell::new(None),
+        }
+    }
+
+    /// `Some(found)` if the decision looked a pin up.
+    pub fn sticky_hit(&self) -> Option<bool> {
+        self.hit.get()
+    }
+}
+
+impl RoutingState for PinProbe<'_> {
+    fn pinned(&self, virtual_model: &str, session: u64, window: u64) -> Option<String> {
+        let found = self.inner.pinned(virtual_model, session, window);
+        self.hit.set(Some(found.is_some()));
+        found
+    }
+
+    fn next_cursor(&self, virtual_model: usize, len: usize, rng: &mut fastrand::Rng) -> usize {
+        self.inner.next_cursor(virtual_model, len, rng)
+    }
+
+    fn pin(&self, virtual_model: &str, session: u64, window: u64, value: &str) {
+        self.inner.pin(virtual_model, session, window, value);
+    }
+
+    fn verified_claim(&self, payload: &str, claim: &str) -> Option<Vec<u8>> {
+        self.inner.verified_claim(payload, claim)
+    }
+}
+
+/// What one forwarded request's metrics and trace still need as its flight goes on.
+#[derive(Default)]
+pub struct Report {
+    /// The virtual model called.
+    virtual_model: Option<usize>,
+    /// The target of the attempt in flight.
+    current: Option<ModelId>,
+    /// Why the request last fell back.
+    fallback: Option<Reason>,
+    /// The routing trace, when the request asked for it.
+    trace: Option<Box<Trace>>,
+}
+
+impl Report {
+    /// The report of a request routed to `virtual_model`.
+    pub fn new(virtual_model: Option<usize>, trace: Option<Box<Trace>>) -> Report {
+        Report {
+            virtual_model,
+            trace,
+            ..Report::default()
+        }
+    }
+
+    /// The virtual model called.
+    pub fn virtual_model(&self) -> Option<usize> {
+        self.virtual_model
+    }
+
+    /// Why the request last fell back (the access log's `fallback_reason`).
+    pub fn fallback(&self) -> Option<Reason> {
+        self.fallback
+    }
+
+    /// Notes an effect of the flight before it is applied: a retry counts against the
+    /// target retried, a fallback against the target left; samples and token counts go to
+    /// the target's series; an ending counts the answer's class (or `no_answer`). For an
+    /// ending, returns the trace header's value if the request asked for it.
+    pub fn effect(
+        &mut self,
+        config: &Config,
+        effect: &Effect<'_>,
+        mut sink: impl Sink,
+    ) -> Option<String> {
+        let vm = self.virtual_model;
+        let s = &mut sink;
+        match effect {
+            Effect::Attempt(a) => {
+                match a.kind {
+                    AttemptKind::First => {}
+                    AttemptKind::Retry(o) => {
+                        let m = PairMetric::Retries(Reason::of(o));
+                        pair(config, vm, a.target, m, Write::Add(1), s);
+                    }
+                    AttemptKind::Fallback(o) => {
+                        let reason = Reason::of(o);
+                        if let Some(from) = self.current {
+                            let m = PairMetric::Fallbacks(reason);
+                            pair(config, vm, from, m, Write::Add(1), s);
+                        }
+                        self.fallback = Some(reason);
+                    }
+                }
+                self.current = Some(a.target);
+                None
+            }
+            Effect::Record {
+                target, outcome, ..
+            } => {
+                if let Some(trace) = self.trace.as_mut() {
+                    trace.attempt(*target, *outcome);
+                }
+                None
+            }
+            Effect::Samples {
+                target,
+                sample,
+                tokens,
+                ..
+            } => {
+                let t = *target;
+                if let Some(ms) = sample.ttft_ms {
+                    let w = Write::Record(u64::from(ms));
+                    pair(config, vm, t, PairMetric::TtftMs, w, s);
+                }
+                if let Some(us) = sample.tpot_us {
+                    pair(config, vm, t, PairMetric::TpotUs, Write::Record(us), s);
+                }
+                if let Some(n) = tokens.prompt {
+                    pair(config, vm, t, PairMetric::PromptTokens, Write::Add(n), s);
+                }
+                if let Some(n) = tokens.completion {
+                    pair(
+                        config,
+                        vm,
+                        t,
+                        PairMetric::CompletionTokens,
+                        Write::Add(n),
+                        s,
+                    );
+                }
+                None
+            }
+            Effect::Deliver(d) => self.ended(config, &d.ending, s),
+            Effect::Reply(r) => self.ended(config, &r.ending, s),
+            Effect::Fail(f) => self.ended(config, &f.ending, s),
+            Effect::ArmTimer { .. } | Effect::Pin { .. } | Effect::ReplaceBody { .. } => None,
+        }
+    }
+
+    /// The request's answer goes to the client.
+    fn ended(&mut self, config: &Config, ending: &Ending, s: &mut impl Sink) -> Option<String> {
+        let vm = self.virtual_model;
+        match ending.target {
+            Some(t) => {
+                let m = PairMetric::Answers(StatusClass::of(ending.status));
+                pair(config, vm, t, m, Write::Add(1), s);
+            }
+            None => per_vm(config, vm, VmMetric::NoAnswer, Write::Add(1), s),
+        }
+        if config.request_histograms {
+            let w = Write::Record(u64::from(ending.attempts));
+            per_vm(config, vm, VmMetric::Attempts, w, s);
+        }
+        self.trace.as_ref().map(|t| t.render(config))
+    }
+}
+
+/// The ending an effect carries, if it ends the request.
+pub fn ending<'e>(effect: &'e Effect<'_>) -> Option<&'e Ending> {
+    match effect {
+        Effect::Deliver(d) => Some(&d.ending),
+        Effect::Reply(r) => Some(&r.ending),
+        Effect::Fail(f) => Some(&f.ending),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::fallback::AttemptOutcome;
+    use crate::core::flight::{Attempt, Tokens};
+    use crate::core::health::sla::LatencySample;
+    use crate::core::metrics::definitions;
+
+    const CONFIG: &str = r#"{
+      "models": [
+        {"name": "a", "cluster": "a", "model": "m"},
+        {"name": "b", "cluster": "b", "model": "m"}
+      ],
+      "request_histograms": true,
+      "virtual_models": [
+        {"name": "vm", "model_types": ["chat"], "routing_config": {
+          "type": "priority-based-routing", "load_balance_targets": [
+            {"target": "a", "priority": 0}, {"target": "b", "priority": 1}]}}
+      ]
+    }"#;
+
+    /// The config with its metrics defined (id = index), and each id's name.
+    fn defined() -> (Config, Vec<String>) {
+        let config = Config::parse(CONFIG.as_bytes()).unwrap();
+        let names: Vec<String> = definitions(&config).into_iter().map(|(_, n)| n).collect();
+        let ids = (0..names.len() as u32).collect();
+        (config.with_metric_ids(ids), names)
+    }
+
+    fn attempt(target: usize, number: u32, kind: AttemptKind) -> Effect<'static> {
+        Effect::Attempt(Attempt {
+            target: ModelId(target),
+            number,
+            kind,
+            call: None,
+        })
+    }
+
+    #[test]
+    fn each_step_writes_the_metric_of_its_target() {
+        let (config, names) = defined();
+        let mut writes = Vec::new();
+        let mut sink = |id: u32, w: Write| writes.push((names[id as usize].clone(), w));
+        let plan = Plan {
+            candidates: vec![ModelId(0), ModelId(1)],
+            virtual_model: Some(0),
+            sticky: None,
+            pinned: false,
+        };
+        decided(&config, &plan, 42, &mut sink);
+        decided(&config, &plan, 0, &mut sink); // a stored-response request: nothing timed
+        let mut report = Report::new(Some(0), None);
+        let timeout = AttemptOutcome::Timeout;
+        let status = AttemptOutcome::Status(503);
+        for effect in [
+            attempt(0, 1, AttemptKind::First),
+            attempt(0, 2, AttemptKind::Retry(timeout)),
+            attempt(1, 3, AttemptKind::Fallback(status)),
+            Effect::Samples {
+                target: ModelId(1),
+                sample: LatencySample {
+                    ttft_ms: Some(7),
+                    sla_tpot_ms: None,
+                    tpot_us: None,
+                },
+                now_ms: 0,
+                tokens: Tokens {
+                    prompt: Some(11),
+                    completion: None,
+                },
+                for_routing: false,
+            },
+        ] {
+            assert_eq!(report.effect(&config, &effect, &mut sink), None);
+        }
+        evicted(&config, Some(0), ModelId(0), &mut sink);
+        assert_eq!(report.fallback(), Some(Reason::Status));
+        let w = |n: &str, w| (format!("switchboard.{n}"), w);
+        assert_eq!(
+            writes,
+            [
+                w("requests.vm.vm.target.a", Write::Add(1)),
+                w("decision_us.vm.vm", Write::Record(42)),
+                w("requests.vm.vm.target.a", Write::Add(1)),
+                w("retries.reason.timeout.vm.vm.target.a", Write::Add(1)),
+                w("fallbacks.reason.status.vm.vm.target.a", Write::Add(1)),
+                w("ttft_ms.vm.vm.target.b", Write::Record(7)),
+                w("prompt_tokens.vm.vm.target.b", Write::Add(11)),
+                w("evictions.vm.vm.target.a", Write::Add(1)),
+            ]
+        );
+    }
+}
