@@ -259,7 +259,7 @@ impl Stream<'_> {
         let Some(call) = attempt.call else {
             return;
         };
-        super::http::log_attempt(config, attempt.target, attempt.number, &call.outbound);
+        crate::core::report::log_attempt(config, attempt.target, attempt.number, &call.outbound);
         let token = machine
             .call_request(&call, &config.header_names)
             .and_then(|r| host::dispatch(r.cluster, r.headers, r.body, r.timeout_ms));

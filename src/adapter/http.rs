@@ -12,7 +12,7 @@ use super::runtime::Runtime;
 use crate::core::access_log::DecisionFacts;
 use crate::core::admission::{admit, route_stored, Admission, StoredPath};
 use crate::core::batch;
-use crate::core::config::{Config, HeaderNames, ModelId, Tier};
+use crate::core::config::{Config, HeaderNames, Tier};
 use crate::core::decision::{
     classifier_call, decide_stored_path, decide_with_tier, ClassifierCall, Decision,
 };
@@ -229,7 +229,7 @@ impl Http {
         if let Err(reply) = Self::apply(&decision.outbound, &body, &headers, &config.header_names) {
             return self.reply(&reply);
         }
-        log_attempt(config, decision.target, 1, &decision.outbound);
+        crate::core::report::log_attempt(config, decision.target, 1, &decision.outbound);
         let (start, replay) = decision.into_flight(endpoint, headers, body);
         self.start_flight(config, start, replay, now)
     }
@@ -273,7 +273,7 @@ impl Http {
         if let Err(reply) = Self::apply(&route.outbound, &[], &headers, &config.header_names) {
             return self.reply(&reply);
         }
-        log_attempt(config, route.target, 1, &route.outbound);
+        crate::core::report::log_attempt(config, route.target, 1, &route.outbound);
         let plan = Plan {
             candidates: vec![route.target],
             virtual_model: route.start.virtual_model,
@@ -329,22 +329,6 @@ impl Http {
         }
         host::set_request_header(&names.cluster, out.cluster);
         Ok(())
-    }
-}
-
-/// One debug line per attempt: where it goes, never a header value (they may be keys).
-pub(super) fn log_attempt(config: &Config, target: ModelId, n: u32, out: &Outbound<'_>) {
-    if log::log_enabled!(log::Level::Debug) {
-        let name = config.model(target).map_or("?", |m| m.name.as_str());
-        let authority = out.authority.unwrap_or("(client's authority)");
-        // Without the query: a client may put a key there.
-        let path = out.path.as_deref().map_or("(client's path)", |p| {
-            p.split_once('?').map_or(p, |(before, _)| before)
-        });
-        log::debug!(
-            "attempt {n} at {name}: cluster {}, {authority} {path}",
-            out.cluster
-        );
     }
 }
 

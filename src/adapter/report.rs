@@ -19,18 +19,7 @@ pub fn decided(config: &Config, plan: &Plan, facts: DecisionFacts) {
     if config.filter_state {
         write_fields(access_log::decision(config, plan, facts));
     }
-    if log::log_enabled!(log::Level::Debug) {
-        let name = |m| config.model(m).map_or("?", |m| m.name.as_str());
-        let candidates: Vec<&str> = plan.candidates.iter().map(|m| name(*m)).collect();
-        let vm = plan.virtual_model(config);
-        log::debug!(
-            "{} ({}): candidates {} decided in {} us",
-            vm.map_or(crate::core::metrics::DIRECT, |vm| vm.name.as_str()),
-            vm.map_or("catalog model", |vm| vm.routing.type_name()),
-            candidates.join(", "),
-            facts.decision_us
-        );
-    }
+    core::report::log_decided(config, plan, facts.decision_us);
 }
 
 /// Writes access-log fields as filter state (no allocation: numbers go through a stack buffer).
@@ -79,23 +68,6 @@ impl Report {
                 fallback,
             ));
         }
-        if ending.gave_up {
-            warn_failed(config, self.0.virtual_model(), ending);
-        }
+        core::report::warn_if_failed(config, self.0.virtual_model(), ending);
     }
-}
-
-/// The one warn line of a request that failed once every target it could try was tried.
-fn warn_failed(config: &Config, vm: Option<usize>, ending: &Ending) {
-    let vm = vm.and_then(|i| config.virtual_models.get(i));
-    let name = vm.map_or(crate::core::metrics::DIRECT, |vm| vm.name.as_str());
-    let (from, target) = match ending.target.and_then(|t| config.model(t)) {
-        Some(m) => ("the client gets it from ", m.name.as_str()),
-        None => ("no target answered", ""),
-    };
-    log::warn!(
-        "{name}: routing failed after {} attempts with {}; {from}{target}",
-        ending.attempts,
-        ending.status
-    );
 }

@@ -12,6 +12,7 @@ use crate::core::endpoint::Endpoint;
 use crate::core::flight::{AttemptKind, Effect, Ending};
 use crate::core::headers::Headers;
 use crate::core::metrics::{PairMetric, Reason, StatusClass, VmMetric};
+use crate::core::outbound::Outbound;
 use crate::core::routing::state::RoutingState;
 use crate::core::routing::{HealthInput, Plan};
 use crate::core::trace::{self, Trace};
@@ -296,6 +297,58 @@ pub fn ending<'e>(effect: &'e Effect<'_>) -> Option<&'e Ending> {
         Effect::Fail(f) => Some(&f.ending),
         _ => None,
     }
+}
+
+/// The debug line of a routing decision: the candidates in order and the decision's time
+/// (0 when it was not timed). Names from the config only, never a header value.
+pub fn log_decided(config: &Config, plan: &Plan, decision_us: u64) {
+    if log::log_enabled!(log::Level::Debug) {
+        let name = |m| config.model(m).map_or("?", |m| m.name.as_str());
+        let candidates: Vec<&str> = plan.candidates.iter().map(|m| name(*m)).collect();
+        let vm = plan.virtual_model(config);
+        log::debug!(
+            "{} ({}): candidates {} decided in {} us",
+            vm.map_or(crate::core::metrics::DIRECT, |vm| vm.name.as_str()),
+            vm.map_or("catalog model", |vm| vm.routing.type_name()),
+            candidates.join(", "),
+            decision_us
+        );
+    }
+}
+
+/// One debug line per attempt: where it goes, never a header value (they may be keys).
+pub fn log_attempt(config: &Config, target: ModelId, n: u32, out: &Outbound<'_>) {
+    if log::log_enabled!(log::Level::Debug) {
+        let name = config.model(target).map_or("?", |m| m.name.as_str());
+        let authority = out.authority.unwrap_or("(client's authority)");
+        // Without the query: a client may put a key there.
+        let path = out.path.as_deref().map_or("(client's path)", |p| {
+            p.split_once('?').map_or(p, |(before, _)| before)
+        });
+        log::debug!(
+            "attempt {n} at {name}: cluster {}, {authority} {path}",
+            out.cluster
+        );
+    }
+}
+
+/// The one warn line of a request that failed once every target it could try was tried
+/// (`ending.gave_up`); nothing otherwise.
+pub fn warn_if_failed(config: &Config, vm: Option<usize>, ending: &Ending) {
+    if !ending.gave_up {
+        return;
+    }
+    let vm = vm.and_then(|i| config.virtual_models.get(i));
+    let name = vm.map_or(crate::core::metrics::DIRECT, |vm| vm.name.as_str());
+    let (from, target) = match ending.target.and_then(|t| config.model(t)) {
+        Some(m) => ("the client gets it from ", m.name.as_str()),
+        None => ("no target answered", ""),
+    };
+    log::warn!(
+        "{name}: routing failed after {} attempts with {}; {from}{target}",
+        ending.attempts,
+        ending.status
+    );
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use super::store;
 use crate::core::access_log::{self, DecisionFacts};
 use crate::core::admission::{admit, route_stored, Admission, StoredPath};
 use crate::core::batch;
-use crate::core::config::{HeaderNames, ModelId, Tier};
+use crate::core::config::{HeaderNames, Tier};
 use crate::core::decision::{
     classifier_call, decide_stored_path, decide_with_tier, ClassifierCall, Decision,
 };
@@ -336,6 +336,7 @@ impl Filter {
                     u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX)
                 });
                 report::decided(config, &decision.plan, us, |id, w| s.write_metric(id, w));
+                report::log_decided(config, &decision.plan, us);
                 if config.filter_state {
                     let facts = DecisionFacts {
                         sticky_hit,
@@ -372,7 +373,7 @@ impl Filter {
         ) {
             return self.reply(&reply);
         }
-        log_attempt(plugin, decision.target, 1, &decision.outbound);
+        report::log_attempt(&plugin.config, decision.target, 1, &decision.outbound);
         let request = decision.into_flight(endpoint, headers, body);
         self.start_flight(s, plugin, request, now)
     }
@@ -425,7 +426,7 @@ impl Filter {
         ) {
             return self.reply(&e);
         }
-        log_attempt(plugin, route.target, 1, &route.outbound);
+        report::log_attempt(&plugin.config, route.target, 1, &route.outbound);
         let plan = Plan {
             candidates: vec![route.target],
             virtual_model: route.start.virtual_model,
@@ -434,6 +435,7 @@ impl Filter {
         };
         // Its id names its target: no decision time (0) is recorded.
         report::decided(config, &plan, 0, |id, w| s.write_metric(id, w));
+        report::log_decided(config, &plan, 0);
         if config.filter_state {
             let facts = DecisionFacts::default();
             s.write_fields(access_log::decision(config, &plan, facts));
@@ -522,20 +524,4 @@ fn apply(
     // Unlike proxy-wasm, a dynamic module's header writes leave the cached route in place.
     s.clear_route_cache();
     Ok(())
-}
-
-/// One debug line per attempt: where it goes, never a header value (they may be keys).
-pub fn log_attempt(plugin: &Plugin, target: ModelId, n: u32, out: &Outbound<'_>) {
-    if log::log_enabled!(log::Level::Debug) {
-        let name = plugin.config.model(target).map_or("?", |m| m.name.as_str());
-        let authority = out.authority.unwrap_or("(client's authority)");
-        // Without the query: a client may put a key there.
-        let path = out.path.as_deref().map_or("(client's path)", |p| {
-            p.split_once('?').map_or(p, |(before, _)| before)
-        });
-        log::debug!(
-            "attempt {n} at {name}: cluster {}, {authority} {path}",
-            out.cluster
-        );
-    }
 }

@@ -200,14 +200,17 @@ impl Flight {
                 .report
                 .effect(config, &effect, |id, w| s.write_metric(id, w))
                 .map(|t| (config.header_names.trace.clone(), t));
-            if let (true, Some(ending)) = (config.filter_state, report::ending(&effect)) {
-                let fallback = self.report.fallback();
-                s.write_fields(access_log::outcome(
-                    config,
-                    ending.target,
-                    ending.attempts,
-                    fallback,
-                ));
+            if let Some(ending) = report::ending(&effect) {
+                if config.filter_state {
+                    let fallback = self.report.fallback();
+                    s.write_fields(access_log::outcome(
+                        config,
+                        ending.target,
+                        ending.attempts,
+                        fallback,
+                    ));
+                }
+                report::warn_if_failed(config, self.report.virtual_model(), ending);
             }
             match effect {
                 Effect::Attempt(attempt) => {
@@ -215,12 +218,7 @@ impl Flight {
                     let Some(call) = attempt.call else {
                         continue;
                     };
-                    super::filter::log_attempt(
-                        plugin,
-                        attempt.target,
-                        attempt.number,
-                        &call.outbound,
-                    );
+                    report::log_attempt(config, attempt.target, attempt.number, &call.outbound);
                     let sent = self
                         .machine
                         .call_request(&call, &config.header_names)
