@@ -160,8 +160,7 @@ impl Http {
         match decided {
             Ok(decision) => {
                 let _span = super::profile::span("forward (own code)");
-                // The clock is read again only for what shows the decision's time.
-                let timed = config.request_histograms || config.filter_state;
+                let timed = config.times_decisions();
                 let facts = DecisionFacts {
                     sticky_hit: state.sticky_hit(),
                     decision_us: if timed {
@@ -229,7 +228,7 @@ impl Http {
         if let Err(reply) = Self::apply(&decision.outbound, &body, &headers, &config.header_names) {
             return self.reply(&reply);
         }
-        crate::core::report::log_attempt(config, decision.target, 1, &decision.outbound);
+        core_report::log_attempt(config, decision.target, 1, &decision.outbound);
         let (start, replay) = decision.into_flight(endpoint, headers, body);
         self.start_flight(config, start, replay, now)
     }
@@ -273,7 +272,7 @@ impl Http {
         if let Err(reply) = Self::apply(&route.outbound, &[], &headers, &config.header_names) {
             return self.reply(&reply);
         }
-        crate::core::report::log_attempt(config, route.target, 1, &route.outbound);
+        core_report::log_attempt(config, route.target, 1, &route.outbound);
         let plan = Plan {
             candidates: vec![route.target],
             virtual_model: route.start.virtual_model,

@@ -19,7 +19,6 @@ pub fn decided(config: &Config, plan: &Plan, facts: DecisionFacts) {
     if config.filter_state {
         write_fields(access_log::decision(config, plan, facts));
     }
-    core::report::log_decided(config, plan, facts.decision_us);
 }
 
 /// Writes access-log fields as filter state (no allocation: numbers go through a stack buffer).
@@ -47,8 +46,8 @@ impl Report {
     }
 
     /// Notes an effect of the flight before it is applied: writes its metrics, and at the
-    /// ending its access-log fields and warn line. For an ending, returns the trace header's
-    /// value if the request asked for it.
+    /// ending its access-log fields (the core writes the warn line of a failed request). For
+    /// an ending, returns the trace header's value if the request asked for it.
     pub fn effect(&mut self, config: &Config, effect: &Effect<'_>) -> Option<String> {
         let trace = self.0.effect(config, effect, metrics::write);
         if let Some(ending) = core::report::ending(effect) {
@@ -68,6 +67,5 @@ impl Report {
                 fallback,
             ));
         }
-        core::report::warn_if_failed(config, self.0.virtual_model(), ending);
     }
 }

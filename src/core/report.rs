@@ -52,7 +52,7 @@ fn per_vm(config: &Config, vm: Option<usize>, m: VmMetric, w: Write, s: &mut imp
 
 /// A request was routed: it counts against its first target; the decision's time (µs; 0
 /// for a stored-response request, whose target its id names) goes to `decision_us` when
-/// `request_histograms` is on.
+/// `request_histograms` is on; and the decision's debug line is written.
 pub fn decided(config: &Config, plan: &Plan, decision_us: u64, mut sink: impl Sink) {
     let vm = plan.virtual_model;
     if let Some(first) = plan.primary() {
@@ -74,6 +74,7 @@ pub fn decided(config: &Config, plan: &Plan, decision_us: u64, mut sink: impl Si
             &mut sink,
         );
     }
+    log_decided(config, plan, decision_us);
 }
 
 /// A failure of `target` on a request to `vm` evicted it.
@@ -197,8 +198,9 @@ impl Report {
 
     /// Notes an effect of the flight before it is applied: a retry counts against the
     /// target retried, a fallback against the target left; samples and token counts go to
-    /// the target's series; an ending counts the answer's class (or `no_answer`). For an
-    /// ending, returns the trace header's value if the request asked for it.
+    /// the target's series; an ending counts the answer's class (or `no_answer`) and writes
+    /// the warn line of a request that failed. For an ending, returns the trace header's value
+    /// if the request asked for it.
     pub fn effect(
         &mut self,
         config: &Config,
@@ -264,16 +266,17 @@ impl Report {
                 }
                 None
             }
-            Effect::Deliver(d) => self.ended(config, &d.ending, s),
-            Effect::Reply(r) => self.ended(config, &r.ending, s),
-            Effect::Fail(f) => self.ended(config, &f.ending, s),
+            Effect::Deliver(_) | Effect::Reply(_) | Effect::Fail(_) => {
+                ending(effect).and_then(|e| self.ended(config, e, s))
+            }
             Effect::ArmTimer { .. } | Effect::Pin { .. } | Effect::ReplaceBody { .. } => None,
         }
     }
 
-    /// The request's answer goes to the client.
+    /// The request's answer goes to the client (with the warn line if it failed).
     fn ended(&mut self, config: &Config, ending: &Ending, s: &mut impl Sink) -> Option<String> {
         let vm = self.virtual_model;
+        warn_if_failed(config, vm, ending);
         match ending.target {
             Some(t) => {
                 let m = PairMetric::Answers(StatusClass::of(ending.status));
@@ -301,7 +304,7 @@ pub fn ending<'e>(effect: &'e Effect<'_>) -> Option<&'e Ending> {
 
 /// The debug line of a routing decision: the candidates in order and the decision's time
 /// (0 when it was not timed). Names from the config only, never a header value.
-pub fn log_decided(config: &Config, plan: &Plan, decision_us: u64) {
+fn log_decided(config: &Config, plan: &Plan, decision_us: u64) {
     if log::log_enabled!(log::Level::Debug) {
         let name = |m| config.model(m).map_or("?", |m| m.name.as_str());
         let candidates: Vec<&str> = plan.candidates.iter().map(|m| name(*m)).collect();
@@ -334,7 +337,7 @@ pub fn log_attempt(config: &Config, target: ModelId, n: u32, out: &Outbound<'_>)
 
 /// The one warn line of a request that failed once every target it could try was tried
 /// (`ending.gave_up`); nothing otherwise.
-pub fn warn_if_failed(config: &Config, vm: Option<usize>, ending: &Ending) {
+fn warn_if_failed(config: &Config, vm: Option<usize>, ending: &Ending) {
     if !ending.gave_up {
         return;
     }

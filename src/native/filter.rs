@@ -311,9 +311,7 @@ impl Filter {
         let plugin = Arc::clone(&self.plugin);
         let config = &plugin.config;
         let now = super::now_ms();
-        // The clock is read again only for what shows the decision's time.
-        let timed = config.request_histograms || config.filter_state;
-        let started = timed.then(std::time::Instant::now);
+        let started = config.times_decisions().then(std::time::Instant::now);
         let traced = report::wants_trace(config, &headers);
         let mut sticky_hit = None;
         let (decided, trace) = self.with_routing(s, &plugin, now, |health, routing, rng| {
@@ -336,7 +334,6 @@ impl Filter {
                     u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX)
                 });
                 report::decided(config, &decision.plan, us, |id, w| s.write_metric(id, w));
-                report::log_decided(config, &decision.plan, us);
                 if config.filter_state {
                     let facts = DecisionFacts {
                         sticky_hit,
@@ -435,7 +432,6 @@ impl Filter {
         };
         // Its id names its target: no decision time (0) is recorded.
         report::decided(config, &plan, 0, |id, w| s.write_metric(id, w));
-        report::log_decided(config, &plan, 0);
         if config.filter_state {
             let facts = DecisionFacts::default();
             s.write_fields(access_log::decision(config, &plan, facts));

@@ -200,17 +200,14 @@ impl Flight {
                 .report
                 .effect(config, &effect, |id, w| s.write_metric(id, w))
                 .map(|t| (config.header_names.trace.clone(), t));
-            if let Some(ending) = report::ending(&effect) {
-                if config.filter_state {
-                    let fallback = self.report.fallback();
-                    s.write_fields(access_log::outcome(
-                        config,
-                        ending.target,
-                        ending.attempts,
-                        fallback,
-                    ));
-                }
-                report::warn_if_failed(config, self.report.virtual_model(), ending);
+            if let (true, Some(ending)) = (config.filter_state, report::ending(&effect)) {
+                let fallback = self.report.fallback();
+                s.write_fields(access_log::outcome(
+                    config,
+                    ending.target,
+                    ending.attempts,
+                    fallback,
+                ));
             }
             match effect {
                 Effect::Attempt(attempt) => {

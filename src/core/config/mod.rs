@@ -509,6 +509,12 @@ pub(crate) fn name_key(name: &str, fold_case: bool) -> std::borrow::Cow<'_, str>
 }
 
 impl Config {
+    /// Whether a routed request's decision is timed: only the `decision_us` histogram and the
+    /// access log's decision time show it, and timing it costs the `.wasm` a clock read.
+    pub fn times_decisions(&self) -> bool {
+        self.request_histograms || self.filter_state
+    }
+
     /// Parses, validates and compiles the plugin config JSON, with no environment: a
     /// `${env:NAME}` reference is an error.
     pub fn parse(json: &[u8]) -> Result<Config, ConfigError> {
