@@ -43,7 +43,7 @@ from bench import NOOP_WASM, SCENARIOS, Upstream, chat_body, native_filter, plug
 from harness import ENVOY_BIN, NATIVE_DIR, WASM, bootstrap, free_ports, stop_process, wasm_filter  # noqa: E402
 
 REQUESTS = int(os.environ.get("INSTR_REQUESTS", "200"))
-WARMUP = 30
+WARMUP = int(os.environ.get("INSTR_WARMUP", "30"))
 NATIVE_SO_DIR = Path(os.environ.get("INSTR_NATIVE_DIR", str(NATIVE_DIR))).resolve()
 START_TIMEOUT_S = 900  # V8 compiles the module under valgrind: minutes on a busy machine
 

@@ -112,7 +112,12 @@ pub fn inspect(body: &[u8]) -> Result<Inspected<'_>, ErrorReply> {
             },
         );
     }
-    let mut reader = serde_json::Deserializer::from_slice(body);
+    // One UTF-8 check of the whole body up front: serde_json then reads it as text and checks
+    // no key or raw value again (from bytes it checks each of them on its own).
+    let text = std::str::from_utf8(body).map_err(|e| {
+        ErrorReply::invalid_json(&format!("the body is not UTF-8 (byte {})", e.valid_up_to()))
+    })?;
+    let mut reader = serde_json::Deserializer::from_str(text);
     let fields = serde::de::DeserializeSeed::deserialize(TopLevel(body), &mut reader)
         .and_then(|fields| reader.end().map(|()| fields))
         .map_err(|e| describe(&e))?;
