@@ -114,10 +114,10 @@ pub fn inspect(body: &[u8]) -> Result<Inspected<'_>, ErrorReply> {
     }
     // One UTF-8 check of the whole body up front: serde_json then reads it as text and checks
     // no key or raw value again (from bytes it checks each of them on its own).
-    let text = std::str::from_utf8(body).map_err(|e| {
+    let whole = std::str::from_utf8(body).map_err(|e| {
         ErrorReply::invalid_json(&format!("the body is not UTF-8 (byte {})", e.valid_up_to()))
     })?;
-    let mut reader = serde_json::Deserializer::from_str(text);
+    let mut reader = serde_json::Deserializer::from_str(whole);
     let fields = serde::de::DeserializeSeed::deserialize(TopLevel(body), &mut reader)
         .and_then(|fields| reader.end().map(|()| fields))
         .map_err(|e| describe(&e))?;
@@ -137,9 +137,9 @@ pub fn inspect(body: &[u8]) -> Result<Inspected<'_>, ErrorReply> {
         }
     }
     let model_span = model.ok_or_else(ErrorReply::missing_model)?;
-    // serde_json checked the value is UTF-8 when it read it as a raw value.
-    let text =
-        std::str::from_utf8(value(&model_span)).map_err(|_| ErrorReply::model_not_string())?;
+    let text = whole
+        .get(model_span.clone())
+        .ok_or_else(ErrorReply::model_not_string)?;
     if !text.starts_with('"') {
         return Err(ErrorReply::model_not_string());
     }
