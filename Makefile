@@ -12,9 +12,9 @@ WASM_MAX_BYTES := 600000
 # Binaryen's wasm-opt (Debian's `binaryen`) removes what LLVM's output repeats: at -O2 (its
 # speed setting) the filter at opt-level "s" goes from 656 KB to 579 KB (measured 2026-12-01,
 # wasm-opt 108), and the end-to-end tests pass on its output in Envoy 1.40. The features are
-# the ones Rust emits for wasm32-wasip1.
+# the ones Rust emits for wasm32-wasip1, and SIMD (.cargo/config.toml turns it on).
 WASM_OPT := wasm-opt -O2 --enable-bulk-memory --enable-sign-ext --enable-mutable-globals \
-  --enable-nontrapping-float-to-int --enable-reference-types --enable-multivalue
+  --enable-nontrapping-float-to-int --enable-reference-types --enable-multivalue --enable-simd
 
 .PHONY: run run-ecds test setup build wasm-opt lint unit e2e e2e-wasm e2e-native wasm-size resilience-report soak bench profile clean
 

@@ -113,9 +113,15 @@ pub fn inspect(body: &[u8]) -> Result<Inspected<'_>, ErrorReply> {
         );
     }
     // One UTF-8 check of the whole body up front: serde_json then reads it as text and checks
-    // no key or raw value again (from bytes it checks each of them on its own).
-    let whole = std::str::from_utf8(body).map_err(|e| {
-        ErrorReply::invalid_json(&format!("the body is not UTF-8 (byte {})", e.valid_up_to()))
+    // no key or raw value again (from bytes it checks each of them on its own). simdutf8 checks
+    // 16 bytes a step (Wasm SIMD, or SSE/AVX natively) where the standard library checks 4 in
+    // the .wasm: ~1.5k fewer instructions per 1.5 KB chat there (callgrind).
+    let whole = simdutf8::basic::from_utf8(body).map_err(|_| {
+        // Only a bad body pays for the position of its first bad byte.
+        let at = std::str::from_utf8(body)
+            .err()
+            .map_or(0, |e| e.valid_up_to());
+        ErrorReply::invalid_json(&format!("the body is not UTF-8 (byte {at})"))
     })?;
     let mut reader = serde_json::Deserializer::from_str(whole);
     let fields = serde::de::DeserializeSeed::deserialize(TopLevel(body), &mut reader)
