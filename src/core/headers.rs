@@ -38,6 +38,11 @@ fn word(bytes: &[u8], at: usize) -> Option<usize> {
     usize::try_from(u32::from_le_bytes(four)).ok()
 }
 
+/// The (name length, value length) of one 8-byte entry of the length table.
+fn pair_lengths(entry: &[u8]) -> Option<(usize, usize)> {
+    Some((word(entry, 0)?, word(entry, 4)?))
+}
+
 impl Headers {
     /// Headers from the host's encoding; `None` if it is malformed (an empty buffer is an
     /// empty list).
@@ -49,10 +54,10 @@ impl Headers {
         let table_end = count.checked_mul(8)?.checked_add(4)?;
         let mut at = table_end;
         let mut lengths = 0;
-        for i in 0..count {
-            let name_len = word(&bytes, 4 + 8 * i)?;
+        for entry in bytes.get(4..table_end)?.chunks_exact(8) {
+            let (name_len, value_len) = pair_lengths(entry)?;
             lengths |= length_bit(name_len);
-            for len in [name_len, word(&bytes, 8 + 8 * i)?] {
+            for len in [name_len, value_len] {
                 at = at.checked_add(len)?;
                 if bytes.get(at) != Some(&0) {
                     return None;
@@ -119,10 +124,8 @@ impl Headers {
         }
         // `decode` checked every length against the buffer, so the sums cannot overflow.
         let mut at = 4 + 8 * self.count;
-        for pair in self.bytes.get(4..at)?.chunks_exact(8) {
-            let (name_len, value_len) = pair.split_at(4);
-            let name_len = u32::from_le_bytes(name_len.try_into().ok()?) as usize;
-            let value_len = u32::from_le_bytes(value_len.try_into().ok()?) as usize;
+        for entry in self.bytes.get(4..at)?.chunks_exact(8) {
+            let (name_len, value_len) = pair_lengths(entry)?;
             if name_len == name.len() && self.bytes.get(at..at + name_len) == Some(name) {
                 let value_start = at + name_len + 1;
                 return self.bytes.get(value_start..value_start + value_len);
