@@ -16,29 +16,6 @@ const INLINE_HEADERS: usize = 48;
 /// Body slices read without allocating Envoy's array: a small body is one or two.
 const INLINE_CHUNKS: usize = 8;
 
-/// Headers in the core's (proxy-wasm's) encoding, built in one allocation of the exact size
-/// rather than grown pair by pair.
-fn encode<'a>(pairs: impl Iterator<Item = (&'a [u8], &'a [u8])> + Clone) -> Headers {
-    let le = |n: usize| u32::try_from(n).unwrap_or(u32::MAX).to_le_bytes();
-    let (count, text) = pairs
-        .clone()
-        .fold((0, 0), |(c, t), (k, v)| (c + 1, t + k.len() + v.len() + 2));
-    let mut bytes = Vec::with_capacity(4 + 8 * count + text);
-    bytes.extend_from_slice(&le(count));
-    for (name, value) in pairs.clone() {
-        bytes.extend_from_slice(&le(name.len()));
-        bytes.extend_from_slice(&le(value.len()));
-    }
-    for (name, value) in pairs {
-        bytes.extend_from_slice(name);
-        bytes.push(0);
-        bytes.extend_from_slice(value);
-        bytes.push(0);
-    }
-    // Well formed by construction; a pair list too long for `u32` lengths reads as none.
-    Headers::decode(bytes).unwrap_or_default()
-}
-
 /// One HTTP stream in Envoy, for the duration of a hook.
 pub struct Stream {
     api: &'static Api,
@@ -134,7 +111,7 @@ impl Stream {
             out
         };
         // SAFETY: filled in this hook, copied before it returns.
-        encode(
+        Headers::from_pairs(
             pairs
                 .iter()
                 .map(|h| unsafe { (h.key.bytes(), h.value.bytes()) }),
@@ -458,7 +435,7 @@ pub unsafe fn callout_answer(
         } else {
             std::slice::from_raw_parts(chunks, chunks_len)
         };
-        let list = encode(headers.iter().map(|h| (h.key.bytes(), h.value.bytes())));
+        let list = Headers::from_pairs(headers.iter().map(|h| (h.key.bytes(), h.value.bytes())));
         let mut body = Vec::with_capacity(chunks.iter().map(|c| c.len).sum());
         for c in chunks {
             body.extend_from_slice(c.bytes());
