@@ -518,7 +518,7 @@ def targets_section(results: dict[str, tuple[Scenario, dict]]) -> list[str]:
 
 
 # The configurations counted under callgrind, with the rate that turns a difference into µs.
-COUNTED = ["plain", "no-op", "calls", "switchboard", "native"]
+COUNTED = ["plain", "no-op", "held", "calls", "switchboard", "native"]
 
 
 def instruction_section(upstream: Upstream, plain_cpu_us: float | None) -> list[str]:
@@ -536,7 +536,8 @@ def instruction_section(upstream: Upstream, plain_cpu_us: float | None) -> list[
     # Plain Envoy's own rate in this run turns an instruction difference into CPU time; it is
     # only a guide (a cache miss costs no instruction).
     rate = plain / plain_cpu_us if plain_cpu_us else 0.0
-    names = {"calls": "no-op, host calls", "switchboard": "Switchboard .wasm", "native": "Switchboard native"}
+    names = {"held": "no-op, body held", "calls": "no-op, host calls", "switchboard": "Switchboard .wasm",
+             "native": "Switchboard native"}
     out = ["## Instructions per request (callgrind)", "",
            "Envoy (`--concurrency 1`) under valgrind's callgrind, 200 requests of the 1.5 KB chat over one"
            " keep-alive connection after 30 of warm-up (`scripts/instructions.py`): what Envoy executes per"
@@ -550,6 +551,10 @@ def instruction_section(upstream: Upstream, plain_cpu_us: float | None) -> list[
             return f"{d:+,.0f} instructions, {d / rate:+.1f} µs"
         out.append(f"At plain Envoy's rate in this run ({rate / 1000:.2f}k instructions per µs of CPU):")
         out.append(f"- Switchboard .wasm over the host-call floor: {us(totals['switchboard'] - totals['calls'])}")
+        out.append(f"- The host-call floor over no-op: {us(totals['calls'] - totals['no-op'])}; holding the body is"
+                   f" {us(totals['held'] - totals['no-op'])} of it")
+        out.append("- Throughput as the inverse of instructions, against no-op: the host-call floor"
+                   f" {totals['no-op'] / totals['calls']:.3f}, Switchboard .wasm {totals['no-op'] / totals['switchboard']:.3f}")
         if "native" in totals:
             out.append(f"- Switchboard native over plain: {us(totals['native'] - plain)}")
         out.append("")

@@ -4,7 +4,10 @@
 request (valgrind's callgrind, instrumentation switched on only after a warm-up), the same on a
 quiet or a loaded machine, so an A/B of a change can be read while other work runs:
 
-    .venv/bin/python scripts/instructions.py [plain] [no-op] [calls] [switchboard] [native] [PATH.wasm ...]
+    .venv/bin/python scripts/instructions.py [plain] [no-op] [held] [calls] [switchboard] [native] [PATH.wasm ...]
+
+`held` is the no-op filter holding the request until its body is in; `calls` also makes the host
+calls a body-routing filter cannot avoid (the host-call floor).
 
 `native` loads `libswitchboard.so` from `INSTR_NATIVE_DIR` (default target/native); for
 attribution by function build it with symbols in its own directory and point there:
@@ -63,6 +66,8 @@ def filters_for(name: str) -> list[dict]:
         return []
     if name == "no-op":
         return [noop("")]
+    if name == "held":
+        return [noop("buffer")]
     if name == "calls":
         return [noop("calls")]
     # Under valgrind a request takes 100 ms or more, so the worker's health view (kept 100 ms
