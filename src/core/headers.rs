@@ -130,7 +130,8 @@ impl Headers {
         if self.lengths & length_bit(name.len()) == 0 {
             return None;
         }
-        // `decode` checked every length against the buffer, so the sums cannot overflow.
+        // Every length fits the buffer (`decode` checked them; `from_pairs` wrote them from
+        // the pairs), so the sums cannot overflow.
         let mut at = 4 + 8 * self.count;
         for entry in self.bytes.get(4..at)?.chunks_exact(8) {
             let (name_len, value_len) = pair_lengths(entry)?;
