@@ -250,6 +250,22 @@ def cpu_ns(pid: int) -> int:
     return (int(fields[11]) + int(fields[12])) * 1_000_000_000 // CLK_TCK
 
 
+def cpu_times(cpu: int) -> list[int]:
+    """The `/proc/stat` counters of one CPU (user, nice, system, idle, iowait, irq, softirq,
+    steal), in clock ticks."""
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith(f"cpu{cpu} "):
+            return [int(v) for v in line.split()[1:9]]
+    return [0] * 8
+
+
+def stolen(before: list[int], after: list[int]) -> float:
+    """The share of CPU time between two `cpu_times` readings that the hypervisor gave to other
+    guests: a VM's CPU is slower for everything else it runs while its host is that busy."""
+    d = [b - a for a, b in zip(before, after)]
+    return d[7] / sum(d) if sum(d) > 0 else 0.0
+
+
 def rss_kb(pid: int, key: str) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(key + ":"):
@@ -338,7 +354,9 @@ def run_scenario(s: Scenario, upstream: Upstream) -> dict:
             for label, e in envoys.items():
                 started = time.monotonic()
                 envoy_before, up_before = cpu_ns(e.proc.pid), cpu_ns(upstream.proc.pid)
+                core_before = cpu_times(ENVOY_CPU)
                 r = wrk(e.url, str(body), s.conns, SECONDS)
+                r["stolen"] = stolen(core_before, cpu_times(ENVOY_CPU))
                 elapsed = time.monotonic() - started
                 envoy_ns, up_ns = cpu_ns(e.proc.pid) - envoy_before, cpu_ns(upstream.proc.pid) - up_before
                 n = max(r["requests"], 1)
@@ -351,7 +369,8 @@ def run_scenario(s: Scenario, upstream: Upstream) -> dict:
             pid = envoys[label].proc.pid
             med = lambda key: statistics.median(r[key] for r in rs)  # noqa: E731
             result[label] = {
-                **{k: med(k) for k in ("rps", "p50", "p99", "cpu_us", "upstream_us", "wrk_us", "envoy_busy")},
+                **{k: med(k) for k in ("rps", "p50", "p99", "cpu_us", "upstream_us", "wrk_us", "envoy_busy",
+                                       "stolen")},
                 "errors": sum(r["errors"] for r in rs),
                 "requests": sum(r["requests"] for r in rs),
                 "peak_rss_mb": rss_kb(pid, "VmHWM") / 1024,
@@ -445,15 +464,15 @@ def scenario_section(s: Scenario, r: dict) -> list[str]:
                   " against a request that needs none.", ""]
     if s.kind == "stream":
         lines += ["`\"stream\": true`; the upstream answers a fixed five-event SSE stream (chunked).", ""]
-    lines += ["| Envoy | req/s | p50 | p99 | errors | Envoy CPU / req | Envoy core busy | upstream CPU / req"
-              " | wrk CPU / req | peak RSS | RSS growth |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += ["| Envoy | req/s | p50 | p99 | errors | Envoy CPU / req | Envoy core busy | Envoy core stolen"
+              " | upstream CPU / req | wrk CPU / req | peak RSS | RSS growth |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for label in ORDER:
         if label not in r:
             continue
         x = r[label]
         lines.append(f"| {label} | {x['rps']:,.0f} | {fmt_us(x['p50'])} | {fmt_us(x['p99'])} | {x['errors']} |"
-                     f" {x['cpu_us']:.1f} µs | {x['envoy_busy']:.0%} | {x['upstream_us']:.1f} µs |"
+                     f" {x['cpu_us']:.1f} µs | {x['envoy_busy']:.0%} | {x['stolen']:.0%} | {x['upstream_us']:.1f} µs |"
                      f" {x['wrk_us']:.1f} µs | {x['peak_rss_mb']:.1f} MB | {x['rss_growth_mb']:.1f} MB |")
     lines += [""] + ratio_lines(r)
     if s.kind == "memory":
@@ -574,7 +593,10 @@ def method_lines(upstream_cost: list[str]) -> list[str]:
         f"- Envoy `{envoy_version}`, `--concurrency 1`, V8, pinned to CPU {ENVOY_CPU} (its affinity is set"
         f" before it starts, as `taskset -c {ENVOY_CPU}` does, and checked on every thread). wrk 4.1 (`-t1`)"
         f" and the lean upstream run on CPU {LOAD_CPU} (`taskset -c {LOAD_CPU}`), so Envoy is the bottleneck:"
-        " the `Envoy core busy` column is its CPU time over the wall time of each run",
+        " the `Envoy core busy` column is its CPU time over the wall time of each run. `Envoy core stolen` is"
+        f" the share of CPU {ENVOY_CPU}'s time the hypervisor gave to other guests during the run (`steal` in"
+        " /proc/stat; the kernel leaves it out of a process's CPU time): while the host is that busy, this"
+        " VM's CPU runs everything slower, plain Envoy included",
         "- The upstream is `tools/lean-upstream`: one epoll loop answering precomputed bytes over HTTP/1.1"
         " keep-alive (a 278-byte chat completion, a five-event SSE stream, or a 503), reading and dropping"
         " request bodies as they arrive. Its own CPU per request is in the tables:",
