@@ -182,8 +182,8 @@ impl<'h> Iterator for Iter<'h> {
         if self.index >= self.count {
             return None;
         }
-        let name_len = word(self.bytes, 4 + 8 * self.index)?;
-        let value_len = word(self.bytes, 8 + 8 * self.index)?;
+        let entry = 4 + 8 * self.index;
+        let (name_len, value_len) = pair_lengths(self.bytes.get(entry..entry + 8)?)?;
         let name_end = self.at.checked_add(name_len)?;
         let name = self.bytes.get(self.at..name_end)?;
         let value_start = name_end.checked_add(1)?;
