@@ -81,6 +81,7 @@ bench: build
 	@command -v taskset >/dev/null || (apt-get update -qq && apt-get install -y -qq util-linux)
 	@command -v valgrind >/dev/null || (apt-get update -qq && apt-get install -y -qq valgrind)
 	cargo build --release --target wasm32-wasip1 -p noop-filter
+	cargo build --profile native -p noop-native
 	cargo build --release -p lean-upstream
 	$(PY) scripts/bench.py
 

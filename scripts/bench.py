@@ -4,7 +4,8 @@ Envoy under test runs with `--concurrency 1` on CPU 0; wrk and a lean upstream
 (`tools/lean-upstream`, fixed answers from one epoll loop) run on CPU 1, so Envoy is the
 bottleneck and a filter's cost shows in throughput. For each scenario the configurations (plain
 Envoy, the no-op Wasm filter and its two floors, Switchboard's `.wasm`, and Switchboard's native
-module when `target/native/libswitchboard.so` exists) are loaded in turns, round after round,
+module when `target/native/libswitchboard.so` exists, with its own floor, the no-op dynamic module
+`libnoop_native.so`, in the 1.5 KB chat scenarios) are loaded in turns, round after round,
 and the report gives medians of per-round ratios with their range, Envoy's and the upstream's
 CPU per request, p50/p99, errors and RSS, and each target's verdict from this run.
 
@@ -45,6 +46,7 @@ from harness import (ENVOY_BIN, NATIVE_MODULE, WASM, bootstrap, free_ports, star
 
 NOOP_WASM = ROOT / "target" / "wasm32-wasip1" / "release" / "noop_filter.wasm"
 NATIVE_SO = NATIVE_MODULE  # target/native/libswitchboard.so (`make build`)
+NOOP_NATIVE = NATIVE_SO.parent / "libnoop_native.so"  # tools/noop-native (`make bench`)
 LEAN_UPSTREAM = ROOT / "target" / "release" / "lean-upstream"
 QUICK = os.environ.get("BENCH_QUICK", "") not in ("", "0")
 OUT = ROOT / "target" / "bench-quick.md" if QUICK else ROOT / "docs" / "benchmarks.md"
@@ -140,6 +142,16 @@ def native_filter(config: dict) -> dict:
     }
 
 
+def native_noop(mode: str) -> dict:
+    """The native no-op module (tools/noop-native): `calls` makes the calls any body-routing
+    module makes, with no logic; empty does nothing."""
+    f = native_filter({})
+    f["name"] = "noop"
+    f["typed_config"].update(dynamic_module_config={"name": "noop_native"}, filter_name="noop")
+    f["typed_config"]["filter_config"]["value"] = mode
+    return f
+
+
 def noop(mode: str, vm_id: str) -> dict:
     f = {**wasm_filter(mode, NOOP_WASM), "name": "noop"}
     f["typed_config"]["config"]["vm_config"]["vm_id"] = vm_id
@@ -166,6 +178,11 @@ def configurations(s: Scenario) -> dict[str, list[dict]]:
         configs = {**{k: v for k, v in configs.items() if k != "switchboard"},
                    "switchboard, baseline": [baseline], "switchboard": configs["switchboard"]}
     if NATIVE_SO.exists():
+        if NOOP_NATIVE.exists() and s.quick:
+            # The native build's floor (in the two 1.5 KB chat scenarios): what Envoy's
+            # dynamic-module filter and the calls any body-routing module makes cost, with no
+            # logic.
+            configs["native no-op, host calls"] = [native_noop("calls")]
         configs["native"] = [native_filter(sb_config)]
     if s.kind == "memory":
         # One target and no fallback: the client's body is not kept, which shows what keeping
@@ -324,7 +341,7 @@ def check_answer(url: str, body: bytes, label: str, s: Scenario) -> None:
     problem = None
     if r.status_code != 200:
         problem = f"status {r.status_code}: {r.text[:200]}"
-    elif label.startswith(("switchboard", "native")):
+    elif label.startswith(("switchboard", "native")) and "no-op" not in label:
         if not r.headers.get("x-switchboard-resolved-model"):
             problem = "no x-switchboard-resolved-model header"
         elif s.kind == "fallback" and r.headers.get("x-switchboard-attempts") != "2":
@@ -423,7 +440,8 @@ def fmt_us(us: float) -> str:
     return f"{us / 1000:.2f} ms" if us >= 1000 else f"{us:.0f} µs"
 
 
-ORDER = ("plain", "no-op", "no-op, body held", "no-op, host calls", "switchboard, baseline", "switchboard", "native",
+ORDER = ("plain", "no-op", "no-op, body held", "no-op, host calls", "switchboard, baseline", "switchboard",
+         "native no-op, host calls", "native",
          "switchboard, 1 target")
 
 
@@ -443,6 +461,12 @@ def ratio_lines(r: dict) -> list[str]:
         lines.append(f"- Native / plain: **{round_ratio(nat, plain):.3f}** ({ratio_range(nat, plain)}); Envoy CPU"
                      f" per request over plain **{cpu_over(nat, plain):+.1f} µs** ({cpu_over_range(nat, plain)});"
                      f" native / Switchboard .wasm {round_ratio(nat, sb):.3f}")
+        if "native no-op, host calls" in r:
+            nfloor = r["native no-op, host calls"]
+            lines.append(f"- Native over the native floor (`native no-op, host calls`): Envoy CPU per request"
+                         f" **{cpu_over(nat, nfloor):+.1f} µs** ({cpu_over_range(nat, nfloor)}); native / floor"
+                         f" {round_ratio(nat, nfloor):.3f} ({ratio_range(nat, nfloor)}); the floor over plain"
+                         f" {cpu_over(nfloor, plain):+.1f} µs, floor / plain {round_ratio(nfloor, plain):.3f}")
     else:
         lines.append("- native: not built (no target/native/libswitchboard.so)")
     if "switchboard, baseline" in r:
@@ -518,6 +542,11 @@ def targets_section(results: dict[str, tuple[Scenario, dict]]) -> list[str]:
             row(f"Native: ≤ {NATIVE_CPU_OVER_PLAIN_US:.0f} µs Envoy CPU / request over plain",
                 f"{over:+.1f} µs ({cpu_over_range(nat, plain)})", over <= NATIVE_CPU_OVER_PLAIN_US,
                 f"by {over - NATIVE_CPU_OVER_PLAIN_US:.1f} µs")
+            if "native no-op, host calls" in r:
+                nfloor = r["native no-op, host calls"]
+                row("Native: Envoy CPU / request over the native floor (`native no-op, host calls`)",
+                    f"{cpu_over(nat, nfloor):+.1f} µs ({cpu_over_range(nat, nfloor)}); the floor itself"
+                    f" {cpu_over(nfloor, plain):+.1f} µs over plain", None)
         else:
             row("Native: ≥ 0.90 × plain, ≤ 10 µs over plain", "native: not built", None)
     if ONE_CONN in results:
@@ -537,7 +566,7 @@ def targets_section(results: dict[str, tuple[Scenario, dict]]) -> list[str]:
 
 
 # The configurations counted under callgrind, with the rate that turns a difference into µs.
-COUNTED = ["plain", "no-op", "held", "calls", "switchboard", "native"]
+COUNTED = ["plain", "no-op", "held", "calls", "switchboard", "native-calls", "native"]
 
 
 def instruction_section(upstream: Upstream, plain_cpu_us: float | None) -> list[str]:
@@ -546,7 +575,8 @@ def instruction_section(upstream: Upstream, plain_cpu_us: float | None) -> list[
     repeat to about ±2k and do not depend on load, so the report gives both."""
     from instructions import measure  # imports this file: import it only when needed
 
-    counted = [n for n in COUNTED if n != "native" or NATIVE_SO.exists()]
+    built = {"native": NATIVE_SO.exists(), "native-calls": NATIVE_SO.exists() and NOOP_NATIVE.exists()}
+    counted = [n for n in COUNTED if built.get(n, True)]
     try:
         totals = {n: sum(measure(n, upstream).values()) for n in counted}
     except (OSError, RuntimeError, subprocess.SubprocessError) as e:
@@ -556,7 +586,7 @@ def instruction_section(upstream: Upstream, plain_cpu_us: float | None) -> list[
     # only a guide (a cache miss costs no instruction).
     rate = plain / plain_cpu_us if plain_cpu_us else 0.0
     names = {"held": "no-op, body held", "calls": "no-op, host calls", "switchboard": "Switchboard .wasm",
-             "native": "Switchboard native"}
+             "native-calls": "native no-op, host calls", "native": "Switchboard native"}
     out = ["## Instructions per request (callgrind)", "",
            "Envoy (`--concurrency 1`) under valgrind's callgrind, 200 requests of the 1.5 KB chat over one"
            " keep-alive connection after 30 of warm-up (`scripts/instructions.py`): what Envoy executes per"
@@ -576,6 +606,9 @@ def instruction_section(upstream: Upstream, plain_cpu_us: float | None) -> list[
                    f" {totals['no-op'] / totals['calls']:.3f}, Switchboard .wasm {totals['no-op'] / totals['switchboard']:.3f}")
         if "native" in totals:
             out.append(f"- Switchboard native over plain: {us(totals['native'] - plain)}")
+        if "native-calls" in totals:
+            out.append(f"- Switchboard native over the native floor: {us(totals['native'] - totals['native-calls'])};"
+                       f" the native floor over plain: {us(totals['native-calls'] - plain)}")
         out.append("")
     return out
 
@@ -614,6 +647,10 @@ def method_lines(upstream_cost: list[str]) -> list[str]:
         " cannot avoid (read the headers and body, edit the body without changing its length, set a credential"
         " and the cluster, read the status, add a response header) with no logic between them: the host-call"
         " floor",
+        "- `native no-op, host calls` is the native build's floor: a dynamic module (`tools/noop-native`)"
+        " making the same calls through Envoy's dynamic-modules ABI with no logic between them (its body"
+        " edit re-sends the whole body: that ABI only drains from the front and appends), and clearing the"
+        " cached route as a module must after setting the cluster header",
         "- The virtual model has 2 weighted targets (32 with sticky routing on `x-user-id` in that scenario),"
         " each with an `authorization` header; the body's `model` is rewritten for the target",
         "",

@@ -4,13 +4,15 @@
 request (valgrind's callgrind, instrumentation switched on only after a warm-up), the same on a
 quiet or a loaded machine, so an A/B of a change can be read while other work runs:
 
-    .venv/bin/python scripts/instructions.py [plain] [no-op] [held] [calls] [switchboard] [native] [PATH.wasm ...]
+    .venv/bin/python scripts/instructions.py [plain] [no-op] [held] [calls] [switchboard] [native-calls] [native] [PATH.wasm ...]
 
 `held` is the no-op filter holding the request until its body is in; `calls` also makes the host
-calls a body-routing filter cannot avoid (the host-call floor).
+calls a body-routing filter cannot avoid (the host-call floor). `native-calls` is the native
+build's floor: the no-op dynamic module (tools/noop-native) making the same calls.
 
-`native` loads `libswitchboard.so` from `INSTR_NATIVE_DIR` (default target/native); for
-attribution by function build it with symbols in its own directory and point there:
+`native` loads `libswitchboard.so` (and `native-calls` `libnoop_native.so`) from
+`INSTR_NATIVE_DIR` (default target/native); for attribution by function build it with symbols
+in its own directory and point there:
 `CARGO_PROFILE_NATIVE_DEBUG=1 CARGO_PROFILE_NATIVE_STRIP=none cargo build --profile native
 --lib --target-dir target/callgrind-native`, `INSTR_NATIVE_DIR=target/callgrind-native/native`,
 then `callgrind_annotate` the output file the script names (`INSTR_KEEP=1` keeps it).
@@ -42,7 +44,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
-from bench import NOOP_WASM, SCENARIOS, Upstream, chat_body, native_filter, plugin_config  # noqa: E402
+from bench import (NOOP_WASM, SCENARIOS, Upstream, chat_body, native_filter, native_noop,  # noqa: E402
+                   plugin_config)
 from harness import ENVOY_BIN, NATIVE_DIR, WASM, bootstrap, free_ports, stop_process, wasm_filter  # noqa: E402
 
 REQUESTS = int(os.environ.get("INSTR_REQUESTS", "200"))
@@ -70,6 +73,8 @@ def filters_for(name: str) -> list[dict]:
         return [noop("buffer")]
     if name == "calls":
         return [noop("calls")]
+    if name == "native-calls":
+        return [native_noop("calls")]
     # Under valgrind a request takes 100 ms or more, so the worker's health view (kept 100 ms
     # by default) would be re-read from shared data on every request instead of once per
     # thousand or so: keep it for the run, as a fast Envoy effectively does.
@@ -129,6 +134,8 @@ def kind(obj: str, fn: str) -> str:
                 else "Envoy binary, unnamed part (allocator, copies)")
     if base == "libswitchboard.so":
         return "Switchboard native module"
+    if base == "libnoop_native.so":
+        return "no-op native module"
     if base.startswith(("libc.", "libc-", "ld-linux", "libm.", "libpthread")):
         return "C library"
     return "other"
@@ -189,6 +196,8 @@ def main() -> int:
               if used & set(names)]
     if "native" in names:
         needed.append(NATIVE_SO_DIR / "libswitchboard.so")
+    if "native-calls" in names:
+        needed.append(NATIVE_SO_DIR / "libnoop_native.so")
     for path in needed:
         if not path.exists():
             print(f"missing {path}: run `make bench` first", file=sys.stderr)

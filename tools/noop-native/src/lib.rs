@@ -1,0 +1,308 @@
+//! An Envoy dynamic-modules HTTP filter that implements nothing: `libnoop_native.so`. `make
+//! bench` runs it beside Switchboard's native build, as it runs the no-op `.wasm` beside the
+//! `.wasm`, to show what any native module costs in Envoy and what Switchboard adds on top.
+//!
+//! Its filter config (a `StringValue`) picks a floor:
+//! - empty: every hook returns at once: the cost of Envoy's dynamic-module filter machinery;
+//! - `calls`: hold the request until its body is in, then make the calls a body-routing module
+//!   cannot avoid, with no logic between them: read the headers and the body, replace the body
+//!   with a copy (the ABI can only drain from the front and append, so a model rewrite
+//!   re-sends the whole body), set a credential and the cluster header, clear the cached route,
+//!   read the answer's status and set one header on it.
+//!
+//! The ABI declarations are the few this needs, by hand, against Envoy 1.40.0's dynamic
+//! modules ABI ("v0.2.0"); callbacks are looked up in the process with `dlsym`, as
+//! Switchboard's native adapter does. Every hook Envoy 1.40 requires is exported.
+
+// The hooks are the ABI: Envoy calls them with its own pointers, which they hand back to
+// Envoy's callbacks.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+
+use std::ffi::{c_char, c_void, CStr};
+use std::sync::OnceLock;
+
+pub type Ptr = *mut c_void;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Buffer {
+    ptr: *const u8,
+    len: usize,
+}
+
+impl Buffer {
+    const NULL: Buffer = Buffer {
+        ptr: std::ptr::null(),
+        len: 0,
+    };
+
+    fn of(bytes: &[u8]) -> Buffer {
+        Buffer {
+            ptr: bytes.as_ptr(),
+            len: bytes.len(),
+        }
+    }
+
+    /// # Safety
+    /// Envoy filled the buffer in the current hook.
+    unsafe fn bytes<'a>(self) -> &'a [u8] {
+        if self.ptr.is_null() {
+            &[]
+        } else {
+            // SAFETY: Envoy's `len` bytes at `ptr` (the caller's contract).
+            unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+        }
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Header {
+    key: Buffer,
+    value: Buffer,
+}
+
+const REQUEST_HEADERS: u32 = 0;
+const RESPONSE_HEADERS: u32 = 2;
+const RECEIVED_REQUEST_BODY: u32 = 0;
+const BUFFERED_REQUEST_BODY: u32 = 1;
+const CONTINUE: u32 = 0;
+/// StopIteration for headers, StopIterationAndBuffer for bodies.
+const STOP: u32 = 1;
+
+fn lookup(name: &CStr) -> *mut c_void {
+    extern "C" {
+        fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
+    }
+    // SAFETY: RTLD_DEFAULT is the null handle; the name is NUL-terminated.
+    unsafe { dlsym(std::ptr::null_mut(), name.as_ptr()) }
+}
+
+/// Declares [`Api`], the callbacks the `calls` floor makes, and [`resolve_api`], which looks
+/// each up by its symbol (None if Envoy lacks one).
+macro_rules! api {
+    ($($field:ident: $symbol:literal fn($($arg:ty),*) $(-> $ret:ty)?;)*) => {
+        struct Api {
+            $($field: unsafe extern "C" fn($($arg),*) $(-> $ret)?,)*
+        }
+
+        fn resolve_api() -> Option<Api> {
+            Some(Api {$($field: {
+                let found = lookup($symbol);
+                if found.is_null() {
+                    return None;
+                }
+                // SAFETY: Envoy's callback of that name, whose C signature is transcribed.
+                unsafe {
+                    std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($arg),*) $(-> $ret)?>(found)
+                }
+            },)*})
+        }
+    };
+}
+
+api! {
+    get_header: c"envoy_dynamic_module_callback_http_get_header"
+        fn(Ptr, u32, Buffer, *mut Buffer, usize, *mut usize) -> bool;
+    get_headers_size: c"envoy_dynamic_module_callback_http_get_headers_size"
+        fn(Ptr, u32) -> usize;
+    get_headers: c"envoy_dynamic_module_callback_http_get_headers"
+        fn(Ptr, u32, *mut Header) -> bool;
+    set_header: c"envoy_dynamic_module_callback_http_set_header"
+        fn(Ptr, u32, Buffer, Buffer) -> bool;
+    get_body_chunks_size: c"envoy_dynamic_module_callback_http_get_body_chunks_size"
+        fn(Ptr, u32) -> usize;
+    get_body_chunks: c"envoy_dynamic_module_callback_http_get_body_chunks"
+        fn(Ptr, u32, *mut Buffer) -> bool;
+    get_body_size: c"envoy_dynamic_module_callback_http_get_body_size"
+        fn(Ptr, u32) -> usize;
+    append_body: c"envoy_dynamic_module_callback_http_append_body"
+        fn(Ptr, u32, Buffer) -> bool;
+    drain_body: c"envoy_dynamic_module_callback_http_drain_body"
+        fn(Ptr, u32, usize) -> bool;
+    clear_route_cache: c"envoy_dynamic_module_callback_http_clear_route_cache"
+        fn(Ptr);
+}
+
+static API: OnceLock<Api> = OnceLock::new();
+
+/// Loads the module: null (Envoy refuses it) without the callbacks.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_program_init() -> *const c_char {
+    match resolve_api() {
+        Some(api) => {
+            let _ = API.set(api);
+            c"v0.2.0".as_ptr()
+        }
+        None => std::ptr::null(),
+    }
+}
+
+/// The floor is chosen per config, and a filter is its config's address: `&CALLS` or
+/// `&NOTHING` (never freed, never written).
+static NOTHING: bool = false;
+static CALLS: bool = true;
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
+    _envoy: Ptr,
+    _name: Buffer,
+    config: Buffer,
+) -> *const c_void {
+    // SAFETY: Envoy's buffer, valid during this hook.
+    let calls = unsafe { config.bytes() } == b"calls";
+    (if calls { &CALLS } else { &NOTHING } as *const bool).cast()
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(_config: *const c_void) {}
+
+/// A stream's filter is its config: no per-stream state.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_new(
+    config: *const c_void,
+    _envoy: Ptr,
+) -> *const c_void {
+    config
+}
+
+/// Whether `filter` (a config's address) makes the calls; and Envoy's callbacks if so.
+fn calls(filter: *const c_void) -> Option<&'static Api> {
+    // SAFETY: `filter` is `&CALLS` or `&NOTHING`.
+    if unsafe { *filter.cast::<bool>() } {
+        API.get()
+    } else {
+        None
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
+    envoy: Ptr,
+    filter: *const c_void,
+    end_of_stream: bool,
+) -> u32 {
+    let Some(api) = calls(filter) else {
+        return CONTINUE;
+    };
+    // SAFETY: the array has the size Envoy reported.
+    unsafe {
+        let n = (api.get_headers_size)(envoy, REQUEST_HEADERS);
+        let mut headers = vec![
+            Header {
+                key: Buffer::NULL,
+                value: Buffer::NULL
+            };
+            n
+        ];
+        (api.get_headers)(envoy, REQUEST_HEADERS, headers.as_mut_ptr());
+        std::hint::black_box(&headers);
+    }
+    if end_of_stream {
+        CONTINUE
+    } else {
+        STOP
+    }
+}
+
+/// The slices of one body, appended to `out`.
+///
+/// # Safety
+/// In a request body hook of `envoy`'s stream.
+unsafe fn append_chunks(api: &Api, envoy: Ptr, which: u32, out: &mut Vec<u8>) {
+    // SAFETY: the array has the size Envoy reported; the slices are read in this hook.
+    unsafe {
+        let mut chunks = vec![Buffer::NULL; (api.get_body_chunks_size)(envoy, which)];
+        (api.get_body_chunks)(envoy, which, chunks.as_mut_ptr());
+        for chunk in chunks {
+            out.extend_from_slice(chunk.bytes());
+        }
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_request_body(
+    envoy: Ptr,
+    filter: *const c_void,
+    end_of_stream: bool,
+) -> u32 {
+    let Some(api) = calls(filter) else {
+        return CONTINUE;
+    };
+    if !end_of_stream {
+        return STOP;
+    }
+    // SAFETY: plain calls on this hook's stream; every buffer lent outlives its call.
+    unsafe {
+        let mut body = Vec::new();
+        append_chunks(api, envoy, BUFFERED_REQUEST_BODY, &mut body);
+        append_chunks(api, envoy, RECEIVED_REQUEST_BODY, &mut body);
+        for which in [BUFFERED_REQUEST_BODY, RECEIVED_REQUEST_BODY] {
+            let size = (api.get_body_size)(envoy, which);
+            if size > 0 {
+                (api.drain_body)(envoy, which, size);
+            }
+        }
+        (api.append_body)(envoy, RECEIVED_REQUEST_BODY, Buffer::of(&body));
+        let set = |name: &[u8], value: &[u8]| {
+            (api.set_header)(envoy, REQUEST_HEADERS, Buffer::of(name), Buffer::of(value))
+        };
+        set(b"authorization", b"Bearer floor");
+        set(b"x-switchboard-cluster", b"provider");
+        (api.clear_route_cache)(envoy);
+    }
+    CONTINUE
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_response_headers(
+    envoy: Ptr,
+    filter: *const c_void,
+    _end_of_stream: bool,
+) -> u32 {
+    let Some(api) = calls(filter) else {
+        return CONTINUE;
+    };
+    // SAFETY: plain calls on this hook's stream.
+    unsafe {
+        let (mut status, mut count) = (Buffer::NULL, 0);
+        let key = Buffer::of(b":status");
+        (api.get_header)(envoy, RESPONSE_HEADERS, key, &mut status, 0, &mut count);
+        std::hint::black_box(status.bytes());
+        let name = Buffer::of(b"x-switchboard-resolved-model");
+        (api.set_header)(envoy, RESPONSE_HEADERS, name, Buffer::of(b"floor"));
+    }
+    CONTINUE
+}
+
+/// Hooks Envoy 1.40 requires of an HTTP filter module that the floor has no use for: each
+/// returns at once (`continue` where it returns a status).
+macro_rules! nothing {
+    ($($name:ident($($arg:ty),*) $(-> $ret:ty = $value:expr)?;)*) => {$(
+        #[no_mangle]
+        pub extern "C" fn $name($(_: $arg),*) $(-> $ret)? { $($value)? }
+    )*};
+}
+
+nothing! {
+    envoy_dynamic_module_on_http_filter_destroy(*const c_void);
+    envoy_dynamic_module_on_http_filter_request_trailers(Ptr, *const c_void) -> u32 = CONTINUE;
+    envoy_dynamic_module_on_http_filter_response_body(Ptr, *const c_void, bool) -> u32 = CONTINUE;
+    envoy_dynamic_module_on_http_filter_response_trailers(Ptr, *const c_void) -> u32 = CONTINUE;
+    envoy_dynamic_module_on_http_filter_stream_complete(Ptr, *const c_void);
+    envoy_dynamic_module_on_http_filter_http_callout_done(
+        Ptr, *const c_void, u64, u32, *const Header, usize, *const Buffer, usize);
+    envoy_dynamic_module_on_http_filter_scheduled(Ptr, *const c_void, u64);
+    envoy_dynamic_module_on_http_filter_http_stream_headers(
+        Ptr, *const c_void, u64, *const Header, usize, bool);
+    envoy_dynamic_module_on_http_filter_http_stream_data(
+        Ptr, *const c_void, u64, *const Buffer, usize, bool);
+    envoy_dynamic_module_on_http_filter_http_stream_trailers(
+        Ptr, *const c_void, u64, *const Header, usize);
+    envoy_dynamic_module_on_http_filter_http_stream_complete(Ptr, *const c_void, u64);
+    envoy_dynamic_module_on_http_filter_http_stream_reset(Ptr, *const c_void, u64, u32);
+    envoy_dynamic_module_on_http_filter_downstream_above_write_buffer_high_watermark(
+        Ptr, *const c_void);
+    envoy_dynamic_module_on_http_filter_downstream_below_write_buffer_low_watermark(
+        Ptr, *const c_void);
+}
