@@ -299,6 +299,12 @@ pub fn rewrite(
     Some(Some(edits.padded(body, &layout.model_span)))
 }
 
+/// The size of the slices Envoy reads a body into (its default slice size). An adapter hands a
+/// long edited body to Envoy in parts of at most this size: a part that size can reuse the
+/// memory of a slice Envoy just drained, where one large part takes new memory while that sits
+/// idle.
+pub const ENVOY_SLICE: usize = 16 * 1024;
+
 /// One change to a body: the bytes in `span` replaced by `with` (inserted when it is empty).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Edit {
@@ -379,6 +385,19 @@ impl Edits {
     /// Where the last edit ends in the unedited body (0 without edits).
     pub fn head_end(&self) -> usize {
         self.0.last().map_or(0, |e| e.span.end)
+    }
+
+    /// The whole edited body as parts of at most [`ENVOY_SLICE`] bytes, in order, borrowed from
+    /// `body` and the edits: no copy of the body is made.
+    pub fn parts<'a>(&'a self, body: &'a [u8]) -> Option<impl Iterator<Item = &'a [u8]>> {
+        let (pieces, end) = self.head(body)?;
+        let tail = body.get(end..)?;
+        Some(
+            pieces
+                .into_iter()
+                .chain([tail])
+                .flat_map(|p| p.chunks(ENVOY_SLICE)),
+        )
     }
 
     /// The whole edited body.
@@ -610,5 +629,37 @@ mod tests {
             (none.write_head(b"abcdef", &mut head), none.head_end()),
             (Some(0), 0)
         );
+    }
+
+    #[test]
+    fn a_long_body_goes_out_in_slice_sized_parts_that_join_to_the_edited_body() {
+        // A 1 MB prompt before the model, as the OpenAI SDK sends it, and an added field.
+        let prompt = "lorem ipsum ".repeat(90_000);
+        let body =
+            format!(r#"{{"messages":[{{"role":"user","content":"{prompt}"}}],"model":"vm"}}"#);
+        let body = body.as_bytes();
+        let layout = inspect(body).unwrap().layout(true);
+        let overrides = vec![("max_tokens".to_string(), "64".to_string())];
+        let edits = rewrite(body, &layout, br#""gpt-4o""#, &overrides)
+            .unwrap()
+            .unwrap();
+        let parts: Vec<&[u8]> = edits.parts(body).unwrap().collect();
+        assert!(parts.iter().all(|p| p.len() <= ENVOY_SLICE));
+        assert!(parts.len() > body.len() / ENVOY_SLICE);
+        assert_eq!(parts.concat(), edits.apply(body).unwrap());
+        // Borrowed, not copied: the prompt's parts point into the client's body.
+        let inside = |p: &&[u8]| body.as_ptr_range().contains(&p.as_ptr());
+        assert!(parts.iter().filter(|p| inside(p)).count() >= body.len() / ENVOY_SLICE);
+        // The edits alone, with nothing after them: no empty tail part is left out of order.
+        let short = Edits::new(
+            vec![Edit {
+                span: 0..2,
+                with: b"x".to_vec(),
+            }],
+            2,
+        )
+        .unwrap();
+        let parts: Vec<&[u8]> = short.parts(b"ab").unwrap().collect();
+        assert_eq!(parts.concat(), b"x");
     }
 }

@@ -227,11 +227,16 @@ impl Stream {
         out
     }
 
-    /// Replaces a whole body with `with`. Envoy can only drain from the start and append, so
-    /// every byte goes: what the client sent, then the new body.
-    pub fn replace_body(&mut self, side: Side, at: BodyAt, with: &[u8]) -> bool {
+    /// Replaces a whole body with `parts`, in order. Envoy can only drain from the start and
+    /// append, so every byte goes: what the client sent, then the new body.
+    pub fn replace_body<'p>(
+        &mut self,
+        side: Side,
+        at: BodyAt,
+        parts: impl IntoIterator<Item = &'p [u8]>,
+    ) -> bool {
         let (api, ptr) = (self.api, self.ptr);
-        // SAFETY: draining more than a buffer holds drains it; `with` outlives the append.
+        // SAFETY: draining more than a buffer holds drains it; each part outlives its append.
         unsafe {
             let size = |which| (api.http_get_body_size)(ptr, which);
             let target = match at {
@@ -250,7 +255,10 @@ impl Stream {
             if held > 0 && !(api.http_drain_body)(ptr, target, held) {
                 return false;
             }
-            with.is_empty() || (api.http_append_body)(ptr, target, ModuleBuffer::of(with))
+            parts
+                .into_iter()
+                .filter(|part| !part.is_empty())
+                .all(|part| (api.http_append_body)(ptr, target, ModuleBuffer::of(part)))
         }
     }
 
