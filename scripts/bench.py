@@ -609,6 +609,8 @@ def instruction_section(upstream: Upstream, plain_cpu_us: float | None) -> list[
         if "native-calls" in totals:
             out.append(f"- Switchboard native over the native floor: {us(totals['native'] - totals['native-calls'])};"
                        f" the native floor over plain: {us(totals['native-calls'] - plain)}")
+            out.append("- Throughput as the inverse of instructions, against plain: the native floor"
+                       f" {plain / totals['native-calls']:.3f}, Switchboard native {plain / totals['native']:.3f}")
         out.append("")
     return out
 
