@@ -169,6 +169,19 @@ def start_provider(name: str, port: int = 0, **flags) -> Provider:
     return provider
 
 
+# `latency-based-routing` re-draws each caller's target at every 10-minute epoch of wall-clock
+# time (EPOCH_MS in src/core/routing/latency.rs): a test that asserts a caller keeps its target
+# must not straddle a boundary, or it fails about once in a few hundred runs.
+LATENCY_EPOCH_S = 600
+
+
+def clear_of_latency_epoch_boundary(margin_s: float = 20.0) -> None:
+    """Waits for the next latency epoch when fewer than `margin_s` seconds are left in this one."""
+    left = LATENCY_EPOCH_S - time.time() % LATENCY_EPOCH_S
+    if left < margin_s:
+        time.sleep(left + 0.5)
+
+
 def stop_process(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         proc.terminate()

@@ -8,6 +8,7 @@ from collections import Counter, defaultdict
 import pytest
 import requests
 
+from harness import clear_of_latency_epoch_boundary
 from jwt_signer import Signer, jwt_authn_filter
 
 CHAT = {"messages": [{"role": "user", "content": "hello"}]}
@@ -73,6 +74,7 @@ def test_latency_routing_caller_is_the_verified_subject(stack):
     signer = Signer()
     envoy = start(stack, {"type": "latency-based-routing",
                           "caller_identifier": {"source": "jwt"}}, signer)  # claim defaults to sub
+    clear_of_latency_epoch_boundary()
 
     seen = spread_by_subject(envoy, signer)
 
