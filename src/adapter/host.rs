@@ -171,13 +171,13 @@ pub fn edit_request_body(body: &[u8], edits: &Edits) -> bool {
             None => false,
         };
     }
-    let Some((pieces, end)) = edits.head(body) else {
+    let Some((head, end)) = edits.head_parts(body) else {
         return false;
     };
     // A longer head goes over in parts of at most a slice (1 MB bodies, 8 connections: Envoy's
     // RSS growth per request in flight 2.1-2.4 MB in one part, 1.85-1.9 MB in slice-sized
     // parts).
-    let mut parts = pieces.iter().flat_map(|p| p.chunks(ENVOY_SLICE)).rev();
+    let mut parts = head.rev();
     // The first call drains the old head too, even when the edits leave no bytes to prepend.
     let first = parts.next().unwrap_or_default();
     ((end == 0 && first.is_empty()) || set(end, first)) && parts.all(|part| set(0, part))

@@ -387,17 +387,22 @@ impl Edits {
         self.0.last().map_or(0, |e| e.span.end)
     }
 
+    /// [`Edits::head`] as parts of at most [`ENVOY_SLICE`] bytes, in order (or last first,
+    /// reversed), borrowed from `body` and the edits; and where the head ends.
+    pub fn head_parts<'a>(
+        &'a self,
+        body: &'a [u8],
+    ) -> Option<(impl DoubleEndedIterator<Item = &'a [u8]>, usize)> {
+        let (pieces, end) = self.head(body)?;
+        let parts = pieces.into_iter().flat_map(|p| p.chunks(ENVOY_SLICE));
+        Some((parts, end))
+    }
+
     /// The whole edited body as parts of at most [`ENVOY_SLICE`] bytes, in order, borrowed from
     /// `body` and the edits: no copy of the body is made.
     pub fn parts<'a>(&'a self, body: &'a [u8]) -> Option<impl Iterator<Item = &'a [u8]>> {
-        let (pieces, end) = self.head(body)?;
-        let tail = body.get(end..)?;
-        Some(
-            pieces
-                .into_iter()
-                .chain([tail])
-                .flat_map(|p| p.chunks(ENVOY_SLICE)),
-        )
+        let (head, end) = self.head_parts(body)?;
+        Some(head.chain(body.get(end..)?.chunks(ENVOY_SLICE)))
     }
 
     /// The whole edited body.
