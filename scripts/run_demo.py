@@ -6,6 +6,8 @@ from envoy/ecds/switchboard.yaml), prints examples to paste, and stops everythin
 (or when any process dies).
 """
 
+import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -77,9 +79,13 @@ def start_demo_providers() -> list[Provider]:
 def main() -> int:
     config = Path(sys.argv[1]) if len(sys.argv) > 1 else DEMO_CONFIG
     providers = start_demo_providers()
+    # A random key per run for the response ids the filter mints (the config names it as
+    # ${env:SWITCHBOARD_RESPONSE_ID_KEY}); one set by the user is kept.
+    env = {**os.environ}
+    env.setdefault("SWITCHBOARD_RESPONSE_ID_KEY", secrets.token_hex(32))
     envoy = subprocess.Popen([str(require(ENVOY_BIN, "Envoy")), "-c", str(config), "--concurrency", "2",
                               "--disable-hot-restart", "--log-level", "warning",
-                              "--component-log-level", "wasm:info"], cwd=ROOT)
+                              "--component-log-level", "wasm:info"], cwd=ROOT, env=env)
     stopping = False
 
     def stop(*_):

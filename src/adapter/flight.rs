@@ -229,6 +229,9 @@ impl Stream<'_> {
                 if delivery.drop_content_length {
                     host::remove_response_header("content-length");
                 }
+                for name in delivery.hidden {
+                    host::remove_response_header(name);
+                }
                 for (name, value) in delivery.headers.pairs().chain(trace) {
                     host::set_response_header(name, value);
                 }

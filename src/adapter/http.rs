@@ -265,7 +265,7 @@ impl Http {
                 decide_stored_path(config, index, &headers, health, runtime, rng)
             })
         };
-        let route = match route_stored(config, &headers, path, pick) {
+        let route = match route_stored(config, &headers, path, runtime, pick) {
             Ok(route) => route,
             Err(reply) => return self.reply(&reply),
         };

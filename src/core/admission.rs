@@ -13,6 +13,7 @@ use crate::core::outbound::{outbound, ClientRequest, Outbound};
 use crate::core::request::{check_content_encoding, Layout};
 use crate::core::responses::continuation::{is_plain_token, stored_origin, stored_path};
 use crate::core::responses::id::PREFIX;
+use crate::core::routing::state::RoutingState;
 
 /// What to do with a request whose headers just arrived.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -182,18 +183,18 @@ pub fn route_stored<'c>(
     config: &'c Config,
     headers: &Headers,
     path: &StoredPath,
+    state: &dyn RoutingState,
     pick: impl FnOnce(usize) -> Result<ModelId, ErrorReply>,
 ) -> Result<StoredRoute<'c>, ErrorReply> {
     let (index, target, stored, minted) = match path {
         StoredPath::Minted { id, suffix } => {
-            let (index, target, origin) =
-                stored_origin(config, &config.response_keys, id, headers)?;
+            let (index, target, origin) = stored_origin(config, id, headers, state)?;
             let stored = format!("/responses/{}{suffix}", origin.provider_id);
-            (index, target, stored, true)
+            (index, target, stored, Some(origin.caller))
         }
         StoredPath::Raw { index, id, suffix } => {
             let target = pick(*index)?;
-            (*index, target, format!("/responses/{id}{suffix}"), false)
+            (*index, target, format!("/responses/{id}{suffix}"), None)
         }
     };
     let client = ClientRequest {
@@ -204,10 +205,16 @@ pub fn route_stored<'c>(
     };
     let outbound = outbound(config, config.virtual_models.get(index), target, &client)
         .ok_or_else(|| ErrorReply::no_target_available("the stored response's model"))?;
+    // The ids of a minted id's answer are bound to the caller its id was (the request's own,
+    // as `stored_origin` checked).
+    let start = Start {
+        caller: minted.flatten(),
+        ..Start::stored(index, target, minted.is_some())
+    };
     Ok(StoredRoute {
         target,
         outbound,
-        start: Start::stored(index, target, minted),
+        start,
         stored_path: stored,
     })
 }
@@ -215,6 +222,7 @@ pub fn route_stored<'c>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::routing::state::LocalState;
 
     const CONFIG: &str = r#"{"models": [{"name": "t", "cluster": "c", "model": "m",
         "authority": "api.example"}],
@@ -346,7 +354,7 @@ mod tests {
         let bent = request("GET", "/v1/responses/..%2Fadmin", &[]);
         assert!(matches!(admit(&c, &bent, true), Admission::Pass { .. }));
 
-        let route = route_stored(&c, &headers, &raw, |index| {
+        let route = route_stored(&c, &headers, &raw, &LocalState::default(), |index| {
             assert_eq!(index, 0);
             Ok(ModelId(0))
         })
@@ -367,7 +375,14 @@ mod tests {
             id: format!("{PREFIX}abc"),
             suffix: "",
         };
-        let e = route_stored(&c, &request("GET", "/", &[]), &bad, |_| unreachable!()).unwrap_err();
+        let e = route_stored(
+            &c,
+            &request("GET", "/", &[]),
+            &bad,
+            &LocalState::default(),
+            |_| unreachable!(),
+        )
+        .unwrap_err();
         assert_eq!(e.status, 409);
     }
 }

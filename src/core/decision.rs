@@ -5,6 +5,7 @@
 //! to do to the request: its cluster, authority, path, headers and body edits
 //! ([`crate::core::outbound`]).
 
+use crate::core::caller::{identify, Caller};
 use crate::core::config::{Config, ModelId, VirtualModel};
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
@@ -34,6 +35,8 @@ pub struct Decision<'c> {
     pub stream: bool,
     /// It continues a conversation minted here: its origin failing is a 409, not a fallback.
     pub conversation: bool,
+    /// The caller its answer's minted ids are bound to (`response_id_binding: "caller"`).
+    pub caller: Option<Caller>,
 }
 
 impl Decision<'_> {
@@ -45,7 +48,10 @@ impl Decision<'_> {
         headers: Headers,
         body: Vec<u8>,
     ) -> (Start, Replay) {
-        let start = Start::routed(endpoint, self.plan, self.stream, self.conversation);
+        let start = Start {
+            caller: self.caller,
+            ..Start::routed(endpoint, self.plan, self.stream, self.conversation)
+        };
         let replay = Replay {
             endpoint,
             headers,
@@ -233,7 +239,10 @@ pub fn decide_with_tier<'c>(
     };
     let outbound = outbound(config, plan.virtual_model(config), target, &client)
         .ok_or_else(|| ErrorReply::invalid_json("could not rewrite the body"))?;
+    let binds = config.bind_ids_to_caller && endpoint == Endpoint::Responses;
+    let caller = binds.then(|| identify(&config.caller_identity, &request));
     Ok(Decision {
+        caller,
         plan,
         target,
         outbound,

@@ -199,6 +199,35 @@ impl ErrorReply {
         )
     }
 
+    /// 409: a follow-up names another model than the virtual model its response id was
+    /// minted for; a conversation continues where it started, under that virtual model's rules.
+    pub fn response_id_of_another_model(model: &str) -> Self {
+        let message = format!(
+            "This conversation was started with another model than `{model}`: call the model \
+             that started it, or start a new conversation."
+        );
+        Self::new(
+            409,
+            "invalid_request_error",
+            "conversation_model_mismatch",
+            Some("model"),
+            &message,
+        )
+    }
+
+    /// 409: under `response_id_binding: "caller"`, the response id was minted for another
+    /// caller (or before ids were bound to callers).
+    pub fn foreign_response_id() -> Self {
+        Self::new(
+            409,
+            "invalid_request_error",
+            "foreign_response_id",
+            Some("previous_response_id"),
+            "This response id was issued to another caller; pass only ids your own requests \
+             received, or start a new conversation.",
+        )
+    }
+
     /// 409: the target that started the conversation is no longer a target of `model`.
     pub fn origin_removed(model: &str) -> Self {
         let message = format!(

@@ -6,6 +6,7 @@
 pub mod access_log;
 pub mod admission;
 pub mod batch;
+pub mod caller;
 pub mod config;
 pub mod conversation;
 pub mod decision;

@@ -146,8 +146,32 @@ fn headers_to_set<'c>(
     set
 }
 
-/// Client headers that must not reach the target: its credentials when the target brings its
-/// own, Switchboard's metadata and trace-token headers, and the override's `remove`.
+/// Whether an attempt at `model` carries the gateway's own credential: its catalog entry or the
+/// target's `headers_override` sets one.
+fn brings_credential(model: &Model, o: Option<&HeadersOverride>) -> bool {
+    model.sets_credential || o.is_some_and(|o| o.set.iter().any(|(n, _)| is_credential(n)))
+}
+
+/// The provider's answer headers the client must not see from an answer by `target`: its
+/// `account_headers.response` when the attempt carried the gateway's credential (they name the
+/// gateway's organisation or project), else none.
+pub fn hidden_answer_headers<'c>(
+    config: &'c Config,
+    vm: Option<&VirtualModel>,
+    target: ModelId,
+) -> &'c [String] {
+    let o = vm
+        .and_then(|vm| vm.target(target))
+        .map(|t| &t.headers_override);
+    match config.model(target) {
+        Some(model) if brings_credential(model, o) => &config.account_headers.response,
+        _ => &[],
+    }
+}
+
+/// Client headers that must not reach the target: its credentials and account headers when
+/// the target brings its own credential, Switchboard's metadata and trace-token headers, and
+/// the override's `remove`.
 fn headers_to_remove<'c>(
     config: &'c Config,
     model: &Model,
@@ -155,12 +179,15 @@ fn headers_to_remove<'c>(
     client: &Headers,
     set: &[(&str, &str)],
 ) -> Vec<&'c str> {
-    let brings_credential =
-        model.sets_credential || o.is_some_and(|o| o.set.iter().any(|(n, _)| is_credential(n)));
+    // With the gateway's credential go neither the client's credentials nor the client's
+    // account-selecting headers (`account_headers.request`): on the gateway's key they would
+    // pick an organisation or project of the gateway's account.
+    let gateway_key = brings_credential(model, o);
     let credentials = CREDENTIAL_HEADERS
         .iter()
         .copied()
-        .filter(|_| brings_credential);
+        .chain(config.account_headers.request.iter().map(String::as_str))
+        .filter(|_| gateway_key);
     // Switchboard's own request headers: routing metadata, and the trace token (a secret).
     let own = [
         config.header_names.metadata.as_str(),

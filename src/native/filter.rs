@@ -408,7 +408,8 @@ impl Filter {
                     decide_stored_path(config, index, &headers, health, routing, rng)
                 })
             };
-            route_stored(config, &headers, path, pick)
+            let state = Routing { plugin, stream: s };
+            route_stored(config, &headers, path, &state, pick)
         };
         let route = match picked {
             Ok(route) => route,

@@ -266,6 +266,9 @@ impl Flight {
                     if delivery.drop_content_length {
                         s.remove_header(Side::Response, "content-length");
                     }
+                    for name in delivery.hidden {
+                        s.remove_header(Side::Response, name);
+                    }
                     for (name, value) in delivery.headers.pairs() {
                         s.set_header(Side::Response, name, value.as_bytes());
                     }

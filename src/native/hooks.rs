@@ -133,6 +133,9 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
         let define = |config| super::metrics::define(api, config_envoy, config, version.0);
         match Plugin::load(api, json, define) {
             Ok(plugin) => {
+                for warning in &plugin.config.warnings {
+                    log::warn!("config {version}: {warning}");
+                }
                 // One line for the whole Envoy: the config is shared by every worker.
                 log::info!(
                     "loaded config {version}: {} models and {} virtual models",

@@ -4,7 +4,7 @@
 use super::ffi::Api;
 use super::host::Stream;
 use super::store::{self, Shared};
-use crate::core::config::Config;
+use crate::core::config::{CallerIdentity, Config};
 use crate::core::routing::pins;
 use crate::core::routing::state::RoutingState;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -38,7 +38,7 @@ impl Plugin {
     ) -> Result<Plugin, String> {
         let env = |name: &str| std::env::var(name).ok();
         let config = Config::parse_with_env(json, &env).map_err(|e| e.to_string())?;
-        let config = define(config);
+        let config = define(without_jwt_caller(config));
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         store::register(id);
         let cursors = config
@@ -53,6 +53,21 @@ impl Plugin {
             cursors,
         })
     }
+}
+
+/// The ABI reads no claim of the verified JWT ([`Routing::verified_claim`]): a JWT
+/// `caller_identity` falls back to the client's credential, with a warning at load.
+fn without_jwt_caller(mut config: Config) -> Config {
+    if config.caller_identity.reads_jwt() {
+        config.warnings.push(
+            "caller_identity reads a JWT claim, which the native build cannot read (Envoy \
+             1.40's dynamic-modules ABI reads no claim inside jwt_authn's payload): callers are \
+             told apart by their credential instead"
+                .to_string(),
+        );
+        config.caller_identity = CallerIdentity::Credential;
+    }
+    config
 }
 
 impl Drop for Plugin {

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import socket
 import subprocess
 import tempfile
@@ -41,6 +42,8 @@ CLUSTER_HEADER = "x-switchboard-cluster"
 # Envoy's own request buffer limit must exceed the filter's, so the filter answers the 413.
 ENVOY_BUFFER_LIMIT = 64 * 1024 * 1024
 WASM_FILTER_TYPE = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"
+# The key the shipped configs' `${env:SWITCHBOARD_RESPONSE_ID_KEY}` reads: random per test run.
+RESPONSE_ID_KEY = secrets.token_hex(32)
 
 
 class HarnessError(RuntimeError):
@@ -507,6 +510,9 @@ def start_envoy(config: dict | str, concurrency: int = 2, expect_failure: bool =
             "--file-flush-interval-msec", "100",
             "--log-path", str(log_path)]
     env = {**os.environ, "ENVOY_DYNAMIC_MODULES_SEARCH_PATH": str(NATIVE_DIR)}
+    # The shipped configs take the response id key from Envoy's environment, as `make run`
+    # gives it (a random one per run); a test that sets its own keeps it.
+    env.setdefault("SWITCHBOARD_RESPONSE_ID_KEY", RESPONSE_ID_KEY)
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     envoy = Envoy(proc=proc, port=listener, admin_port=admin, log_path=log_path, workdir=workdir,
                   concurrency=concurrency)

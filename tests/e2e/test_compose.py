@@ -21,7 +21,7 @@ import yaml
 
 from dockerfile import stages
 from harness import ROOT, WASM
-from test_envoy_configs import assert_valid, validate
+from test_envoy_configs import assert_valid, host_env_keys, validate
 
 pytestmark = pytest.mark.wasm_only(reason="the compose demo runs the .wasm build")
 
@@ -152,7 +152,7 @@ def test_the_mounted_envoy_config_validates(tmp_path: Path):
     assert text.count("/etc/switchboard/switchboard.wasm") == 1
     path = tmp_path / "envoy.yaml"
     path.write_text(text.replace("/etc/switchboard/switchboard.wasm", str(WASM)))
-    assert_valid(validate(path, cwd=tmp_path), path)
+    assert_valid(validate(path, cwd=tmp_path, keys=host_env_keys(yaml.safe_load(text))), path)
 
 
 def without_container_differences(config: dict) -> dict:

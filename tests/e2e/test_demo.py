@@ -1,5 +1,6 @@
 """The demo that `make run` starts is valid and serves every virtual model it advertises."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -8,7 +9,7 @@ import anthropic
 import openai
 import requests
 
-from harness import ENVOY_BIN, ROOT, WASM, free_ports, start_envoy
+from harness import ENVOY_BIN, RESPONSE_ID_KEY, ROOT, WASM, free_ports, start_envoy
 
 sys.path.insert(0, str(ROOT / "scripts"))
 
@@ -17,8 +18,10 @@ from run_demo import ADMIN_PORT, DEMO_CONFIG, DEMO_PROVIDERS, LISTEN_PORT  # noq
 
 def test_demo_config_passes_envoy_validation():
     # Run from the repository root, as `make run` does: the .wasm path is relative to it.
+    # With the response id key in the environment, as `make run` gives it.
+    env = {**os.environ, "SWITCHBOARD_RESPONSE_ID_KEY": RESPONSE_ID_KEY}
     r = subprocess.run([str(ENVOY_BIN), "--mode", "validate", "-c", str(DEMO_CONFIG)], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
 
 

@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from harness import BUILD, ENVOY_BIN, NATIVE_DIR, ROOT, WASM, build_artifact, free_ports, require, to_native
 from providers_config import (SHIPPED, env_keys, for_test, for_test_dict, load, shipped_plugin_config,
@@ -94,12 +95,32 @@ def test_providers_config_names_its_keys_only_through_the_environment():
     """Keys come from host_env_keys as ${env:NAME}; none is written into the config."""
     assert "key_values" not in json.dumps(load())
     names = set(env_keys())
-    assert names == {"OPENAI_API_KEY", "AZURE_OPENAI_API_KEY", "ANTHROPIC_API_KEY", "VLLM_API_KEY"}
-    for model in shipped_plugin_config()["models"]:
+    assert names == {"SWITCHBOARD_RESPONSE_ID_KEY", "OPENAI_API_KEY", "AZURE_OPENAI_API_KEY",
+                     "ANTHROPIC_API_KEY", "VLLM_API_KEY"}
+    plugin = shipped_plugin_config()
+    for model in plugin["models"]:
         for value in model.get("headers", {}).values():
             assert "${env:" in value, (model["name"], "a key written into the config")
             referenced = value.split("${env:", 1)[1].split("}", 1)[0]
             assert referenced in names, (model["name"], value)
+    # The response id key too: never the public built-in one (README "Responses API").
+    assert plugin["response_id_keys"] == ["${env:SWITCHBOARD_RESPONSE_ID_KEY}"]
+
+
+# Every shipped file that holds a Switchboard plugin config.
+PLUGIN_CONFIGS = [ROOT / p for p in ("envoy/demo.yaml", "envoy/jwt.yaml", "envoy/providers.yaml",
+                                     "envoy/ecds/switchboard.yaml", "deploy/compose/envoy.yaml",
+                                     "deploy/istio/envoyfilter.yaml")]
+
+
+@pytest.mark.build_independent
+@pytest.mark.parametrize("config", PLUGIN_CONFIGS, ids=[str(c.relative_to(ROOT)) for c in PLUGIN_CONFIGS])
+def test_every_shipped_config_mints_response_ids_with_a_key_from_the_environment(config: Path):
+    """A shipped config without `response_id_keys` would mint ids with the built-in key, which
+    anyone can read and forge ids with."""
+    text = config.read_text()
+    assert '"response_id_keys": ["${env:SWITCHBOARD_RESPONSE_ID_KEY}"]' in text, config
+    assert "SWITCHBOARD_RESPONSE_ID_KEY" in host_env_keys(list(yaml.safe_load_all(text))), config
 
 
 @pytest.mark.build_independent

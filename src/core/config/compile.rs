@@ -7,7 +7,7 @@ use super::{
     name_key, Config, HeaderNames, Model, ModelId, NameEntry, Provider, Visibility,
     DEFAULT_MAX_REQUEST_BODY_BYTES,
 };
-use crate::core::endpoint::{Api, Apis};
+use crate::core::endpoint::{Api, Apis, ModelType};
 use crate::core::health::policy::{Eviction, FailureWindow, HealthPolicy};
 use crate::core::health::record::MAX_FAILURES;
 use crate::core::outbound::is_credential;
@@ -132,6 +132,9 @@ pub(super) fn compile(
         .collect();
 
     let response_keys = compile_response_keys(&mut root, env)?;
+    let bind_ids_to_caller = super::callers::compile_id_binding(&mut root)?;
+    let caller_identity = super::callers::compile_caller_identity(&mut root)?;
+    let account_headers = super::callers::compile_account_headers(&mut root)?;
     let trace = compile_trace(&mut root, env)?;
     let filter_state = root.opt_bool("filter_state")?.unwrap_or(false);
     let usage_metrics = root.opt_bool("usage_metrics")?.unwrap_or(false);
@@ -160,7 +163,14 @@ pub(super) fn compile(
             }
         )
     });
+    let warnings = built_in_key_warning(&response_keys, &virtual_models)
+        .into_iter()
+        .collect();
     let mut config = Config {
+        bind_ids_to_caller,
+        caller_identity,
+        account_headers,
+        warnings,
         models_list_json,
         has_classifier,
         default_metadata,
@@ -210,6 +220,23 @@ fn compile_response_keys(
         secrets.push(secret);
     }
     Ok(Keys::new(&secrets))
+}
+
+/// The warning for a config that mints response ids with the built-in key: that key is in
+/// Switchboard's public source, so anyone can read the target out of an id and forge ids for
+/// `GET`/`DELETE /v1/responses/{id}`, sent with the gateway's credential.
+fn built_in_key_warning(keys: &Keys, virtual_models: &[super::VirtualModel]) -> Option<String> {
+    let responses = virtual_models
+        .iter()
+        .find(|vm| vm.model_types.contains(ModelType::Responses))?;
+    keys.built_in.then(|| {
+        format!(
+            "response_id_keys is not set: the response ids of `{}` are minted with Switchboard's \
+             public built-in key, so anyone can read their targets and forge ids; set \
+             response_id_keys, e.g. [\"${{env:SWITCHBOARD_RESPONSE_ID_KEY}}\"]",
+            responses.name
+        )
+    })
 }
 
 /// Shortest `trace.token`: the trace names internal targets, so the token must not be

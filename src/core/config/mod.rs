@@ -4,6 +4,7 @@
 //! TrueFoundry's `routing_config` field names). [`Config::parse`] reads and validates it once;
 //! the request path only looks names up in the compiled tables.
 
+mod callers;
 mod compile;
 mod fields;
 mod routing_config;
@@ -140,6 +141,56 @@ pub struct SessionIdentifier {
     pub source: StickySource,
     /// For a JWT claim: the `payload_in_metadata` name the payload is under; else empty.
     pub payload: String,
+}
+
+/// `caller_identity` (root): who is calling, for the rules that tell callers apart (latency
+/// routing's default caller, `response_id_binding: "caller"`). Whatever the source, only a
+/// digest of its value is kept ([`crate::core::caller`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum CallerIdentity {
+    /// The client's credential: its `authorization` header, else its `x-api-key` (default).
+    #[default]
+    Credential,
+    /// A request header, a metadata value or a claim of the verified JWT.
+    Identifier(SessionIdentifier),
+}
+
+impl CallerIdentity {
+    /// Whether it reads a claim of the verified JWT.
+    pub fn reads_jwt(&self) -> bool {
+        matches!(self, CallerIdentity::Identifier(id) if id.source == StickySource::Jwt)
+    }
+}
+
+/// `account_headers` (root): headers that pick or reveal a provider account. When a target
+/// brings the gateway's own credential, the client's `request` ones do not go with it (they
+/// would select an organisation or project on the gateway's key), and the provider's
+/// `response` ones do not come back (they name the gateway's account).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccountHeaders {
+    /// Client headers dropped (names lower-cased).
+    pub request: Vec<String>,
+    /// Provider answer headers dropped (names lower-cased).
+    pub response: Vec<String>,
+}
+
+impl Default for AccountHeaders {
+    fn default() -> Self {
+        let owned = |names: &[&str]| names.iter().map(|n| n.to_string()).collect();
+        AccountHeaders {
+            request: owned(&[
+                "openai-organization",
+                "openai-project",
+                "cookie",
+                "proxy-authorization",
+            ]),
+            response: owned(&[
+                "openai-organization",
+                "openai-project",
+                "anthropic-organization-id",
+            ]),
+        }
+    }
 }
 
 /// `sticky_routing` of a weighted virtual model (TrueFoundry seed, "Sticky routing").
@@ -469,6 +520,16 @@ pub struct Config {
     pub default_metadata: Vec<(String, String)>,
     /// `response_id_keys`: what Switchboard's response ids are minted and verified with.
     pub response_keys: crate::core::responses::id::Keys,
+    /// `response_id_binding: "caller"`: minted ids and marks carry the caller's identity
+    /// digest, and only that caller may use them (default: any caller holding the id).
+    pub bind_ids_to_caller: bool,
+    /// `caller_identity`: who is calling.
+    pub caller_identity: CallerIdentity,
+    /// `account_headers`: what a target with the gateway's credential drops either way.
+    pub account_headers: AccountHeaders,
+    /// What the operator should know about this config, for warn lines at load and
+    /// `switchboard check`: it loads, but does something unsafe or surprising.
+    pub warnings: Vec<String>,
     /// `stored_responses_virtual_model`: the virtual model that routes a retrieve or delete
     /// naming a raw provider id (which names no model).
     pub stored_responses_virtual_model: Option<usize>,

@@ -499,7 +499,7 @@ fn jwt_claim(f: &mut Fields<'_>) -> Result<(String, String), ConfigError> {
 
 /// `{key, source: headers|metadata}`, or `{source: jwt, claim, payload_in_metadata}`: where a
 /// session or caller identity is read.
-fn compile_identifier(mut id: Fields<'_>) -> Result<SessionIdentifier, ConfigError> {
+pub(super) fn compile_identifier(mut id: Fields<'_>) -> Result<SessionIdentifier, ConfigError> {
     let source = match id.str("source")? {
         "headers" => StickySource::Headers,
         "metadata" => StickySource::Metadata,

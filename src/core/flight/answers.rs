@@ -4,6 +4,8 @@
 use super::*;
 use crate::core::errors::ErrorReply;
 use crate::core::health::sla::LatencySample;
+use crate::core::outbound::hidden_answer_headers;
+use crate::core::responses::id::Turn;
 use crate::core::responses::rewrite::AnswerRewriter;
 use crate::core::responses::{rewrite_whole, TurnMinter};
 
@@ -41,6 +43,7 @@ impl Machine {
             ending,
             headers: self.answer_headers(config, answered_by, gave_up),
             drop_content_length: rewrite,
+            hidden: self.hidden_headers(config, answered_by),
         }));
     }
 
@@ -72,13 +75,24 @@ impl Machine {
         }
     }
 
+    /// The provider headers hidden from an answer by `target`.
+    fn hidden_headers<'c>(&self, config: &'c Config, target: Option<ModelId>) -> &'c [String] {
+        let vm = self
+            .virtual_model
+            .and_then(|i| config.virtual_models.get(i));
+        target.map_or(&[], |t| hidden_answer_headers(config, vm, t))
+    }
+
     /// The minter of answers by `target` to this request.
     pub(super) fn minter<'c>(&self, config: &'c Config, target: ModelId) -> Option<TurnMinter<'c>> {
         let vm = config.virtual_models.get(self.virtual_model?)?;
         Some(TurnMinter {
             keys: &config.response_keys,
-            virtual_model: &vm.name,
-            model: &config.model(target)?.name,
+            turn: Turn {
+                virtual_model: &vm.name,
+                model: &config.model(target)?.name,
+                caller: self.caller,
+            },
         })
     }
 
@@ -191,6 +205,7 @@ impl Machine {
         out.push(Effect::Reply(Box::new(Reply {
             ending,
             added: self.answer_headers(config, target, gave_up),
+            hidden: self.hidden_headers(config, target),
             answer: answer.headers,
             body: minted.unwrap_or(answer.body),
         })));

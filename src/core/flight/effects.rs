@@ -182,6 +182,9 @@ pub struct Delivery<'c> {
     /// Remove the answer's `content-length`: its ids are rewritten as it streams, so its
     /// length changes ([`Effect::ReplaceBody`] follows for each chunk).
     pub drop_content_length: bool,
+    /// Provider headers to remove from the answer: they name the gateway's account
+    /// ([`crate::core::outbound::hidden_answer_headers`]).
+    pub hidden: &'c [String],
 }
 
 /// Replace the held answer with a call-out's answer.
@@ -193,17 +196,20 @@ pub struct Reply<'c> {
     pub(super) answer: Headers,
     /// Switchboard's headers.
     pub(super) added: AnswerHeaders<'c>,
+    /// The call's headers the client must not see (they name the gateway's account).
+    pub(super) hidden: &'c [String],
     /// The body to send.
     pub body: Vec<u8>,
 }
 
 impl Reply<'_> {
-    /// Every header of the reply: the call's, without framing, then Switchboard's.
+    /// Every header of the reply: the call's, without framing and hidden ones, then
+    /// Switchboard's.
     pub fn headers(&self) -> Vec<(&str, &str)> {
         let mut out: Vec<(&str, &str)> = self
             .answer
             .text_pairs()
-            .filter(|(k, _)| !NOT_REPLAYED.contains(k))
+            .filter(|(k, _)| !NOT_REPLAYED.contains(k) && !self.hidden.iter().any(|h| h == k))
             .collect();
         out.extend(self.added.pairs());
         out

@@ -1,6 +1,7 @@
 //! What the machine is given: how the request was routed, what it needs for another attempt,
 //! a call-out's answer, and the host facts it reads only when a rule needs them.
 
+use crate::core::caller::Caller;
 use crate::core::config::ModelId;
 use crate::core::endpoint::Endpoint;
 use crate::core::headers::Headers;
@@ -40,6 +41,8 @@ pub struct Start {
     pub anthropic_errors: bool,
     /// It continues a conversation at its origin: the origin failing is a 409.
     pub conversation: bool,
+    /// The caller its minted ids are bound to (`response_id_binding: "caller"`).
+    pub caller: Option<Caller>,
 }
 
 impl Start {
@@ -54,6 +57,7 @@ impl Start {
             sticky: plan.sticky,
             anthropic_errors: endpoint.speaks_anthropic(),
             conversation,
+            caller: None,
         }
     }
 
@@ -70,6 +74,7 @@ impl Start {
             mint_ids: minted,
             anthropic_errors: false,
             conversation: minted,
+            caller: None,
         }
     }
 }

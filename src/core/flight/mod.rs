@@ -120,6 +120,8 @@ pub struct Machine {
     sticky: Option<Session>,
     /// Whether answers get Switchboard's response ids.
     mint_ids: bool,
+    /// The caller those ids are bound to, if they are.
+    caller: Option<crate::core::caller::Caller>,
     /// Rewrites the delivered answer's ids as it streams.
     rewriter: Option<AnswerRewriter>,
     /// Errors Switchboard answers itself go in Anthropic's shape.
@@ -175,6 +177,7 @@ impl Machine {
             measure: None,
             sticky: start.sticky,
             mint_ids: start.mint_ids,
+            caller: start.caller,
             rewriter: None,
             anthropic_errors: start.anthropic_errors,
             conversation: start.conversation,

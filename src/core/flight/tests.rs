@@ -71,6 +71,7 @@ fn start_timed(
         mint_ids: false,
         anthropic_errors: false,
         conversation: false,
+        caller: None,
     };
     edit(&mut start);
     let replay = Replay {
@@ -218,6 +219,7 @@ fn a_plain_2xx_answer_is_delivered_without_reading_the_host_or_allocating() {
                     attempts: None,
                 },
                 drop_content_length: false,
+                hidden: &[],
             }),
         ]
     );

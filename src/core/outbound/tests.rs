@@ -321,3 +321,46 @@ fn the_trace_token_header_never_reaches_a_provider() {
         ["x-switchboard-metadata"]
     );
 }
+
+#[test]
+fn account_headers_go_only_where_the_client_key_goes() {
+    let c = config();
+    let client = [
+        (":path", "/v1/chat/completions"),
+        ("authorization", "Bearer client-key"),
+        ("openai-organization", "org-client"),
+        ("openai-project", "proj_client"),
+        ("cookie", "session=1"),
+        ("proxy-authorization", "Basic x"),
+    ];
+    let account = [
+        "openai-organization",
+        "openai-project",
+        "cookie",
+        "proxy-authorization",
+    ];
+    // A target with the gateway's key (the catalog's, or the override's): none of them go.
+    for target in ["openai/gpt-4o", "azure/gpt-4o"] {
+        let o = out(&c, target, &client);
+        for name in account {
+            assert!(
+                o.remove.contains(&name),
+                "{target} keeps {name}: {:?}",
+                o.remove
+            );
+        }
+    }
+    // A target without a credential of its own gets the client's key, and its account.
+    let o = out(&c, "vllm/llama", &client);
+    assert!(
+        account.iter().all(|n| !o.remove.contains(n)),
+        "{:?}",
+        o.remove
+    );
+    // The answer's account headers are hidden exactly where the gateway's key went.
+    let vm = c.virtual_models.first();
+    let hidden = |t: &str| hidden_answer_headers(&c, vm, id(&c, t));
+    assert!(hidden("openai/gpt-4o").contains(&"openai-organization".to_string()));
+    assert!(hidden("anthropic/claude").contains(&"anthropic-organization-id".to_string()));
+    assert!(hidden("vllm/llama").is_empty());
+}

@@ -10,11 +10,14 @@
 //! API natively.
 
 use super::id::{self, Keys, Origin, MARK_PREFIX, PREFIX};
-use crate::core::config::{Config, ModelId, Named};
+use crate::core::caller::identify;
+use crate::core::config::{Config, ModelId, Named, Routing, VirtualModel, Visibility};
+use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
 use crate::core::headers::Headers;
 use crate::core::metadata::Metadata;
 use crate::core::request::{raw_field, Edit};
+use crate::core::routing::state::RoutingState;
 use crate::core::routing::{Plan, Request};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -134,30 +137,36 @@ fn read_items(
     Ok(())
 }
 
-/// The plan of a turn pinned to `origin`: that target only, no fallback.
+/// The plan of a turn pinned to `origin`: that target only, no fallback. The request must call
+/// the virtual model the id was minted for (an internal model is unknown to a client whatever
+/// the body carries: 404; another name: 409), and goes through that virtual model's rules:
+/// its `model_types`, the target's `metadata_match` and `when`, and (as every attempt of a
+/// virtual model) the target's overrides.
 pub fn pinned_plan(
     config: &Config,
     request: &Request<'_>,
     origin: &Origin,
 ) -> Result<Plan, ErrorReply> {
-    let target = match config.lookup(&origin.model) {
-        Some(Named::Catalog(id, _)) => Some(id),
-        _ => None,
-    };
-    let gone = || ErrorReply::origin_removed(request.model);
-    let (virtual_model, target) = match (config.lookup(request.model), target) {
-        (None, _) => return Err(ErrorReply::model_not_found(request.model)),
-        (Some(Named::Virtual(index, vm)), Some(t)) => {
-            let held = vm
-                .target(t)
-                .is_some_and(|tc| request.metadata.matches(&tc.metadata_match));
-            if !held {
-                return Err(gone());
-            }
-            (Some(index), t)
+    check_caller(config, origin, request)?;
+    let (index, vm) = match config.lookup(request.model) {
+        None => return Err(ErrorReply::model_not_found(request.model)),
+        Some(Named::Catalog(_, m)) if m.visibility == Visibility::Internal => {
+            return Err(ErrorReply::model_not_found(request.model))
         }
-        (Some(Named::Catalog(id, _)), Some(t)) if id == t => (None, t),
-        _ => return Err(gone()),
+        Some(Named::Virtual(index, vm)) if names_virtual(config, &origin.virtual_model, index) => {
+            (index, vm)
+        }
+        Some(_) => return Err(ErrorReply::response_id_of_another_model(request.model)),
+    };
+    if !vm.model_types.contains(request.endpoint.model_type()) {
+        return Err(ErrorReply::endpoint_not_served(
+            request.model,
+            request.endpoint.display_path(),
+        ));
+    }
+    let target = match config.lookup(&origin.model) {
+        Some(Named::Catalog(id, _)) if still_allowed(vm, id, request) => id,
+        _ => return Err(ErrorReply::origin_removed(request.model)),
     };
     let serves = config
         .model(target)
@@ -170,21 +179,59 @@ pub fn pinned_plan(
     }
     Ok(Plan {
         candidates: vec![target],
-        virtual_model,
+        virtual_model: Some(index),
         sticky: None,
         pinned: true,
     })
 }
 
+/// Whether `name` is virtual model `index`.
+fn names_virtual(config: &Config, name: &str, index: usize) -> bool {
+    matches!(config.lookup(name), Some(Named::Virtual(i, _)) if i == index)
+}
+
+/// Whether `target` is still a target of `vm` this request may reach: its `metadata_match`
+/// holds and, under conditional routing, its `when` does.
+fn still_allowed(vm: &VirtualModel, target: ModelId, request: &Request<'_>) -> bool {
+    let matched = vm
+        .target(target)
+        .is_some_and(|t| request.metadata.matches(&t.metadata_match));
+    let when = match &vm.routing {
+        Routing::Conditional(targets) => targets
+            .iter()
+            .any(|t| t.model == target && t.when.eval(request)),
+        _ => true,
+    };
+    matched && when
+}
+
+/// Under `response_id_binding: "caller"`, an id or mark serves only the caller it was minted
+/// for: another caller's, or one minted before ids were bound, is a 409.
+pub fn check_caller(
+    config: &Config,
+    origin: &Origin,
+    request: &Request<'_>,
+) -> Result<(), ErrorReply> {
+    if !config.bind_ids_to_caller {
+        return Ok(());
+    }
+    let caller = identify(&config.caller_identity, request);
+    match origin.caller {
+        Some(c) if c == caller => Ok(()),
+        _ => Err(ErrorReply::foreign_response_id()),
+    }
+}
+
 /// The origin of a stored-response path id (`GET`/`DELETE /v1/responses/{id}`, ...), checked
 /// against the config: the virtual model and the target it names, still its target and its
-/// `metadata_match` holding for this request.
+/// `metadata_match` holding for this request, and the id this caller's when ids are bound.
 pub fn stored_origin(
     config: &Config,
-    keys: &Keys,
     response_id: &str,
     headers: &Headers,
+    state: &dyn RoutingState,
 ) -> Result<(usize, ModelId, Origin), ErrorReply> {
+    let keys = &config.response_keys;
     let origin = id::decode(keys, response_id).map_err(|_| ErrorReply::response_id_invalid())?;
     // The provider's id goes into the upstream path: only a plain token may (an id minted with
     // the built-in key could otherwise carry `/..` or `?`).
@@ -196,7 +243,18 @@ pub fn stored_origin(
         &config.default_metadata,
     )?
     .beneath(&config.gateway_metadata);
-    let held = |vm: &crate::core::config::VirtualModel, t: ModelId| {
+    let request = Request {
+        endpoint: Endpoint::Responses,
+        model: &origin.virtual_model,
+        metadata: &metadata,
+        headers,
+        state,
+        body: &[],
+        fields: &[],
+        tier_hint: None,
+    };
+    check_caller(config, &origin, &request)?;
+    let held = |vm: &VirtualModel, t: ModelId| {
         vm.target(t)
             .is_some_and(|tc| metadata.matches(&tc.metadata_match))
     };

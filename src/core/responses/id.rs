@@ -10,7 +10,12 @@
 //! changed character, a truncation or another key fails the tag check.
 //!
 //! The first configured key signs; every key verifies, so keys can be rotated.
+//!
+//! Under `response_id_binding: "caller"` the plaintext also carries the caller's identity
+//! digest ([`crate::core::caller`]), so the holder of an id cannot hand it to another caller;
+//! the digest is sealed like the rest, so an id does not show who its caller is.
 
+use crate::core::caller::Caller;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
@@ -158,16 +163,40 @@ pub struct Origin {
     pub model: String,
     /// The provider's own response id (empty in a mark).
     pub provider_id: String,
+    /// The caller it was minted for, when ids are bound to callers.
+    pub caller: Option<Caller>,
+}
+
+/// A turn that ids and marks are minted for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Turn<'a> {
+    /// The virtual model the client called.
+    pub virtual_model: &'a str,
+    /// The catalog model that served it.
+    pub model: &'a str,
+    /// The caller, when ids are bound to callers (`response_id_binding: "caller"`).
+    pub caller: Option<Caller>,
+}
+
+impl<'a> Turn<'a> {
+    /// A turn whose ids any caller may use.
+    pub fn unbound(virtual_model: &'a str, model: &'a str) -> Turn<'a> {
+        Turn {
+            virtual_model,
+            model,
+            caller: None,
+        }
+    }
 }
 
 /// Why an id or mark was refused (the seed answers each with 409).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NotOurs;
 
-/// Mints the id of a turn of `virtual_model` served by `model` as `provider_id`.
-pub fn mint(keys: &Keys, virtual_model: &str, model: &str, provider_id: &str) -> String {
+/// Mints the id of `turn` answered as `provider_id`.
+pub fn mint(keys: &Keys, turn: &Turn<'_>, provider_id: &str) -> String {
     let mut out = String::from(PREFIX);
-    out.push_str(&keys.seal(&plaintext(virtual_model, model, provider_id)));
+    out.push_str(&keys.seal(&plaintext(turn, provider_id)));
     out
 }
 
@@ -178,13 +207,9 @@ pub fn decode(keys: &Keys, id: &str) -> Result<Origin, NotOurs> {
     parse_plaintext(&plain).ok_or(NotOurs)
 }
 
-/// Marks the provider's `encrypted_content` (raw JSON string content) as minted through
-/// `virtual_model` at `model`.
-pub fn mark(keys: &Keys, virtual_model: &str, model: &str, value: &str) -> String {
-    format!(
-        "{MARK_PREFIX}{}.{value}",
-        keys.seal(&plaintext(virtual_model, model, ""))
-    )
+/// Marks the provider's `encrypted_content` (raw JSON string content) as minted in `turn`.
+pub fn mark(keys: &Keys, turn: &Turn<'_>, value: &str) -> String {
+    format!("{MARK_PREFIX}{}.{value}", keys.seal(&plaintext(turn, "")))
 }
 
 /// Reads a marked `encrypted_content`: its origin and the provider's own value.
@@ -195,13 +220,27 @@ pub fn unmark<'v>(keys: &Keys, marked: &'v str) -> Result<(Origin, &'v str), Not
     Ok((parse_plaintext(&plain).ok_or(NotOurs)?, value))
 }
 
-/// `len(vm) ‖ vm ‖ len(model) ‖ model ‖ provider id`, lengths as little-endian u16.
-fn plaintext(virtual_model: &str, model: &str, provider_id: &str) -> Vec<u8> {
-    let mut p = Vec::with_capacity(4 + virtual_model.len() + model.len() + provider_id.len());
-    for name in [virtual_model, model] {
-        let len = u16::try_from(name.len()).unwrap_or(u16::MAX);
-        p.extend_from_slice(&len.to_le_bytes());
+/// Set in the first length when a caller digest follows the model's name; names are far
+/// shorter than 32 KiB, and ids minted before callers were bound decode as unbound.
+const BOUND: u16 = 1 << 15;
+
+/// `len(vm) ‖ vm ‖ len(model) ‖ model ‖ [caller] ‖ provider id`, lengths as little-endian u16
+/// (the first with [`BOUND`] set when the 16-byte caller digest is there).
+fn plaintext(turn: &Turn<'_>, provider_id: &str) -> Vec<u8> {
+    let (vm, model) = (turn.virtual_model, turn.model);
+    let mut p = Vec::with_capacity(20 + vm.len() + model.len() + provider_id.len());
+    for (i, name) in [vm, model].into_iter().enumerate() {
+        let len = u16::try_from(name.len()).unwrap_or(u16::MAX).min(BOUND - 1);
+        let flag = if i == 0 && turn.caller.is_some() {
+            BOUND
+        } else {
+            0
+        };
+        p.extend_from_slice(&(len | flag).to_le_bytes());
         p.extend_from_slice(name.as_bytes().get(..usize::from(len)).unwrap_or_default());
+    }
+    if let Some(caller) = turn.caller {
+        p.extend_from_slice(&caller.0);
     }
     p.extend_from_slice(provider_id.as_bytes());
     p
@@ -210,11 +249,25 @@ fn plaintext(virtual_model: &str, model: &str, provider_id: &str) -> Vec<u8> {
 fn parse_plaintext(p: &[u8]) -> Option<Origin> {
     let mut rest = p;
     let mut names = Vec::with_capacity(2);
-    for _ in 0..2 {
-        let len = usize::from(u16::from_le_bytes(rest.get(..2)?.try_into().ok()?));
+    let mut bound = false;
+    for i in 0..2 {
+        let mut len = u16::from_le_bytes(rest.get(..2)?.try_into().ok()?);
+        if i == 0 {
+            bound = len & BOUND != 0;
+            len &= !BOUND;
+        }
+        let len = usize::from(len);
         names.push(std::str::from_utf8(rest.get(2..2 + len)?).ok()?.to_string());
         rest = rest.get(2 + len..)?;
     }
+    let caller = match bound {
+        true => {
+            let digest = rest.get(..16)?.try_into().ok()?;
+            rest = rest.get(16..)?;
+            Some(Caller(digest))
+        }
+        false => None,
+    };
     let provider_id = std::str::from_utf8(rest).ok()?.to_string();
     let model = names.pop()?;
     let virtual_model = names.pop()?;
@@ -222,6 +275,7 @@ fn parse_plaintext(p: &[u8]) -> Option<Origin> {
         virtual_model,
         model,
         provider_id,
+        caller,
     })
 }
 
@@ -274,7 +328,11 @@ mod tests {
 
     #[test]
     fn an_id_round_trips_and_reveals_neither_name_nor_provider_id() {
-        let id = mint(&keys(), "my-group/chat", "openai/gpt-4o", "resp_abc123");
+        let id = mint(
+            &keys(),
+            &Turn::unbound("my-group/chat", "openai/gpt-4o"),
+            "resp_abc123",
+        );
         assert!(id.starts_with(PREFIX));
         for secret in ["my-group", "openai", "gpt-4o", "resp_abc123", "abc123"] {
             assert!(!id.contains(secret), "{id} shows {secret}");
@@ -288,13 +346,17 @@ mod tests {
         // Deterministic: the same turn gets the same id on every Envoy.
         assert_eq!(
             id,
-            mint(&keys(), "my-group/chat", "openai/gpt-4o", "resp_abc123")
+            mint(
+                &keys(),
+                &Turn::unbound("my-group/chat", "openai/gpt-4o"),
+                "resp_abc123"
+            )
         );
     }
 
     #[test]
     fn a_changed_character_a_truncation_or_another_key_is_refused() {
-        let id = mint(&keys(), "vm", "m", "resp_abc123");
+        let id = mint(&keys(), &Turn::unbound("vm", "m"), "resp_abc123");
         for at in PREFIX.len()..id.len() {
             let mut bytes = id.clone().into_bytes();
             bytes[at] = if bytes[at] == b'A' { b'B' } else { b'A' };
@@ -314,9 +376,9 @@ mod tests {
     #[test]
     fn every_configured_key_verifies_and_the_first_signs() {
         let old = Keys::new(&["older-secret"]);
-        let id = mint(&old, "vm", "m", "resp_1");
+        let id = mint(&old, &Turn::unbound("vm", "m"), "resp_1");
         assert_eq!(decode(&keys(), &id).unwrap().provider_id, "resp_1");
-        let new = mint(&keys(), "vm", "m", "resp_1");
+        let new = mint(&keys(), &Turn::unbound("vm", "m"), "resp_1");
         assert_eq!(decode(&old, &new), Err(NotOurs), "the first key signs");
     }
 
@@ -324,13 +386,17 @@ mod tests {
     fn the_built_in_key_is_used_without_configured_keys() {
         let k = Keys::new::<&str>(&[]);
         assert!(k.built_in);
-        let id = mint(&k, "vm", "m", "resp_1");
+        let id = mint(&k, &Turn::unbound("vm", "m"), "resp_1");
         assert_eq!(decode(&Keys::default(), &id).unwrap().model, "m");
     }
 
     #[test]
     fn a_mark_keeps_the_providers_value_and_names_its_origin() {
-        let marked = mark(&keys(), "vm", "openai/gpt-4o", "gAAAAB+x/y==");
+        let marked = mark(
+            &keys(),
+            &Turn::unbound("vm", "openai/gpt-4o"),
+            "gAAAAB+x/y==",
+        );
         assert!(marked.starts_with(MARK_PREFIX) && marked.ends_with(".gAAAAB+x/y=="));
         assert!(!marked.contains("openai"));
         let (origin, value) = unmark(&keys(), &marked).unwrap();
@@ -341,6 +407,30 @@ mod tests {
         let forged = marked.replacen("sbrc1.A", "sbrc1.B", 1);
         assert!(forged == marked || unmark(&keys(), &forged).is_err());
         assert!(unmark(&keys(), "gAAAAB").is_err());
+    }
+
+    #[test]
+    fn a_bound_id_carries_its_caller_sealed_and_an_unbound_one_none() {
+        let alice = Caller::of(b"Bearer sk-alice");
+        let turn = Turn {
+            caller: Some(alice),
+            ..Turn::unbound("vm", "openai/gpt-4o")
+        };
+        let id = mint(&keys(), &turn, "resp_1");
+        let origin = decode(&keys(), &id).unwrap();
+        assert_eq!(origin.caller, Some(alice));
+        assert_eq!(
+            (origin.model.as_str(), origin.provider_id.as_str()),
+            ("openai/gpt-4o", "resp_1")
+        );
+        let unbound = mint(&keys(), &Turn::unbound("vm", "openai/gpt-4o"), "resp_1");
+        assert_eq!(decode(&keys(), &unbound).unwrap().caller, None);
+        let marked = mark(&keys(), &turn, "gA==");
+        let (origin, value) = unmark(&keys(), &marked).unwrap();
+        assert_eq!((origin.caller, value), (Some(alice), "gA=="));
+        // The digest is sealed: the id does not show it.
+        let shown = base64url_decode(id.strip_prefix(PREFIX).unwrap()).unwrap();
+        assert!(!shown.windows(16).any(|w| w == alice.0));
     }
 
     #[test]

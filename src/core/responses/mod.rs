@@ -7,22 +7,20 @@ pub mod id;
 pub mod rewrite;
 pub mod stored;
 
-use id::{Keys, MARK_PREFIX};
+use id::{Keys, Turn, MARK_PREFIX};
 use rewrite::Minter;
 
-/// Mints the ids and marks of one answer: a turn of `virtual_model` served by `model`.
+/// Mints the ids and marks of one answer: a turn of a virtual model served by a target.
 pub struct TurnMinter<'a> {
     /// The config's keys.
     pub keys: &'a Keys,
-    /// The virtual model the client called.
-    pub virtual_model: &'a str,
-    /// The catalog model that answered.
-    pub model: &'a str,
+    /// The turn.
+    pub turn: Turn<'a>,
 }
 
 impl Minter for TurnMinter<'_> {
     fn response_id(&mut self, provider_id: &str, out: &mut Vec<u8>) {
-        let minted = id::mint(self.keys, self.virtual_model, self.model, provider_id);
+        let minted = id::mint(self.keys, &self.turn, provider_id);
         out.extend_from_slice(minted.as_bytes());
     }
 
@@ -31,7 +29,7 @@ impl Minter for TurnMinter<'_> {
         if value.starts_with(MARK_PREFIX) {
             out.extend_from_slice(value.as_bytes());
         } else {
-            let marked = id::mark(self.keys, self.virtual_model, self.model, value);
+            let marked = id::mark(self.keys, &self.turn, value);
             out.extend_from_slice(marked.as_bytes());
         }
     }

@@ -181,14 +181,22 @@ fn limit(candidates: &mut Vec<ModelId>, max: usize, fallback_candidate: impl Fn(
     });
 }
 
-/// Who the caller is for latency routing: the configured header or metadata value, else the
-/// `authorization` header; hashed at once so the raw value goes nowhere.
-fn caller_identity(caller: Option<&SessionIdentifier>, request: &Request<'_>) -> [u8; 8] {
-    let value = match caller {
-        Some(id) => request.identifier(id),
-        None => request.headers.get("authorization").map(Cow::Borrowed),
+/// Who the caller is for latency routing: its `caller_identifier`, else the config's
+/// `caller_identity` (by default the client's credential); hashed at once so the raw value
+/// goes nowhere.
+fn latency_caller(
+    config: &Config,
+    caller: Option<&SessionIdentifier>,
+    request: &Request<'_>,
+) -> [u8; 8] {
+    let hash = match caller {
+        Some(id) => hashing::hash64(&[request.identifier(id).as_deref().unwrap_or_default()]),
+        None => {
+            let caller = crate::core::caller::identify(&config.caller_identity, request);
+            hashing::hash64(&[&caller.0])
+        }
     };
-    hashing::hash64(&[value.as_deref().unwrap_or_default()]).to_le_bytes()
+    hash.to_le_bytes()
 }
 
 /// The strategy's order over the targets the request's metadata allows (TrueFoundry seed:
@@ -271,7 +279,7 @@ fn order(
         }
         Routing::Latency { targets, caller } => {
             let kept = keep(targets, |m| *m, allowed, any);
-            let id = caller_identity(caller.as_ref(), request);
+            let id = latency_caller(config, caller.as_ref(), request);
             (
                 latency::order(config, &vm.name, &kept, &id, health),
                 None,

@@ -146,6 +146,10 @@ fn check(args: &[String]) -> Result<String, String> {
         return Err(USAGE.to_string());
     };
     let c = load(path)?;
+    // It loads, but the operator should know: on stderr, so the ok line stays one line.
+    for warning in &c.warnings {
+        eprintln!("{path}: warning: {warning}");
+    }
     Ok(format!(
         "{path}: ok ({} models, {} virtual models)",
         c.models.len(),

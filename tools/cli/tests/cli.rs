@@ -26,6 +26,34 @@ fn check_accepts_the_example_and_names_the_field_path_of_an_error() {
 }
 
 #[test]
+fn check_warns_when_response_ids_would_be_minted_with_the_built_in_key() {
+    let config = |keys: &str| {
+        format!(
+            r#"{{"models":[{{"name":"a","cluster":"c","model":"m"}}]{keys},
+            "virtual_models":[{{"name":"v","model_types":["responses"],
+            "routing_config":{{"type":"weight-based-routing",
+            "load_balance_targets":[{{"target":"a","weight":100}}]}}}}]}}"#
+        )
+    };
+    let path = temp("no-keys.json", &config(""));
+    let (ok, out, err) = run(&["check", path.to_str().unwrap()]);
+    assert!(ok && out.contains(": ok ("), "{out}{err}");
+    assert!(
+        err.contains("warning: response_id_keys is not set"),
+        "{err}"
+    );
+    std::fs::write(
+        &path,
+        config(r#", "response_id_keys": ["0123456789abcdef-0123"]"#),
+    )
+    .unwrap();
+    let (ok, _, err) = run(&["check", path.to_str().unwrap()]);
+    std::fs::remove_file(path).unwrap();
+    assert!(ok);
+    assert!(!err.contains("warning"), "{err}");
+}
+
+#[test]
 fn explain_lists_the_candidates_and_why_targets_are_out() {
     let (ok, out, err) = run(&[
         "explain",

@@ -170,12 +170,16 @@ pub async fn handle(
 ) -> Result<Response<Body>, Dropped> {
     let (parts, body) = req.into_parts();
     let body = body.collect().await.map_err(|_| Dropped)?.to_bytes();
-    let mut resp = if parts.uri.path().starts_with("/__") {
+    let control_call = parts.uri.path().starts_with("/__");
+    let mut resp = if control_call {
         control(&state, &parts, &body)
     } else {
         api(&state, &conn, &parts, &body).await?
     };
     let name = state.behaviour().name.clone();
+    if let Some(expect) = state.strict.as_ref().filter(|_| !control_call) {
+        strict::account_headers(expect, &name, resp.headers_mut());
+    }
     if let Ok(value) = HeaderValue::from_str(&name) {
         resp.headers_mut().insert(PROVIDER_HEADER, value);
     }

@@ -39,6 +39,26 @@ pub struct Expect {
     pub api_key: String,
 }
 
+/// The headers naming the account a key belongs to, which the hosted services put on every
+/// answer: OpenAI's `openai-organization` and `openai-project`, Anthropic's
+/// `anthropic-organization-id` (Azure's carry neither). Their values name this provider, so a
+/// test can tell whose account leaked.
+pub fn account_headers(expect: &Expect, name: &str, headers: &mut hyper::HeaderMap) {
+    let pairs: &[(&'static str, String)] = match expect.kind {
+        Kind::OpenAi => &[
+            ("openai-organization", format!("org-{name}")),
+            ("openai-project", format!("proj_{name}")),
+        ],
+        Kind::Anthropic => &[("anthropic-organization-id", format!("org-{name}"))],
+        _ => &[],
+    };
+    for (header, value) in pairs {
+        if let Ok(value) = hyper::header::HeaderValue::from_str(value) {
+            headers.insert(*header, value);
+        }
+    }
+}
+
 /// One request as the checks see it.
 #[derive(Clone, Copy, Debug)]
 pub struct Seen<'a> {
