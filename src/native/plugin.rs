@@ -117,3 +117,28 @@ impl RoutingState for Routing<'_> {
         cursor.fetch_add(1, Ordering::Relaxed) % len
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_jwt_caller_identity_falls_back_to_the_credential_with_a_warning() {
+        let json = br#"{"models": [{"name": "m", "cluster": "c", "model": "m"}],
+            "caller_identity": {"source": "jwt", "claim": "sub"}}"#;
+        let config = without_jwt_caller(Config::parse(json).unwrap());
+        assert_eq!(config.caller_identity, CallerIdentity::Credential);
+        assert!(config
+            .warnings
+            .iter()
+            .any(|w| w.contains("caller_identity")));
+        let json = br#"{"models": [{"name": "m", "cluster": "c", "model": "m"}],
+            "caller_identity": {"source": "headers", "key": "x-tenant"}}"#;
+        let config = without_jwt_caller(Config::parse(json).unwrap());
+        assert!(matches!(
+            config.caller_identity,
+            CallerIdentity::Identifier(_)
+        ));
+        assert!(config.warnings.is_empty());
+    }
+}
