@@ -768,21 +768,22 @@ mod tests {
         }
     }
 
+    const BROKEN_EVENTS: &str = concat!(
+        // Truncated: containers left open.
+        "data: {\"response\":{\"metadata\":{\"a\":[\n\n",
+        "data: {\"response\":{\"id\":\"resp_b\"}}\n\n",
+        // Closes more than it opened: the depth stays at zero.
+        "data: {\"x\":1}}]]}\n\n",
+        "event: response.output_item.done\r\n",
+        "data:{\"item\":{\"encrypted_content\":\"gA\"}}\r\n\r\n",
+        // `data:` inside a line, or after a space, starts nothing (two levels stay open).
+        "data: {\"response\":{\"metadata\":{\"k\": data: {\"id\":\"resp_c\"}}\n",
+        " data: {\"id\":\"resp_d\"}\n",
+    );
+
     #[test]
     fn a_broken_event_does_not_derail_the_next_data_line() {
-        let body = concat!(
-            // Truncated: containers left open.
-            "data: {\"response\":{\"metadata\":{\"a\":[\n\n",
-            "data: {\"response\":{\"id\":\"resp_b\"}}\n\n",
-            // Too many closed.
-            "data: {\"x\":1}}]]}\n\n",
-            "event: response.output_item.done\r\n",
-            "data:{\"item\":{\"encrypted_content\":\"gA\"}}\r\n\r\n",
-            // `data:` inside a line, or after a space, starts nothing (two levels stay open).
-            "data: {\"response\":{\"metadata\":{\"k\": data: {\"id\":\"resp_c\"}}\n",
-            " data: {\"id\":\"resp_d\"}\n",
-        );
-        let (_, marks) = rewrite(body);
+        let (_, marks) = rewrite(BROKEN_EVENTS);
         assert_eq!(marks.ids, ["resp_b"]);
         assert_eq!(marks.encrypted, ["gA"]);
     }
@@ -839,7 +840,7 @@ mod tests {
 
     #[test]
     fn every_single_split_gives_the_one_chunk_output() {
-        for fixture in [JSON, SSE, ECHOED] {
+        for fixture in [JSON, SSE, ECHOED, BROKEN_EVENTS] {
             let bytes = fixture.as_bytes();
             let (whole, _) = rewrite_chunks(&[bytes], &mut Marks::default());
             for at in 0..=bytes.len() {
@@ -853,7 +854,7 @@ mod tests {
     #[test]
     fn random_multi_splits_give_the_one_chunk_output() {
         let mut rng = fastrand::Rng::with_seed(7);
-        for fixture in [JSON, SSE, ECHOED] {
+        for fixture in [JSON, SSE, ECHOED, BROKEN_EVENTS] {
             let bytes = fixture.as_bytes();
             let (whole, _) = rewrite_chunks(&[bytes], &mut Marks::default());
             for _ in 0..2_000 {
