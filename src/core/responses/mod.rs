@@ -43,3 +43,32 @@ pub fn rewrite_whole(body: &[u8], minter: &mut TurnMinter<'_>) -> Vec<u8> {
     rewriter.finish(&mut out);
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_whole_answer_gets_its_own_id_minted_and_the_clients_echoed_ids_back_as_sent() {
+        let keys = Keys::new(&["a-key-of-thirty-two-bytes-000001"]);
+        let mut minter = TurnMinter {
+            keys: &keys,
+            virtual_model: "team/vm",
+            model: "openai/gpt-4o",
+        };
+        let body = br#"{"id":"resp_own","previous_response_id":"resp_prev","metadata":{"id":"resp_abc123"},"user":"resp_abc123","prompt_cache_key":"resp_abc123"}"#;
+        let out: serde_json::Value =
+            serde_json::from_slice(&rewrite_whole(body, &mut minter)).unwrap();
+        for (field, raw) in [("id", "resp_own"), ("previous_response_id", "resp_prev")] {
+            let minted = out[field].as_str().unwrap();
+            let origin = id::decode(&keys, minted).unwrap();
+            assert_eq!(
+                (origin.provider_id.as_str(), origin.model.as_str()),
+                (raw, "openai/gpt-4o")
+            );
+        }
+        assert_eq!(out["metadata"]["id"], "resp_abc123");
+        assert_eq!(out["user"], "resp_abc123");
+        assert_eq!(out["prompt_cache_key"], "resp_abc123");
+    }
+}

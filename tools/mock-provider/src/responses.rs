@@ -140,6 +140,7 @@ impl Draft<'_> {
             "truncation": echo("truncation", json!("disabled")),
             "usage": usage,
             "user": echo("user", Value::Null),
+            "prompt_cache_key": echo("prompt_cache_key", Value::Null),
             "metadata": echo("metadata", json!({})),
             "served_by": self.g.name,
         });
@@ -667,6 +668,36 @@ mod tests {
         assert_eq!(events[8].1["text"], "a b ");
         assert_eq!(events[11].1["response"], done);
         assert_eq!(events[0].1["response"], start);
+    }
+
+    #[test]
+    fn the_response_echoes_metadata_user_and_prompt_cache_key_as_openai_does() {
+        let mut m = Mock::new();
+        let mut request = json!({"model": "m", "input": "hi", "metadata": {"id": "resp_abc123"},
+            "user": "resp_abc123", "prompt_cache_key": "resp_abc123"});
+        let r = m.create(request.clone()).unwrap();
+        let plain = m.create(json!({"model": "m", "input": "hi"})).unwrap();
+        let defaults = [json!({}), Value::Null, Value::Null];
+        for (field, default) in ["metadata", "user", "prompt_cache_key"]
+            .iter()
+            .zip(defaults)
+        {
+            assert_eq!(r[field], request[field], "{field}");
+            assert_eq!(plain[field], default, "{field}");
+        }
+        // Streamed: in every event that carries the response.
+        request["stream"] = json!(true);
+        let g = Gen::new(&m.behaviour, &request);
+        let Ok(Reply::Stream(steps)) = create(&g, &request, &mut m.store, &m.sealer, m.now) else {
+            panic!("expected a stream");
+        };
+        let carrying = steps
+            .iter()
+            .map(|s| String::from_utf8_lossy(&s.bytes).into_owned())
+            .filter(|text| text.contains(r#""response":{"#))
+            .inspect(|text| assert!(text.contains(r#""prompt_cache_key":"resp_abc123""#)))
+            .count();
+        assert_eq!(carrying, 3, "created, in_progress, completed");
     }
 
     #[test]
