@@ -53,8 +53,7 @@ mod tests {
         let keys = Keys::new(&["a-key-of-thirty-two-bytes-000001"]);
         let mut minter = TurnMinter {
             keys: &keys,
-            virtual_model: "team/vm",
-            model: "openai/gpt-4o",
+            turn: Turn::unbound("team/vm", "openai/gpt-4o"),
         };
         let body = br#"{"id":"resp_own","previous_response_id":"resp_prev","metadata":{"id":"resp_abc123"},"user":"resp_abc123","prompt_cache_key":"resp_abc123"}"#;
         let out: serde_json::Value =
