@@ -147,6 +147,21 @@ impl ErrorReply {
         Self::new(400, "invalid_request_error", "invalid_json", None, &message)
     }
 
+    /// 400: a top-level key of the JSON body appears twice; `param` names it.
+    pub fn duplicate_key(key: &str) -> Self {
+        let key = clip(key);
+        let message = format!(
+            "The request body is not valid JSON: the `{key}` field appears more than once."
+        );
+        Self::new(
+            400,
+            "invalid_request_error",
+            "invalid_json",
+            Some(&key),
+            &message,
+        )
+    }
+
     /// 400: an upload endpoint's body is not well-formed `multipart/form-data`.
     pub fn invalid_multipart(detail: &str) -> Self {
         let detail = clip(detail);
@@ -475,6 +490,7 @@ mod tests {
         let replies = [
             ErrorReply::model_not_found(&huge),
             ErrorReply::invalid_json(&huge),
+            ErrorReply::duplicate_key(&huge),
             ErrorReply::invalid_multipart(&huge),
             ErrorReply::batch_needs_catalog_model(&huge),
             ErrorReply::unsupported_content_encoding(&huge),

@@ -1,6 +1,8 @@
 """Requests the filter and a provider could read differently are refused before routing, and the
 filter's own errors stay small whatever the client sent.
 
+- A JSON body with any top-level key twice is a 400 naming the key: a last-key-wins provider
+  would read another `stream` (or `model`) than the filter routed on.
 - An error echoes at most 256 bytes of a client's value, cut on a character boundary, then `…`.
 """
 
@@ -31,6 +33,80 @@ def gateway(stack):
     stack.provider("openai_main")
     stack.provider("azure_east")
     return stack.envoy(weighted_80_20())
+
+
+# --- multipart/form-data uploads (RFC 2045 §5.1, RFC 2046 §5.1.1) -----------------------------
+
+@pytest.fixture
+def uploads(stack):
+    stack.provider("audio")
+    return stack.envoy({
+        "models": [{"name": "openai/whisper", "cluster": "audio", "model": "whisper-1"}],
+        "virtual_models": [{"name": UPLOAD_VM, "model_types": ["audio_transcription"],
+                            "routing_config": {"type": "weight-based-routing",
+                                               "load_balance_targets": [{"target": "openai/whisper", "weight": 100}]}}],
+    })
+
+
+def form(boundary: str, *fields: tuple[str, str], preamble: str = "") -> bytes:
+    parts = "".join(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'
+                    for name, value in fields)
+    return f"{preamble}{parts}--{boundary}--\r\n".encode()
+
+
+def upload(envoy, content_type: str, body: bytes) -> requests.Response:
+    return requests.post(f"{envoy.url}/v1/audio/transcriptions", data=body, timeout=10,
+                         headers={"content-type": content_type})
+
+
+# --- duplicate top-level keys (RFC 8259 §4, RFC 7493 §2.3) -------------------------------------
+
+@pytest.mark.parametrize("body, key", [
+    (f'{{"model": "{VIRTUAL}", "messages": [], "stream": false, "stream": true}}', "stream"),
+    (f'{{"model": "{VIRTUAL}", "messages": [], "stream": false, "str\\u0065am": true}}', "stream"),
+    (f'{{"model": null, "model": "{VIRTUAL}", "messages": []}}', "model"),
+    (f'{{"model": "{VIRTUAL}", "messages": [], "messages": [], "n": 1}}', "messages"),
+])
+def test_a_duplicated_top_level_key_is_refused_naming_it(stack, gateway, body, key):
+    r = requests.post(f"{gateway.url}/v1/chat/completions", data=body, timeout=10,
+                      headers={"content-type": "application/json"})
+    err = assert_refused(stack, r, "invalid_json", f"`{key}`", "more than once")
+    assert err["param"] == key
+
+
+def test_a_duplicated_key_on_messages_gets_anthropics_shape(stack, gateway):
+    body = '{"model": "x", "max_tokens": 5, "stream": false, "stream": true, "messages": []}'
+    r = requests.post(f"{gateway.url}/v1/messages", data=body, timeout=10,
+                      headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert r.json()["type"] == "error"
+    assert r.json()["error"]["type"] == "invalid_request_error"
+    assert "`stream`" in r.json()["error"]["message"]
+
+
+def test_nested_duplicates_and_distinct_keys_still_route(gateway):
+    body = {"model": VIRTUAL, "messages": [{"role": "user", "content": "hi"}], "stream": False,
+            "metadata": {"a": "1"}, "user": "u"}
+    text = json.dumps(body).replace('"metadata": {"a": "1"}', '"metadata": {"a": "1", "a": "2"}')
+    r = requests.post(f"{gateway.url}/v1/chat/completions", data=text, timeout=10,
+                      headers={"content-type": "application/json"})
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("fields", [
+    (("model", UPLOAD_VM), ("stream", "false"), ("stream", "true")),
+    (("model", UPLOAD_VM), ("model", "openai/whisper")),
+])
+def test_a_repeated_model_or_stream_form_field_is_refused(stack, uploads, fields):
+    r = upload(uploads, "multipart/form-data; boundary=AAA", form("AAA", *fields))
+    assert_refused(stack, r, "invalid_multipart", f"`{fields[-1][0]}`", "more than once")
+
+
+def test_other_form_fields_may_repeat(uploads):
+    body = form("AAA", ("model", UPLOAD_VM), ("timestamp_granularities[]", "word"),
+                ("timestamp_granularities[]", "segment"))
+    r = upload(uploads, "multipart/form-data; boundary=AAA", body)
+    assert r.headers["x-switchboard-resolved-model"] == "openai/whisper", r.text
 
 
 # --- what an error echoes ----------------------------------------------------------------------
