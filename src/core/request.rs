@@ -205,7 +205,7 @@ fn repeated_key<'f>(fields: &'f [(Cow<'_, str>, Range<usize>)]) -> Option<&'f st
 /// Reads the `model` form field of a `multipart/form-data` body.
 pub fn inspect_multipart<'a>(body: &'a [u8], boundary: &str) -> Result<Inspected<'a>, ErrorReply> {
     let parts = crate::core::multipart::fields(body, boundary)
-        .ok_or_else(|| ErrorReply::invalid_multipart("the form data is malformed"))?;
+        .map_err(|malformed| ErrorReply::invalid_multipart(&malformed.to_string()))?;
     // Form fields may repeat (`timestamp_granularities[]`, several files), but two of the ones
     // the filter reads would let the provider read another than the filter did.
     for read in ["model", "stream"] {

@@ -1,6 +1,9 @@
 """Requests the filter and a provider could read differently are refused before routing, and the
 filter's own errors stay small whatever the client sent.
 
+- A `multipart/form-data` upload is read by RFC 2045/2046 rules (quoted parameters, one
+  `boundary`, delimiters at the start of a line); anything a Python-style parser (the last
+  parameter wins) could read otherwise is a 400.
 - A JSON body with any top-level key twice is a 400 naming the key: a last-key-wins provider
   would read another `stream` (or `model`) than the filter routed on.
 - An error echoes at most 256 bytes of a client's value, cut on a character boundary, then `…`.
@@ -57,6 +60,70 @@ def form(boundary: str, *fields: tuple[str, str], preamble: str = "") -> bytes:
 def upload(envoy, content_type: str, body: bytes) -> requests.Response:
     return requests.post(f"{envoy.url}/v1/audio/transcriptions", data=body, timeout=10,
                          headers={"content-type": content_type})
+
+
+def test_a_repeated_boundary_parameter_is_refused(stack, uploads):
+    # Read with AAA the body asks for the virtual model; with BBB (a last-wins parser) for
+    # the catalog model by name, which the filter would have let through unrouted.
+    body = form("AAA", ("model", UPLOAD_VM)) + form("BBB", ("model", "openai/whisper"))
+    r = upload(uploads, "multipart/form-data; boundary=AAA; boundary=BBB", body)
+    assert_refused(stack, r, "invalid_multipart", "`boundary`", "more than once")
+
+
+def test_any_repeated_content_type_parameter_is_refused(stack, uploads):
+    r = upload(uploads, "multipart/form-data; charset=utf-8; boundary=AAA; CHARSET=latin1",
+               form("AAA", ("model", UPLOAD_VM)))
+    assert_refused(stack, r, "invalid_multipart", "`charset`", "more than once")
+
+
+def test_a_quoted_parameter_is_read_whole_as_rfc_2045_says(stack, uploads):
+    # The `boundary=AAA` inside the quoted charset is not a parameter: the boundary is BBB.
+    body = form("BBB", ("model", UPLOAD_VM), ("language", "en"))
+    r = upload(uploads, 'multipart/form-data; charset="x; boundary=AAA"; boundary="BBB"', body)
+    assert r.status_code != 400, r.text
+    assert r.headers["x-switchboard-resolved-model"] == "openai/whisper"
+    [seen] = stack.providers["audio"].requests()
+    assert 'name="model"\r\n\r\nwhisper-1\r\n--BBB' in seen["body"]
+
+
+@pytest.mark.parametrize("content_type, words", [
+    ("multipart/form-data; boundary=" + "b" * 71, ("70",)),
+    ('multipart/form-data; boundary="a@b"', ("boundary",)),
+    ('multipart/form-data; boundary="ab "', ("boundary",)),
+    ('multipart/form-data; boundary="a\\b"', ()),
+    ('multipart/form-data; boundary="AAA', ()),
+    ("multipart/form-data; boundary=", ()),
+    ("multipart/form-data; boundary*=utf-8''AAA", ()),
+])
+def test_a_boundary_outside_rfc_2046_is_refused(stack, uploads, content_type, words):
+    boundary = "b" * 71 if "b" * 71 in content_type else "AAA"
+    r = upload(uploads, content_type, form(boundary, ("model", UPLOAD_VM)))
+    assert_refused(stack, r, "invalid_multipart", *words)
+
+
+def test_a_boundary_of_70_characters_and_a_preamble_are_fine(stack, uploads):
+    boundary = "'()+_,-./:=? " * 5 + "0123z"
+    assert len(boundary) == 70
+    body = form(boundary, ("model", UPLOAD_VM), preamble="This is a preamble.\r\n")
+    r = upload(uploads, f'multipart/form-data; boundary="{boundary}"', body)
+    assert r.headers["x-switchboard-resolved-model"] == "openai/whisper", r.text
+
+
+def test_a_first_delimiter_in_the_middle_of_a_line_is_refused(stack, uploads):
+    # RFC 2046 reads `x--AAA` as preamble: the provider would see only `other`, while the
+    # filter (old) routed on the `model` it found after it.
+    body = b"x" + form("AAA", ("model", UPLOAD_VM), ("other", "v"))
+    r = upload(uploads, "multipart/form-data; boundary=AAA", body)
+    assert_refused(stack, r, "invalid_multipart", "start of a line")
+
+
+def test_a_line_that_starts_with_the_boundary_but_goes_on_is_refused(stack, uploads):
+    # `--AAAx` is no delimiter to RFC 2046 parsers: to them the `model` below is part of the
+    # `other` field's value and the upload has no model; the filter (old) routed on it.
+    hidden = f'v\r\n--AAAx\r\nContent-Disposition: form-data; name="model"\r\n\r\n{UPLOAD_VM}'
+    body = form("AAA", ("other", hidden))
+    r = upload(uploads, "multipart/form-data; boundary=AAA", body)
+    assert_refused(stack, r, "invalid_multipart", "delimiter")
 
 
 # --- duplicate top-level keys (RFC 8259 §4, RFC 7493 §2.3) -------------------------------------
