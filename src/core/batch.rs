@@ -40,10 +40,13 @@ pub fn check(
         Some(Named::Virtual(..)) => Err(ErrorReply::batch_needs_catalog_model(model)),
         _ => Ok(()),
     };
-    let lines: &[u8] = match multipart::boundary(content_type) {
+    // An upload the filter cannot read is not its to judge: the provider answers it. A content
+    // type that claims multipart/form-data ambiguously is read as not multipart, so a JSON
+    // `/v1/batches` request is still checked.
+    let lines: &[u8] = match multipart::boundary(content_type).ok().flatten() {
         Some(boundary) => {
-            let Some(fields) = multipart::fields(body, boundary) else {
-                return Ok(()); // not ours to judge: the provider answers malformed uploads
+            let Ok(fields) = multipart::fields(body, boundary) else {
+                return Ok(());
             };
             let value = |name: &str| {
                 fields

@@ -71,10 +71,13 @@ fn inspect_request<'b>(
 ) -> Result<crate::core::request::Inspected<'b>, ErrorReply> {
     if endpoint.is_multipart() {
         let content_type = headers.get_str("content-type").unwrap_or_default();
-        let boundary = crate::core::multipart::boundary(content_type).ok_or_else(|| {
-            ErrorReply::invalid_multipart("no multipart/form-data content type with a boundary")
-        })?;
-        inspect_multipart(body, boundary)
+        match crate::core::multipart::boundary(content_type) {
+            Ok(Some(boundary)) => inspect_multipart(body, boundary),
+            Ok(None) => Err(ErrorReply::invalid_multipart(
+                "no multipart/form-data content type with a boundary",
+            )),
+            Err(malformed) => Err(ErrorReply::invalid_multipart(&malformed.to_string())),
+        }
     } else {
         inspect(body)
     }

@@ -5,6 +5,28 @@
 //! never drift apart.
 
 use serde::Serialize;
+use std::borrow::Cow;
+
+/// The most bytes of one client-supplied value an error message echoes.
+pub const ECHO_LIMIT: usize = 256;
+
+/// A client's value as an error message may echo it: whole up to [`ECHO_LIMIT`] bytes, else cut
+/// at the last character boundary within them and followed by `…`. Every constructor below
+/// passes each string it is given through this (a detail too, though callers build those, as
+/// a backstop), so no caller can send a 1 MB model name back. A client's value inside a detail
+/// gets a constructor of its own that clips it, so the message stays whole around it.
+pub fn clip(value: &str) -> Cow<'_, str> {
+    if value.len() <= ECHO_LIMIT {
+        return Cow::Borrowed(value);
+    }
+    // `str::floor_char_boundary` is newer than our rust-version; a UTF-8 character is at most
+    // 4 bytes, so this steps back at most 3 times.
+    let mut end = ECHO_LIMIT;
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    Cow::Owned(format!("{}…", value.get(..end).unwrap_or_default()))
+}
 
 /// A complete local reply: HTTP status and JSON body.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,6 +106,7 @@ impl ErrorReply {
 
     /// 404: the model is unknown, or internal and so not callable directly.
     pub fn model_not_found(model: &str) -> Self {
+        let model = clip(model);
         let message =
             format!("The model `{model}` does not exist or you do not have access to it.");
         Self::new(
@@ -119,12 +142,29 @@ impl ErrorReply {
 
     /// 400: the body is not a JSON object we can read.
     pub fn invalid_json(detail: &str) -> Self {
+        let detail = clip(detail);
         let message = format!("The request body is not valid JSON: {detail}.");
         Self::new(400, "invalid_request_error", "invalid_json", None, &message)
     }
 
+    /// 400: a top-level key of the JSON body appears twice; `param` names it.
+    pub fn duplicate_key(key: &str) -> Self {
+        let key = clip(key);
+        let message = format!(
+            "The request body is not valid JSON: the `{key}` field appears more than once."
+        );
+        Self::new(
+            400,
+            "invalid_request_error",
+            "invalid_json",
+            Some(&key),
+            &message,
+        )
+    }
+
     /// 400: an upload endpoint's body is not well-formed `multipart/form-data`.
     pub fn invalid_multipart(detail: &str) -> Self {
+        let detail = clip(detail);
         let message = format!("The request body must be multipart/form-data: {detail}.");
         Self::new(
             400,
@@ -137,6 +177,7 @@ impl ErrorReply {
 
     /// 400: batch input names a virtual model (TrueFoundry seed FAQ).
     pub fn batch_needs_catalog_model(model: &str) -> Self {
+        let model = clip(model);
         let message = format!(
             "`{model}` is a virtual model; the Batch API needs a real catalog model, because a batch runs later on one provider with no fallback."
         );
@@ -230,6 +271,7 @@ impl ErrorReply {
 
     /// 409: the target that started the conversation is no longer a target of `model`.
     pub fn origin_removed(model: &str) -> Self {
+        let model = clip(model);
         let message = format!(
             "The model that started this conversation is no longer a target of `{model}`. \
              Start a new conversation."
@@ -246,6 +288,7 @@ impl ErrorReply {
     /// 409: the conversation's origin answered with a 5xx or not at all; the gateway does not
     /// fall back, since another target would not hold the conversation.
     pub fn origin_unavailable(model: &str) -> Self {
+        let model = clip(model);
         let message = format!(
             "`{model}`, which holds this conversation, is unavailable right now. Retry shortly, \
              or start a new conversation."
@@ -273,6 +316,8 @@ impl ErrorReply {
 
     /// 400: the conversation's origin no longer serves the endpoint natively.
     pub fn origin_not_native(model: &str, endpoint: &str) -> Self {
+        let model = clip(model);
+        let endpoint = clip(endpoint);
         let message = format!(
             "`{model}`, which holds this conversation, does not serve {endpoint} natively; \
              translating it would lose the conversation. Start a new conversation."
@@ -290,6 +335,7 @@ impl ErrorReply {
     /// account holds it (Zuplo model load balancing, "Stored responses"); the fix is the
     /// operator's, so the log names it and the client is told only this.
     pub fn stored_response_unroutable(model: &str) -> Self {
+        let model = clip(model);
         let message = format!(
             "`{model}` cannot read or continue this stored response: it cannot tell which \
              provider account holds it."
@@ -324,6 +370,8 @@ impl ErrorReply {
 
     /// 400: a virtual model was called on an endpoint its `model_types` do not include.
     pub fn endpoint_not_served(model: &str, endpoint: &str) -> Self {
+        let model = clip(model);
+        let endpoint = clip(endpoint);
         let message =
             format!("The model `{model}` does not serve `{endpoint}`; check its model_types.");
         Self::new(
@@ -337,6 +385,15 @@ impl ErrorReply {
 
     /// 400: the metadata header is not a JSON object of strings.
     pub fn invalid_metadata(detail: &str) -> Self {
+        Self::metadata_reply(&clip(detail))
+    }
+
+    /// 400: a value of the metadata header is not a string.
+    pub fn metadata_value_not_string(key: &str) -> Self {
+        Self::metadata_reply(&format!("the value of `{}` is not a string", clip(key)))
+    }
+
+    fn metadata_reply(detail: &str) -> Self {
         let message = format!(
             "The x-switchboard-metadata header must be a JSON object of strings: {detail}."
         );
@@ -351,6 +408,7 @@ impl ErrorReply {
 
     /// 404: metadata filtering left no target (TrueFoundry seed, `metadata_match`).
     pub fn no_target_matched(model: &str) -> Self {
+        let model = clip(model);
         let message = format!(
             "None of the targets of `{model}` matched the request metadata (metadata_match)."
         );
@@ -365,6 +423,7 @@ impl ErrorReply {
 
     /// 400: no `when` expression of a conditional virtual model held for this request.
     pub fn no_condition_matched(model: &str) -> Self {
+        let model = clip(model);
         let message = format!("No `when` condition of `{model}` matched this request.");
         Self::new(
             400,
@@ -377,6 +436,8 @@ impl ErrorReply {
 
     /// 400: no target of the model serves this endpoint natively.
     pub fn no_capable_target(model: &str, endpoint: &str) -> Self {
+        let model = clip(model);
+        let endpoint = clip(endpoint);
         let message = format!(
             "No target of `{model}` serves `{endpoint}` natively; Switchboard does not translate between APIs."
         );
@@ -391,6 +452,7 @@ impl ErrorReply {
 
     /// 503: no target could be chosen (every target drained or unavailable).
     pub fn no_target_available(model: &str) -> Self {
+        let model = clip(model);
         let message = format!("No target of `{model}` is available.");
         Self::new(503, "server_error", "no_target_available", None, &message)
     }
@@ -429,6 +491,60 @@ mod tests {
         assert_eq!(v["error"]["type"], "invalid_request_error");
         assert_eq!(v["error"]["param"], "model");
         assert!(v["error"]["message"].as_str().unwrap().contains("a\"b"));
+    }
+
+    #[test]
+    fn clip_keeps_256_bytes_cut_on_a_character_boundary() {
+        assert_eq!(clip("gpt-4o"), "gpt-4o");
+        let exact = "x".repeat(ECHO_LIMIT);
+        assert!(matches!(clip(&exact), Cow::Borrowed(s) if s == exact));
+        assert_eq!(clip(&"x".repeat(ECHO_LIMIT + 1)), format!("{exact}…"));
+        // Byte 256 falls inside `é` (bytes 255 and 256): the cut comes before it.
+        let accented = format!("a{}", "é".repeat(1000));
+        assert_eq!(clip(&accented), format!("a{}…", "é".repeat(127)));
+        // A 4-byte character straddling the limit, from each of its offsets.
+        for pad in 253..=256 {
+            let s = format!("{}🦀🦀", "x".repeat(pad));
+            let clipped = clip(&s);
+            let kept = clipped.strip_suffix('…').unwrap_or(&clipped);
+            assert!(kept.len() <= ECHO_LIMIT && s.starts_with(kept), "{pad}");
+            assert!(kept.len() > ECHO_LIMIT - 4, "{pad}");
+        }
+    }
+
+    #[test]
+    fn no_constructor_echoes_more_than_256_bytes_of_a_value() {
+        let huge = format!("a{}", "é".repeat(500_000));
+        let shown = format!("a{}…", "é".repeat(127));
+        let replies = [
+            ErrorReply::model_not_found(&huge),
+            ErrorReply::invalid_json(&huge),
+            ErrorReply::duplicate_key(&huge),
+            ErrorReply::invalid_multipart(&huge),
+            ErrorReply::batch_needs_catalog_model(&huge),
+            ErrorReply::unsupported_content_encoding(&huge),
+            ErrorReply::origin_removed(&huge),
+            ErrorReply::origin_unavailable(&huge),
+            ErrorReply::origin_not_native(&huge, &huge),
+            ErrorReply::stored_response_unroutable(&huge),
+            ErrorReply::endpoint_not_served(&huge, &huge),
+            ErrorReply::invalid_metadata(&huge),
+            ErrorReply::metadata_value_not_string(&huge),
+            ErrorReply::no_target_matched(&huge),
+            ErrorReply::no_condition_matched(&huge),
+            ErrorReply::no_capable_target(&huge, &huge),
+            ErrorReply::no_target_available(&huge),
+        ];
+        for reply in replies {
+            for body in [&reply.body, &reply.in_anthropic_shape().body] {
+                assert!(body.len() < 1024, "{}", &body[..300]);
+                let v: serde_json::Value = serde_json::from_str(body).unwrap();
+                let message = v["error"]["message"].as_str().unwrap();
+                assert!(message.contains(&shown) || reply.status == 415, "{message}");
+            }
+            let note = reply.operator_note.unwrap_or_default();
+            assert!(note.len() < 1024, "{}", &note[..300]);
+        }
     }
 
     #[test]

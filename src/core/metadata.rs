@@ -33,9 +33,7 @@ impl<'c> Metadata<'c> {
                 .into_iter()
                 .map(|(k, v)| match v {
                     serde_json::Value::String(s) => Ok((Cow::Owned(k), Cow::Owned(s))),
-                    _ => Err(ErrorReply::invalid_metadata(&format!(
-                        "the value of `{k}` is not a string"
-                    ))),
+                    _ => Err(ErrorReply::metadata_value_not_string(&k)),
                 })
                 .collect::<Result<_, _>>()?,
         };
@@ -141,6 +139,17 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_huge_key_is_echoed_clipped() {
+        let key = "k".repeat(100_000);
+        let header = format!(r#"{{"{key}": 1}}"#);
+        let e = Metadata::resolve(Some(header.as_bytes()), &[]).unwrap_err();
+        assert!(e.body.len() < 1024, "{}", e.body.len());
+        let v: serde_json::Value = serde_json::from_str(&e.body).unwrap();
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.contains(&format!("`{}…` is not a string", "k".repeat(256))));
     }
 
     #[test]

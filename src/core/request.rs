@@ -127,16 +127,13 @@ pub fn inspect(body: &[u8]) -> Result<Inspected<'_>, ErrorReply> {
     let fields = serde::de::DeserializeSeed::deserialize(TopLevel(body), &mut reader)
         .and_then(|fields| reader.end().map(|()| fields))
         .map_err(|e| describe(&e))?;
+    if let Some(key) = repeated_key(&fields) {
+        return Err(ErrorReply::duplicate_key(key));
+    }
     let value = |span: &Range<usize>| body.get(span.clone()).unwrap_or_default();
     let (mut model, mut stream) = (None, false);
     for (key, span) in &fields {
         match key.as_ref() {
-            // Two `model` fields would let the provider read a different one than we routed on.
-            "model" if model.is_some() => {
-                return Err(ErrorReply::invalid_json(
-                    "the `model` field appears more than once",
-                ))
-            }
             "model" if value(span) != b"null" => model = Some(span.clone()),
             "stream" => stream = value(span) == b"true",
             _ => {}
@@ -171,17 +168,62 @@ pub fn inspect(body: &[u8]) -> Result<Inspected<'_>, ErrorReply> {
     })
 }
 
+/// The first top-level key that appears twice (first by where its second copy sits), compared
+/// decoded, so `"str\u0065am"` is `"stream"`.
+///
+/// RFC 8259 §4 leaves which copy a parser reads to the parser (serde_json's maps and Python's
+/// `json` keep the last, the scan above sees both), and I-JSON (RFC 7493 §2.3) forbids them: a
+/// provider could read another `model` or `stream` than the one routed on, so any is refused.
+fn repeated_key<'f>(fields: &'f [(Cow<'_, str>, Range<usize>)]) -> Option<&'f str> {
+    // Pairwise for the usual handful of keys; sorted above that, so a body of 100k keys costs
+    // n log n, not n².
+    const PAIRWISE_UP_TO: usize = 16;
+    if fields.len() <= PAIRWISE_UP_TO {
+        return fields.iter().enumerate().find_map(|(i, (key, _))| {
+            let earlier = fields.get(..i)?;
+            earlier
+                .iter()
+                .any(|(k, _)| k == key)
+                .then_some(key.as_ref())
+        });
+    }
+    let mut keys: Vec<(&str, usize)> = fields
+        .iter()
+        .enumerate()
+        .map(|(i, (key, _))| (key.as_ref(), i))
+        .collect();
+    keys.sort_unstable();
+    keys.windows(2)
+        .filter_map(|pair| match pair {
+            [(a, _), (b, second)] if a == b => Some((*second, *b)),
+            _ => None,
+        })
+        .min()
+        .map(|(_, key)| key)
+}
+
 /// Reads the `model` form field of a `multipart/form-data` body.
 pub fn inspect_multipart<'a>(body: &'a [u8], boundary: &str) -> Result<Inspected<'a>, ErrorReply> {
     let parts = crate::core::multipart::fields(body, boundary)
-        .ok_or_else(|| ErrorReply::invalid_multipart("the form data is malformed"))?;
-    let mut models = parts.iter().filter(|(name, _)| name == "model");
-    let (_, span) = models.next().ok_or_else(ErrorReply::missing_model)?;
-    if models.next().is_some() {
-        return Err(ErrorReply::invalid_multipart(
-            "the `model` field appears more than once",
-        ));
+        .map_err(|malformed| ErrorReply::invalid_multipart(&malformed.to_string()))?;
+    // Form fields may repeat (`timestamp_granularities[]`, several files), but two of the ones
+    // the filter reads would let the provider read another than the filter did.
+    for read in ["model", "stream"] {
+        if parts
+            .iter()
+            .filter(|(name, _)| name == read)
+            .nth(1)
+            .is_some()
+        {
+            return Err(ErrorReply::invalid_multipart(&format!(
+                "the `{read}` field appears more than once"
+            )));
+        }
     }
+    let (_, span) = parts
+        .iter()
+        .find(|(name, _)| name == "model")
+        .ok_or_else(ErrorReply::missing_model)?;
     let model = body
         .get(span.clone())
         .and_then(|v| std::str::from_utf8(v).ok())
@@ -512,6 +554,48 @@ mod tests {
     }
 
     #[test]
+    fn any_top_level_key_given_twice_is_refused_naming_it() {
+        let param = |body: &str| {
+            let e = inspect(body.as_bytes()).unwrap_err();
+            let v: serde_json::Value = serde_json::from_str(&e.body).unwrap();
+            assert_eq!(
+                (e.status, v["error"]["code"].as_str()),
+                (400, Some("invalid_json"))
+            );
+            v["error"]["param"].as_str().unwrap().to_string()
+        };
+        assert_eq!(
+            param(r#"{"model":"a","stream":false,"stream":true}"#),
+            "stream"
+        );
+        assert_eq!(
+            param(r#"{"model":"a","stream":false,"str\u0065am":true}"#),
+            "stream"
+        );
+        assert_eq!(param(r#"{"model":null,"model":"a"}"#), "model");
+        assert_eq!(param(r#"{"model":"a","n":1,"user":"u","n":2}"#), "n");
+        assert_eq!(
+            code(r#"{"model":"a","stream":true,"stream":true}"#).1,
+            "The request body is not valid JSON: the `stream` field appears more than once."
+        );
+        // Nested objects are the provider's to read: only top-level keys route.
+        let nested = br#"{"model":"a","metadata":{"k":"1","k":"2"},"messages":[{"x":1,"x":2}]}"#;
+        assert_eq!(inspect(nested).unwrap().model, "a");
+    }
+
+    #[test]
+    fn many_top_level_keys_are_checked_in_n_log_n() {
+        let body = |extra: &str| {
+            let keys: String = (0..100_000).map(|i| format!(r#""k{i}":0,"#)).collect();
+            format!(r#"{{{keys}{extra}"model":"a"}}"#)
+        };
+        assert_eq!(inspect(body("").as_bytes()).unwrap().model, "a");
+        // Named: the key whose second copy comes first, as below 16 keys.
+        let e = inspect(body(r#""k99999":1,"k7":1,"#).as_bytes()).unwrap_err();
+        assert!(e.body.contains("`k99999`"), "{}", e.body);
+    }
+
+    #[test]
     fn deeply_nested_bodies_do_not_overflow_the_stack() {
         let nest = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
         // Skipped fields are walked iteratively: deep but valid JSON is fine.
@@ -587,6 +671,33 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(edits.new_len(body), body.len() + 15);
+    }
+
+    #[test]
+    fn a_multipart_model_or_stream_field_given_twice_is_refused_and_others_may_repeat() {
+        let form = |fields: &[(&str, &str)]| {
+            let mut out = String::new();
+            for (name, value) in fields {
+                out += &format!(
+                    "--b\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n"
+                );
+            }
+            (out + "--b--\r\n").into_bytes()
+        };
+        for read in ["model", "stream"] {
+            let body = form(&[("model", "m"), (read, "true"), (read, "false")]);
+            let e = inspect_multipart(&body, "b").unwrap_err();
+            assert_eq!(e.status, 400);
+            assert!(e
+                .body
+                .contains(&format!("the `{read}` field appears more than once")));
+        }
+        let granularities = form(&[
+            ("model", "m"),
+            ("timestamp_granularities[]", "word"),
+            ("timestamp_granularities[]", "segment"),
+        ]);
+        assert_eq!(inspect_multipart(&granularities, "b").unwrap().model, "m");
     }
 
     #[test]

@@ -160,7 +160,7 @@ fn check(args: &[String]) -> Result<String, String> {
 /// The multipart boundary of the request's content type, if it is an upload.
 fn multipart_boundary(headers: &Headers) -> Option<&str> {
     let ct = headers.get_str("content-type")?;
-    switchboard::core::multipart::boundary(ct)
+    switchboard::core::multipart::boundary(ct).ok().flatten()
 }
 
 fn endpoint(path: &str) -> Result<Endpoint, String> {
