@@ -81,6 +81,9 @@ impl RootContext for Root {
                     config.models.len(),
                     config.virtual_models.len()
                 );
+                for warning in &config.warnings {
+                    log::warn!("config {version}: {warning}");
+                }
                 self.config = Some(Rc::new(config));
                 self.runtime.reset_for_new_config();
                 true

@@ -251,6 +251,9 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
                     plugin.config.models.len(),
                     plugin.config.virtual_models.len()
                 );
+                for warning in &plugin.config.warnings {
+                    log::warn!("config {version}: {warning}");
+                }
                 Arc::into_raw(Arc::new(plugin)).cast()
             }
             Err(e) => {

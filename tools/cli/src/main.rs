@@ -146,6 +146,13 @@ fn check(args: &[String]) -> Result<String, String> {
         return Err(USAGE.to_string());
     };
     let c = load(path)?;
+    // The adapters log these when Envoy loads the config; the native module adds its own.
+    for warning in &c.warnings {
+        eprintln!("warning: {warning}");
+    }
+    if let Some(warning) = c.env_warning() {
+        eprintln!("warning: {warning}");
+    }
     Ok(format!(
         "{path}: ok ({} models, {} virtual models)",
         c.models.len(),
