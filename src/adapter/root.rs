@@ -86,6 +86,7 @@ impl RootContext for Root {
                 }
                 self.config = Some(Rc::new(config));
                 self.runtime.reset_for_new_config();
+                self.runtime.share_slot_secret();
                 true
             }
             Err(e) => {

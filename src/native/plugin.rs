@@ -70,12 +70,25 @@ pub struct Routing<'a> {
 
 impl RoutingState for Routing<'_> {
     fn pinned(&self, virtual_model: &str, session: u64, window: u64) -> Option<String> {
-        pins::lookup(&Shared, virtual_model, session, window)
+        pins::lookup(
+            &Shared,
+            store::slot_secret(),
+            virtual_model,
+            session,
+            window,
+        )
     }
 
     /// Only the session's hash is stored, never its key; a pin that finds no room is dropped.
     fn pin(&self, virtual_model: &str, session: u64, window: u64, value: &str) {
-        if !pins::save(&Shared, virtual_model, session, window, value) {
+        if !pins::save(
+            &Shared,
+            store::slot_secret(),
+            virtual_model,
+            session,
+            window,
+            value,
+        ) {
             log::debug!("no room to pin a sticky session of {virtual_model}");
         }
     }
