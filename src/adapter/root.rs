@@ -76,16 +76,17 @@ impl RootContext for Root {
                 let locality = |key: &str| host::property(&["xds", "node", "locality", key]);
                 let config = config.with_gateway_location(locality("region"), locality("zone"));
                 let config = super::metrics::define(config, version.0);
-                for warning in &config.warnings {
-                    log::warn!("config {version}: {warning}");
-                }
                 log::info!(
                     "loaded config {version}: {} models and {} virtual models",
                     config.models.len(),
                     config.virtual_models.len()
                 );
+                for warning in &config.warnings {
+                    log::warn!("config {version}: {warning}");
+                }
                 self.config = Some(Rc::new(config));
                 self.runtime.reset_for_new_config();
+                self.runtime.share_slot_secret();
                 true
             }
             Err(e) => {

@@ -13,7 +13,7 @@ use super::report::Report;
 use crate::core::config::{Config, ModelId};
 use crate::core::flight::{self, CallId, Effect, Machine};
 use crate::core::health::view::HealthView;
-use crate::core::routing::pins;
+use crate::core::routing::pins::{self, SlotSecret};
 use crate::core::routing::state::RoutingState;
 use crate::core::routing::HealthInput;
 use hashbrown::HashMap;
@@ -57,17 +57,24 @@ pub struct Runtime {
     cursors: RefCell<HashMap<usize, usize>>,
     /// The `health` gauge values this worker last wrote, by pair number.
     gauges: RefCell<Vec<u8>>,
+    /// The secret placing sticky pins in their slots, the same in every worker's VM of this
+    /// Envoy (pins live in shared data); none yet: no pins.
+    slot_secret: Cell<Option<SlotSecret>>,
 }
 
 impl RoutingState for Runtime {
     fn pinned(&self, virtual_model: &str, session: u64, window: u64) -> Option<String> {
-        pins::lookup(&SharedData, virtual_model, session, window)
+        let secret = self.slot_secret.get()?;
+        pins::lookup(&SharedData, secret, virtual_model, session, window)
     }
 
     /// Only the session's hash is stored, never its key. The slot is the core's choice
     /// ([`pins::choose_slot`]): a pin that finds no room is dropped.
     fn pin(&self, virtual_model: &str, session: u64, window: u64, value: &str) {
-        if !pins::save(&SharedData, virtual_model, session, window, value) {
+        let Some(secret) = self.slot_secret.get() else {
+            return;
+        };
+        if !pins::save(&SharedData, secret, virtual_model, session, window, value) {
             log::debug!("no room to pin a sticky session of {virtual_model}");
         }
     }
@@ -99,6 +106,21 @@ impl RoutingState for Runtime {
 }
 
 impl Runtime {
+    /// Takes the pin-slot secret this Envoy's workers share ([`pins::shared_secret`]): the
+    /// stored one, else one made from the host's entropy (WASI `random_get`) and stored.
+    pub fn share_slot_secret(&self) {
+        if self.slot_secret.get().is_some() {
+            return;
+        }
+        let fresh = || Some(SlotSecret::new(host::entropy()?, host::entropy()?));
+        match pins::shared_secret(&SharedData, fresh) {
+            Some(secret) => self.slot_secret.set(Some(secret)),
+            None => log::warn!(
+                "no secret for sticky pins (no entropy or shared data): this worker pins no session"
+            ),
+        }
+    }
+
     /// Forgets what is indexed by the config (model and virtual model indices change with it).
     pub fn reset_for_new_config(&self) {
         *self.health.borrow_mut() = HealthView::default();

@@ -450,6 +450,18 @@ impl ErrorReply {
         )
     }
 
+    /// 500: the gateway itself failed while handling the request (a bug caught at the native
+    /// module's hook); the request went nowhere.
+    pub fn internal_error() -> Self {
+        Self::new(
+            500,
+            "server_error",
+            "internal_error",
+            None,
+            "The gateway could not handle the request because of an internal error.",
+        )
+    }
+
     /// 503: no target could be chosen (every target drained or unavailable).
     pub fn no_target_available(model: &str) -> Self {
         let model = clip(model);
@@ -558,5 +570,20 @@ mod tests {
         assert_eq!(ErrorReply::no_target_available("m").status, 503);
         assert_eq!(ErrorReply::invalid_metadata("x").status, 400);
         assert_eq!(ErrorReply::no_target_matched("m").status, 404);
+        assert_eq!(ErrorReply::internal_error().status, 500);
+    }
+
+    #[test]
+    fn an_internal_error_is_a_server_error_in_either_shape() {
+        let v: serde_json::Value =
+            serde_json::from_str(&ErrorReply::internal_error().body).unwrap();
+        assert_eq!(v["error"]["code"], "internal_error");
+        assert_eq!(v["error"]["type"], "server_error");
+        let anthropic = ErrorReply::internal_error().in_anthropic_shape();
+        let v: serde_json::Value = serde_json::from_str(&anthropic.body).unwrap();
+        assert_eq!(
+            (anthropic.status, v["error"]["type"].as_str()),
+            (500, Some("api_error"))
+        );
     }
 }

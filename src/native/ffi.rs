@@ -141,6 +141,13 @@ pub mod callout_result {
     pub const SUCCESS: u32 = 0;
 }
 
+/// `envoy_dynamic_module_type_http_filter_stream_reset_reason`.
+pub mod stream_reset {
+    /// `LocalReset` (the first value; Envoy 1.40 maps any value but `LocalRefusedStreamReset`,
+    /// 1, to it).
+    pub const LOCAL_RESET: u32 = 0;
+}
+
 /// `envoy_dynamic_module_type_attribute_id`.
 pub mod attribute {
     /// `response.code_details`.
@@ -249,6 +256,8 @@ callbacks! {
     fn http_filter_scheduler_delete(scheduler: SchedulerPtr);
     /// Resumes a request stopped in a hook.
     fn http_filter_continue_decoding(filter: FilterEnvoyPtr);
+    /// Resets the stream (both directions), with a reason and details for Envoy's logs.
+    fn http_filter_reset_stream(filter: FilterEnvoyPtr, reason: u32, details: ModuleBuffer);
 
     // Declared for access-log fields and gauge arithmetic, which the adapter does not use
     // yet: they are resolved at load like the rest, so a module using them later needs no

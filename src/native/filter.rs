@@ -130,18 +130,20 @@ impl Filter {
     pub fn on_request_headers(&mut self, s: &mut Stream, end_of_stream: bool) -> Verdict {
         let plugin = Arc::clone(&self.plugin);
         let config = &plugin.config;
-        // One call for every header: these are the client's headers as sent, which a retry or
-        // fallback replays.
+        strip_client_cluster(s, &config.header_names.cluster);
+        // One call for every header: these are the client's headers as sent (less the cluster
+        // header), which a retry or fallback replays.
         let headers = s.headers(Side::Request);
+        // Before anything can fail: a panic's 500 answers in this API's shape.
+        self.anthropic = headers
+            .get_str(":path")
+            .and_then(Endpoint::from_path)
+            .is_some_and(Endpoint::speaks_anthropic);
         let admission = admit(config, &headers, end_of_stream);
+        // The trace token (the cluster header is gone already).
         let strip = admission.client_headers_to_strip(&config.header_names, &headers);
         for name in strip.into_iter().flatten() {
             s.remove_header(Side::Request, name);
-        }
-        if let [Some(_cluster), _] = strip {
-            // Unlike proxy-wasm, a dynamic module's header writes leave the cached route in
-            // place.
-            s.clear_route_cache();
         }
         match admission {
             Admission::Pass { .. } => Verdict::Continue,
@@ -166,6 +168,11 @@ impl Filter {
             }
             Admission::Stored(path) => self.forward_stored(s, &plugin, headers, &path),
         }
+    }
+
+    /// Whether errors go to this client in Anthropic's shape (it called `/v1/messages`).
+    pub fn speaks_anthropic(&self) -> bool {
+        self.anthropic
     }
 
     /// A chunk of the request body arrived (`size` bytes held so far, this chunk included).
@@ -472,6 +479,19 @@ impl Filter {
             Phase::Forwarded(flight) => flight.on_response_trailers(),
             _ => Verdict::Continue,
         }
+    }
+}
+
+/// Removes the cluster header a client sent, first thing on every request: a client never
+/// picks the cluster through the route's `cluster_header`, whatever happens to the request
+/// later (passed on, refused, or a bug's panic on the way). One lookup when it is absent, which
+/// is every honest request; when present, the route Envoy cached from the client's headers
+/// named the client's cluster and is selected again.
+fn strip_client_cluster(s: &mut Stream, name: &str) {
+    if s.has_header(Side::Request, name) {
+        s.remove_header(Side::Request, name);
+        // Unlike proxy-wasm, a dynamic module's header writes leave the cached route in place.
+        s.clear_route_cache();
     }
 }
 

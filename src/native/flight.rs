@@ -258,7 +258,8 @@ impl Flight {
                     window,
                     target,
                 } => {
-                    if !pins::save(&Shared, virtual_model, session, window, target) {
+                    let secret = store::slot_secret();
+                    if !pins::save(&Shared, secret, virtual_model, session, window, target) {
                         log::debug!("no room to pin a sticky session of {virtual_model}");
                     }
                 }

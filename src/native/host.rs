@@ -4,8 +4,8 @@
 //! returns or the map changes) cannot be held across a write.
 
 use super::ffi::{
-    attribute, body, callout_init, header_map, Api, EnvoyBuffer, EnvoyHeader, FilterEnvoyPtr,
-    ModuleBuffer, ModuleHeader, SchedulerPtr,
+    attribute, body, callout_init, header_map, stream_reset, Api, EnvoyBuffer, EnvoyHeader,
+    FilterEnvoyPtr, ModuleBuffer, ModuleHeader, SchedulerPtr,
 };
 use crate::core::access_log::Value;
 use crate::core::headers::Headers;
@@ -75,6 +75,18 @@ impl Stream {
 
     /// The first value of a header, as Envoy holds it.
     pub fn header(&self, side: Side, name: &str) -> Option<&[u8]> {
+        let (found, out) = self.first_value(side, name);
+        // SAFETY: Envoy filled `out` in this hook; `&self` keeps writes away while it is held.
+        (found && !out.ptr.is_null()).then(|| unsafe { out.bytes() })
+    }
+
+    /// Whether a header is present, with any value (an empty one too).
+    pub fn has_header(&self, side: Side, name: &str) -> bool {
+        self.first_value(side, name).0
+    }
+
+    /// Envoy's lookup of a header's first value: whether it has one, and the value.
+    fn first_value(&self, side: Side, name: &str) -> (bool, EnvoyBuffer) {
         let mut out = EnvoyBuffer::NULL;
         // SAFETY: `out` is ours to fill; a count pointer may be null.
         let found = unsafe {
@@ -87,8 +99,7 @@ impl Stream {
                 std::ptr::null_mut(),
             )
         };
-        // SAFETY: Envoy filled `out` in this hook; `&self` keeps writes away while it is held.
-        (found && !out.ptr.is_null()).then(|| unsafe { out.bytes() })
+        (found, out)
     }
 
     /// Every header of one side, pseudo-headers included, copied.
@@ -401,6 +412,19 @@ impl Stream {
         unsafe {
             (self.api.http_filter_set_gauge)(self.ptr, id as usize, std::ptr::null_mut(), 0, value)
         };
+    }
+
+    /// Resets the stream: what is left when the response headers may already be with the
+    /// client, so no answer can replace them.
+    pub fn reset(&mut self) {
+        // SAFETY: a plain call on the stream; the details are read during the call.
+        unsafe {
+            (self.api.http_filter_reset_stream)(
+                self.ptr,
+                stream_reset::LOCAL_RESET,
+                ModuleBuffer::of(b"switchboard_internal_error"),
+            );
+        }
     }
 
     /// Resumes the request after a hook stopped it.

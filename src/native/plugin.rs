@@ -29,15 +29,16 @@ pub struct Plugin {
 
 impl Plugin {
     /// Parses the filter config: the same JSON plugin config the Wasm filter takes, with
-    /// `${env:NAME}` resolved from Envoy's own environment (this library runs in its process);
-    /// `define` defines its metrics in Envoy.
+    /// `${env:NAME}` resolved from Envoy's own environment (this library runs in its process:
+    /// a warning when no `env_keys` limits it); `define` defines its metrics in Envoy.
     pub fn load(
         api: &'static Api,
         json: &[u8],
         define: impl FnOnce(Config) -> Config,
     ) -> Result<Plugin, String> {
         let env = |name: &str| std::env::var(name).ok();
-        let config = Config::parse_with_env(json, &env).map_err(|e| e.to_string())?;
+        let mut config = Config::parse_with_env(json, &env).map_err(|e| e.to_string())?;
+        config.warnings.extend(config.env_warning());
         let config = define(without_jwt_caller(config));
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         store::register(id);
@@ -84,12 +85,25 @@ pub struct Routing<'a> {
 
 impl RoutingState for Routing<'_> {
     fn pinned(&self, virtual_model: &str, session: u64, window: u64) -> Option<String> {
-        pins::lookup(&Shared, virtual_model, session, window)
+        pins::lookup(
+            &Shared,
+            store::slot_secret(),
+            virtual_model,
+            session,
+            window,
+        )
     }
 
     /// Only the session's hash is stored, never its key; a pin that finds no room is dropped.
     fn pin(&self, virtual_model: &str, session: u64, window: u64, value: &str) {
-        if !pins::save(&Shared, virtual_model, session, window, value) {
+        if !pins::save(
+            &Shared,
+            store::slot_secret(),
+            virtual_model,
+            session,
+            window,
+            value,
+        ) {
             log::debug!("no room to pin a sticky session of {virtual_model}");
         }
     }

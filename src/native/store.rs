@@ -9,10 +9,12 @@ use crate::core::config::{Config, ModelId};
 use crate::core::flight::{self, Effect};
 use crate::core::health::store::{Store, WriteError};
 use crate::core::health::view::HealthView;
+use crate::core::routing::pins::SlotSecret;
 use crate::core::routing::HealthInput;
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::{LazyLock, Mutex, PoisonError};
+use std::hash::BuildHasher;
+use std::sync::{LazyLock, Mutex, OnceLock, PoisonError};
 
 /// A value and its compare-and-swap token, as shared data keeps them.
 type Entry = (Vec<u8>, u32);
@@ -40,6 +42,18 @@ impl Store for Shared {
         values.insert(key.to_string(), (value.to_vec(), next));
         Ok(())
     }
+}
+
+/// This process's secret for placing sticky pins in their slots ([`SlotSecret`]): 128 bits
+/// from std's `RandomState`, whose keys come from the operating system's random source
+/// (getrandom(2) on Linux), made on first use. Pins live in this process's memory only, so no
+/// other process needs it.
+pub fn slot_secret() -> SlotSecret {
+    static SECRET: OnceLock<SlotSecret> = OnceLock::new();
+    *SECRET.get_or_init(|| {
+        let random = std::collections::hash_map::RandomState::new();
+        SlotSecret::new(random.hash_one(0u8), random.hash_one(1u8))
+    })
 }
 
 /// A worker's copy of one plugin config's health records, so requests lock the shared map at
@@ -133,6 +147,14 @@ pub fn apply_health(plugin: u64, config: &Config, effect: &Effect<'_>) -> Option
 mod tests {
     use super::*;
     use crate::core::health::store;
+
+    #[test]
+    fn the_process_keeps_one_random_slot_secret() {
+        let secret = slot_secret();
+        let from_another_thread = std::thread::spawn(slot_secret).join().unwrap();
+        assert_eq!(secret, from_another_thread);
+        assert_ne!(secret, SlotSecret::new(0, 0));
+    }
 
     #[test]
     fn the_shared_store_refuses_a_stale_cas_token() {

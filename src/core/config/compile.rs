@@ -2,7 +2,7 @@
 
 use super::fields::{ConfigError, Fields};
 use super::routing_config::{compile_virtual_model, Catalog};
-use super::upstream::{compile_upstream, expand_env};
+use super::upstream::{compile_env_keys, compile_upstream, expand_env, Env};
 use super::{
     name_key, Config, HeaderNames, Model, ModelId, NameEntry, Provider, Visibility,
     DEFAULT_MAX_REQUEST_BODY_BYTES,
@@ -25,11 +25,13 @@ const MAX_BODY_LIMIT: u64 = 128 * 1024 * 1024;
 
 pub(super) fn compile(
     json: &[u8],
-    env: &dyn Fn(&str) -> Option<String>,
+    read_env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Config, ConfigError> {
     let root: Value = serde_json::from_slice(json)
         .map_err(|e| ConfigError::new("", format!("the plugin config is not valid JSON: {e}")))?;
     let mut root = Fields::new(String::new(), &root)?;
+    // First: every `${env:NAME}` below is checked against it.
+    let env = &Env::new(read_env, compile_env_keys(&mut root)?);
 
     let header_names = match root.opt_object("header_names")? {
         Some(obj) => compile_header_names(obj)?,
@@ -190,6 +192,7 @@ pub(super) fn compile(
         filter_state,
         usage_metrics,
         request_histograms,
+        env_unlisted: env.unlisted(),
         names,
     };
     config.metrics = crate::core::metrics::MetricTable::new(&config);
@@ -201,10 +204,7 @@ const MIN_RESPONSE_KEY_BYTES: usize = 16;
 
 /// `response_id_keys`: secrets for the response ids Switchboard mints (the first signs, all
 /// verify); each may be `${env:NAME}`. None: the built-in key.
-fn compile_response_keys(
-    root: &mut Fields<'_>,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Keys, ConfigError> {
+fn compile_response_keys(root: &mut Fields<'_>, env: &Env<'_>) -> Result<Keys, ConfigError> {
     let mut secrets = Vec::new();
     for (path, value) in root.opt_array("response_id_keys")?.unwrap_or_default() {
         let Some(text) = value.as_str() else {
@@ -245,10 +245,7 @@ const MIN_TRACE_TOKEN_BYTES: usize = 16;
 
 /// `trace`: when answers carry the `x-switchboard-trace` header. `always` for every request;
 /// else `token` (may be `${env:NAME}`) for requests that present it in the trace-token header.
-fn compile_trace(
-    root: &mut Fields<'_>,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<TraceSettings, ConfigError> {
+fn compile_trace(root: &mut Fields<'_>, env: &Env<'_>) -> Result<TraceSettings, ConfigError> {
     let Some(mut f) = root.opt_object("trace")? else {
         return Ok(TraceSettings::default());
     };
@@ -298,7 +295,7 @@ fn models_list(models: &[Model], virtual_models: &[super::VirtualModel]) -> Stri
 fn compile_model(
     mut f: Fields<'_>,
     header_names: &HeaderNames,
-    env: &dyn Fn(&str) -> Option<String>,
+    env: &Env<'_>,
 ) -> Result<Model, ConfigError> {
     let name = f.str("name")?.to_string();
     let cluster = f.str("cluster")?;
@@ -494,11 +491,7 @@ fn is_token(s: &str) -> bool {
 
 /// A configured header value with its `${env:NAME}` references resolved. Neither error shows
 /// the value: it may be a key.
-pub(super) fn header_value(
-    value: &str,
-    path: &str,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<String, ConfigError> {
+pub(super) fn header_value(value: &str, path: &str, env: &Env<'_>) -> Result<String, ConfigError> {
     let value = expand_env(value, path, env)?;
     if !is_header_value(&value) {
         return Err(ConfigError::new(
@@ -840,5 +833,51 @@ mod tests {
             );
             assert!(err(&json).starts_with("header_names."), "{bad}");
         }
+    }
+
+    #[test]
+    fn env_keys_limit_which_variables_env_references_may_read() {
+        let read = |name: &str| Some(format!("value of {name}"));
+        let parse = |env_keys: &str, header: &str| {
+            let json = sample_with(
+                r#""Authorization": "Bearer sk-1""#,
+                &format!(r#""Authorization": "{header}""#),
+            )
+            .replacen('{', &format!("{{{env_keys}"), 1);
+            Config::parse_with_env(json.as_bytes(), &read).map_err(|e| e.to_string())
+        };
+        let listed = r#""env_keys": ["OPENAI_KEY", "OTHER"], "#;
+        let c = parse(listed, "Bearer ${env:OPENAI_KEY}").unwrap();
+        assert_eq!(c.models[0].headers[0].1, "Bearer value of OPENAI_KEY");
+        assert_eq!((c.env_unlisted.len(), c.env_warning()), (0, None));
+        assert_eq!(
+            parse(listed, "Bearer ${env:AWS_SECRET_ACCESS_KEY}").unwrap_err(),
+            "models[0].headers.Authorization: environment variable `AWS_SECRET_ACCESS_KEY` \
+             is not listed in `env_keys`"
+        );
+        // Every `${env:}` field is held to it, `trace.token` among them.
+        let trace = sample_with(
+            r#""virtual_models": ["#,
+            r#""env_keys": [], "trace": {"token": "${env:TOKEN}"}, "virtual_models": ["#,
+        );
+        let e = Config::parse_with_env(trace.as_bytes(), &read).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "trace.token: environment variable `TOKEN` is not listed in `env_keys`"
+        );
+        assert_eq!(
+            parse(r#""env_keys": ["A", "not-a-name"], "#, "x").unwrap_err(),
+            "env_keys[1]: expected an environment variable name (letters, digits, `_`)"
+        );
+        // Without the list: any variable, as before, and the native module's warning names it.
+        let c = parse("", "Bearer ${env:OPENAI_KEY}").unwrap();
+        assert_eq!(c.env_unlisted, ["OPENAI_KEY"]);
+        let warning = c.env_warning().unwrap();
+        assert!(
+            warning.contains("OPENAI_KEY") && warning.contains("`env_keys`"),
+            "{warning}"
+        );
+        // No reference, nothing to warn about.
+        assert_eq!(parse("", "Bearer sk-1").unwrap().env_warning(), None);
     }
 }

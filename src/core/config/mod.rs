@@ -527,8 +527,9 @@ pub struct Config {
     pub caller_identity: CallerIdentity,
     /// `account_headers`: what a target with the gateway's credential drops either way.
     pub account_headers: AccountHeaders,
-    /// What the operator should know about this config, for warn lines at load and
-    /// `switchboard check`: it loads, but does something unsafe or surprising.
+    /// What the operator should know about this config, each logged once when it loads and
+    /// printed by `switchboard check`: it loads, but does something unsafe or surprising (an
+    /// adapter adds its own, e.g. [`Config::env_warning`]).
     pub warnings: Vec<String>,
     /// `stored_responses_virtual_model`: the virtual model that routes a retrieve or delete
     /// naming a raw provider id (which names no model).
@@ -555,6 +556,8 @@ pub struct Config {
     /// each histogram value it takes, and timing the decision reads the clock once more, which
     /// is more than the plain request's budget has room for; the counters stay on.
     pub request_histograms: bool,
+    /// The variables `${env:NAME}` read while the config lists no `env_keys` (sorted, once each).
+    pub env_unlisted: Vec<String>,
     names: HashMap<String, NameEntry>,
 }
 
@@ -607,6 +610,20 @@ impl Config {
     pub fn with_metric_ids(mut self, ids: Vec<u32>) -> Self {
         self.metrics = std::mem::take(&mut self.metrics).with_ids(ids);
         self
+    }
+
+    /// The native module's warning when `${env:NAME}` read variables with no `env_keys` to
+    /// limit them: the module reads Envoy's own environment, so a config may name any of
+    /// Envoy's variables (the Wasm VM sees only those `host_env_keys` hands it).
+    pub fn env_warning(&self) -> Option<String> {
+        (!self.env_unlisted.is_empty()).then(|| {
+            format!(
+                "`${{env:NAME}}` reads {} with no `env_keys` list: in the native module it may \
+                 read any of Envoy's environment variables; list the ones the config may read \
+                 in `env_keys`",
+                self.env_unlisted.join(", ")
+            )
+        })
     }
 
     /// Looks a model name up in the catalog and the virtual models.

@@ -183,7 +183,7 @@ pub(super) struct Catalog<'c> {
     /// `model_name_case: "insensitive"`.
     pub fold_case: bool,
     /// The environment `${env:NAME}` references are read from.
-    pub env: &'c dyn Fn(&str) -> Option<String>,
+    pub env: &'c super::upstream::Env<'c>,
 }
 
 /// Reads `load_balance_targets`: each target's shared retry and fallback fields, its strategy

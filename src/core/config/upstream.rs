@@ -137,15 +137,84 @@ fn percent_encode(s: &str) -> String {
     out
 }
 
-/// Replaces each `${env:NAME}` in a header value with that environment variable's value.
-/// `env` is the Wasm VM's environment (Envoy's `vm_config.environment_variables`), read once
-/// when the config loads. A missing variable is an error naming the field; no error shows
-/// the value.
-pub(super) fn expand_env(
-    value: &str,
-    path: &str,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<String, ConfigError> {
+/// Where `${env:NAME}` references are read: the adapter's environment (the Wasm VM's, which
+/// Envoy fills from `host_env_keys`; Envoy's own for the native module), limited to the root
+/// `env_keys` list when the config has one.
+pub(super) struct Env<'a> {
+    read: &'a dyn Fn(&str) -> Option<String>,
+    /// `env_keys`: the only names a reference may use; `None`: any.
+    keys: Option<Vec<String>>,
+    /// The names read while no `env_keys` limits them.
+    unlisted: std::cell::RefCell<Vec<String>>,
+}
+
+impl<'a> Env<'a> {
+    /// Reads with `read`, limited to `keys` when given.
+    pub(super) fn new(read: &'a dyn Fn(&str) -> Option<String>, keys: Option<Vec<String>>) -> Self {
+        Env {
+            read,
+            keys,
+            unlisted: std::cell::RefCell::new(Vec::new()),
+        }
+    }
+
+    /// The value of variable `name`, referenced at `path`.
+    fn get(&self, name: &str, path: &str) -> Result<String, ConfigError> {
+        match &self.keys {
+            Some(keys) if !keys.iter().any(|k| k == name) => {
+                return Err(ConfigError::new(
+                    path,
+                    format!("environment variable `{name}` is not listed in `env_keys`"),
+                ));
+            }
+            Some(_) => {}
+            None => self.unlisted.borrow_mut().push(name.to_string()),
+        }
+        (self.read)(name).ok_or_else(|| {
+            ConfigError::new(
+                path,
+                format!(
+                    "environment variable `{name}` is not set; hand it to the Wasm VM with \
+                     vm_config.environment_variables.host_env_keys"
+                ),
+            )
+        })
+    }
+
+    /// The variables read with no `env_keys` to limit them, sorted, once each.
+    pub(super) fn unlisted(&self) -> Vec<String> {
+        let mut names = self.unlisted.borrow().clone();
+        names.sort();
+        names.dedup();
+        names
+    }
+}
+
+/// `env_keys`: the environment variables `${env:NAME}` may read, each a variable name.
+/// Absent: any (the native module then warns, since there that is any of Envoy's).
+pub(super) fn compile_env_keys(root: &mut Fields<'_>) -> Result<Option<Vec<String>>, ConfigError> {
+    let Some(items) = root.opt_array("env_keys")? else {
+        return Ok(None);
+    };
+    let mut keys = Vec::with_capacity(items.len());
+    for (path, value) in items {
+        match value.as_str() {
+            Some(name) if is_env_name(name) => keys.push(name.to_string()),
+            _ => {
+                return Err(ConfigError::new(
+                    path,
+                    "expected an environment variable name (letters, digits, `_`)",
+                ))
+            }
+        }
+    }
+    Ok(Some(keys))
+}
+
+/// Replaces each `${env:NAME}` in a header value with that environment variable's value, read
+/// once when the config loads. A missing or unlisted variable is an error naming the field; no
+/// error shows the value.
+pub(super) fn expand_env(value: &str, path: &str, env: &Env<'_>) -> Result<String, ConfigError> {
     const OPEN: &str = "${env:";
     if !value.contains(OPEN) {
         return Ok(value.to_string());
@@ -165,16 +234,7 @@ pub(super) fn expand_env(
                 format!("`{name}` is not an environment variable name (letters, digits, `_`)"),
             ));
         }
-        let Some(found) = env(name) else {
-            return Err(ConfigError::new(
-                path,
-                format!(
-                    "environment variable `{name}` is not set; hand it to the Wasm VM with \
-                     vm_config.environment_variables.host_env_keys"
-                ),
-            ));
-        };
-        out.push_str(&found);
+        out.push_str(&env.get(name, path)?);
         rest = after.get(end + 1..).unwrap_or_default();
     }
     out.push_str(rest);
@@ -226,7 +286,8 @@ mod tests {
 
     #[test]
     fn env_references_are_replaced_and_a_missing_one_names_the_field_not_a_value() {
-        let env = |n: &str| (n == "KEY").then(|| "sk-secret".to_string());
+        let read = |n: &str| (n == "KEY").then(|| "sk-secret".to_string());
+        let env = Env::new(&read, None);
         assert_eq!(
             expand_env("Bearer ${env:KEY}", "p", &env).unwrap(),
             "Bearer sk-secret"

@@ -54,6 +54,32 @@ fn check_warns_when_response_ids_would_be_minted_with_the_built_in_key() {
 }
 
 #[test]
+fn check_warns_when_env_references_have_no_env_keys_to_limit_them() {
+    let config = |env_keys: &str| {
+        format!(
+            r#"{{{env_keys}"models":[{{"name":"a","cluster":"c","model":"m",
+                "headers":{{"authorization":"Bearer ${{env:SWITCHBOARD_CLI_TEST_KEY}}"}}}}]}}"#
+        )
+    };
+    let open = temp("env-open.json", &config(""));
+    let (ok, _, err) = run(&["check", open.to_str().unwrap()]);
+    std::fs::remove_file(open).unwrap();
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("warning: `${env:NAME}` reads SWITCHBOARD_CLI_TEST_KEY with no `env_keys`"),
+        "{err}"
+    );
+    let listed = temp(
+        "env-listed.json",
+        &config(r#""env_keys":["SWITCHBOARD_CLI_TEST_KEY"],"#),
+    );
+    let (ok, _, err) = run(&["check", listed.to_str().unwrap()]);
+    std::fs::remove_file(listed).unwrap();
+    assert!(ok, "{err}");
+    assert!(!err.contains("warning:"), "{err}");
+}
+
+#[test]
 fn explain_lists_the_candidates_and_why_targets_are_out() {
     let (ok, out, err) = run(&[
         "explain",
