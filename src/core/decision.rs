@@ -6,7 +6,7 @@
 //! ([`crate::core::outbound`]).
 
 use crate::core::caller::{identify, Caller};
-use crate::core::config::{Config, ModelId, VirtualModel};
+use crate::core::config::{Config, ModelId, Named, VirtualModel};
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
 use crate::core::flight::{Replay, Start};
@@ -16,7 +16,7 @@ use crate::core::outbound::{outbound, ClientRequest, Outbound};
 use crate::core::request::{inspect, inspect_multipart};
 use crate::core::request::{raw_field, rewrite, Edits, Layout};
 use crate::core::responses::continuation::{self, Continuation};
-use crate::core::responses::stored;
+use crate::core::responses::stored::{self, Storage};
 use crate::core::routing::state::RoutingState;
 use crate::core::routing::{plan, HealthInput, Plan, Request};
 
@@ -210,21 +210,26 @@ pub fn decide_with_tier<'c>(
         fields: &inspected.fields,
         tier_hint,
     };
-    let mut plan = match &continuation.origin {
-        Some(origin) => continuation::pinned_plan(config, &request, origin)?,
-        None => plan(config, &request, health, rng)?,
-    };
-    if let (Endpoint::Responses, None, Some(vm)) =
-        (endpoint, &continuation.origin, plan.virtual_model(config))
-    {
-        if continuation.raw_stored {
-            plan = stored::plan(config, vm, &request, plan)?;
-        } else {
-            let store_false =
-                raw_field(body, &inspected.fields, "store").is_some_and(|v| v.get() == "false");
-            stored::keep_storing_targets(config, &mut plan, store_false);
+    let mut plan = match (
+        &continuation.origin,
+        endpoint,
+        config.lookup(&inspected.model),
+    ) {
+        (Some(origin), _, _) => continuation::pinned_plan(config, &request, origin)?,
+        (None, Endpoint::Responses, Some(Named::Virtual(index, vm))) => {
+            let storage = if continuation.raw_stored {
+                Storage::Held
+            } else if raw_field(body, &inspected.fields, "store")
+                .is_some_and(|v| v.get() == "false")
+            {
+                Storage::Stateless
+            } else {
+                Storage::Stores
+            };
+            stored::plan(config, index, vm, &request, storage, health, rng)?
         }
-    }
+        _ => plan(config, &request, health, rng)?,
+    };
     plan.pinned |= endpoint.single_target();
     let target = plan
         .primary()
@@ -281,7 +286,7 @@ pub fn decide_stored_path(
         fields: &[],
         tier_hint: None,
     };
-    let planned = stored::plan(config, vm, &request, plan(config, &request, health, rng)?)?;
+    let planned = stored::plan(config, index, vm, &request, Storage::Held, health, rng)?;
     planned
         .primary()
         .ok_or_else(|| ErrorReply::no_target_available(&vm.name))

@@ -14,10 +14,26 @@
 //! The provider name is the catalog name's part before the `/`, compared without case. Such
 //! requests get no retry model. A provider that stores nothing (`stores_responses: false`)
 //! never gets them, and gets a create only when it sets `store: false` or no target stores.
+//!
+//! "The models in the list" are the virtual model's targets this request may reach (serving
+//! the endpoint, `metadata_match` and `when` holding), before health and
+//! `max_targets_per_request` shape its plan: a plan cut to one target would show one provider
+//! name where the list has two, or none that stores where the list has one.
 
 use crate::core::config::{Config, HashKey, Model, ModelId, Routing, VirtualModel};
 use crate::core::errors::ErrorReply;
-use crate::core::routing::{hash, Plan, Request};
+use crate::core::routing::{self, hash, HealthInput, Plan, Request};
+
+/// What a Responses request to a virtual model asks of the state providers store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Storage {
+    /// It reads or continues a response stored under the provider's raw id.
+    Held,
+    /// A create that stores its response (it does not set `store: false`).
+    Stores,
+    /// A create with `store: false`.
+    Stateless,
+}
 
 /// The provider account part of a catalog name: before the `/`, without case.
 fn provider_name(model: &Model) -> String {
@@ -29,56 +45,98 @@ fn stores(config: &Config, m: ModelId) -> bool {
     config.model(m).is_some_and(|m| m.stores_responses)
 }
 
-/// The plan of a stored-response request: one target, no retry model.
+/// The plan of a Responses request (not a pinned follow-up of an id minted here) to the
+/// virtual model `index`.
 pub fn plan(
+    config: &Config,
+    index: usize,
+    vm: &VirtualModel,
+    request: &Request<'_>,
+    storage: Storage,
+    health: &HealthInput<'_>,
+    rng: &mut fastrand::Rng,
+) -> Result<Plan, ErrorReply> {
+    match storage {
+        Storage::Held => held(config, index, vm, request, health, rng),
+        Storage::Stores => {
+            let mut plan = routing::plan(config, request, health, rng)?;
+            keep_storing_targets(config, &mut plan);
+            Ok(plan)
+        }
+        Storage::Stateless => routing::plan(config, request, health, rng),
+    }
+}
+
+/// The targets that may take the request and keep Responses API state, in config order: the
+/// models "in the list" that store responses, whatever the plan later cuts.
+fn storing(
     config: &Config,
     vm: &VirtualModel,
     request: &Request<'_>,
-    mut plan: Plan,
+) -> Result<Vec<ModelId>, ErrorReply> {
+    let mut out = routing::eligible(config, vm, request)?;
+    out.retain(|m| stores(config, *m));
+    Ok(out)
+}
+
+/// A request for a response stored under a raw id: one target, no retry model, decided on
+/// the virtual model's whole list so the same request always gets the same answer.
+fn held(
+    config: &Config,
+    index: usize,
+    vm: &VirtualModel,
+    request: &Request<'_>,
+    health: &HealthInput<'_>,
+    rng: &mut fastrand::Rng,
 ) -> Result<Plan, ErrorReply> {
-    let storing: Vec<ModelId> = plan
-        .candidates
-        .iter()
-        .copied()
-        .filter(|m| stores(config, *m))
-        .collect();
+    let storing = storing(config, vm, request)?;
     let mut names = storing
         .iter()
         .filter_map(|m| config.model(*m).map(provider_name));
     let one_account = names
         .next()
         .is_some_and(|first| names.all(|name| name == first));
-    let chosen = if one_account {
-        storing.first().copied()
-    } else if has_caller_key(vm, request) {
+    let (target, sticky) = if one_account {
+        // Every model that stores is on that account, so each holds the response: the
+        // strategy picks among them, health applied. One it cannot order (a complexity tier
+        // below the request's) still holds it.
+        let within = |m: ModelId| storing.contains(&m);
+        match routing::plan_within(config, request, health, rng, Some(&within)) {
+            Ok(p) => (p.primary(), p.sticky),
+            Err(_) => (storing.first().copied(), None),
+        }
+    } else if caller_key(vm, request).is_some() {
         // The key's pick is where that caller's responses were created.
-        plan.candidates.first().copied()
+        (routing::plan(config, request, health, rng)?.primary(), None)
     } else {
-        None
+        (None, None)
     };
-    let Some(target) = chosen.filter(|m| stores(config, *m)) else {
-        return Err(ErrorReply::stored_response_unroutable(&vm.name));
-    };
-    plan.candidates = vec![target];
-    plan.pinned = true;
-    Ok(plan)
+    let target = target
+        .filter(|m| stores(config, *m))
+        .ok_or_else(|| ErrorReply::stored_response_unroutable(&vm.name))?;
+    Ok(Plan {
+        candidates: vec![target],
+        virtual_model: Some(index),
+        sticky,
+        pinned: true,
+    })
 }
 
-/// Whether the virtual model hashes by the caller or an expression key (Zuplo `sticky` by
-/// `user` or `expression`) and this request has that key. A conversation key cannot tell.
-fn has_caller_key(vm: &VirtualModel, request: &Request<'_>) -> bool {
+/// The key of a virtual model that hashes by the caller or an expression key (Zuplo `sticky`
+/// by `user` or `expression`), when this request has one. A conversation key cannot tell.
+fn caller_key(vm: &VirtualModel, request: &Request<'_>) -> Option<u64> {
     match &vm.routing {
         Routing::Hash { by, .. } if !matches!(by, HashKey::Conversation) => {
-            hash::key_hash(by, request).is_some()
+            hash::key_hash(by, request)
         }
-        _ => false,
+        _ => None,
     }
 }
 
-/// A first-turn create: targets that store nothing are dropped unless the create sets
-/// `store: false` or no target stores.
-pub fn keep_storing_targets(config: &Config, plan: &mut Plan, store_false: bool) {
-    if store_false || !plan.candidates.iter().any(|m| stores(config, *m)) {
+/// A first-turn create that stores: targets that store nothing are dropped unless no target
+/// stores.
+fn keep_storing_targets(config: &Config, plan: &mut Plan) {
+    if !plan.candidates.iter().any(|m| stores(config, *m)) {
         return;
     }
     plan.candidates.retain(|m| stores(config, *m));

@@ -109,6 +109,18 @@ pub fn plan(
     health: &HealthInput<'_>,
     rng: &mut fastrand::Rng,
 ) -> Result<Plan, ErrorReply> {
+    plan_within(config, request, health, rng, None)
+}
+
+/// [`plan`], a virtual model's strategy choosing only among the targets `within` keeps (a
+/// Responses request that must reach a provider that stores responses, `responses::stored`).
+pub fn plan_within(
+    config: &Config,
+    request: &Request<'_>,
+    health: &HealthInput<'_>,
+    rng: &mut fastrand::Rng,
+    within: Option<&dyn Fn(ModelId) -> bool>,
+) -> Result<Plan, ErrorReply> {
     let model = request.model;
     match config.lookup(model) {
         None => Err(ErrorReply::model_not_found(model)),
@@ -126,30 +138,12 @@ pub fn plan(
             pinned: false,
         }),
         Some(Named::Virtual(index, vm)) => {
-            if !vm.model_types.contains(request.endpoint.model_type()) {
-                return Err(ErrorReply::endpoint_not_served(
-                    model,
-                    request.endpoint.display_path(),
-                ));
-            }
-            let capable = |m: ModelId| {
-                config
-                    .model(m)
-                    .is_some_and(|m| request.endpoint.served_by(m.apis))
-            };
-            if !vm.targets.iter().any(|t| capable(t.model)) {
-                return Err(ErrorReply::no_capable_target(
-                    model,
-                    request.endpoint.display_path(),
-                ));
-            }
-            let (mut candidates, sticky, ranked) = order(config, index, vm, request, health, rng);
+            check_virtual(config, vm, request)?;
+            let admit = Admit::new(config, vm, request, within);
+            let (mut candidates, sticky, ranked) =
+                order(config, index, vm, request, health, rng, &admit);
             if candidates.is_empty() {
-                return Err(match vm.routing {
-                    Routing::Conditional(_) => ErrorReply::no_condition_matched(model),
-                    _ if vm.has_metadata_match => ErrorReply::no_target_matched(model),
-                    _ => ErrorReply::no_target_available(model),
-                });
+                return Err(nothing_left(vm, request.model));
             }
             // Health demotion does not apply to complexity routing (TrueFoundry seed); weighted
             // orders come out demoted already, from one look at each target's standing.
@@ -165,6 +159,130 @@ pub fn plan(
                 sticky,
                 pinned: false,
             })
+        }
+    }
+}
+
+/// A virtual model's own refusals: an endpoint outside its `model_types`, or no target that
+/// serves the endpoint natively.
+fn check_virtual(
+    config: &Config,
+    vm: &VirtualModel,
+    request: &Request<'_>,
+) -> Result<(), ErrorReply> {
+    let (model, path) = (request.model, request.endpoint.display_path());
+    if !vm.model_types.contains(request.endpoint.model_type()) {
+        return Err(ErrorReply::endpoint_not_served(model, path));
+    }
+    let native = |m: ModelId| {
+        config
+            .model(m)
+            .is_some_and(|m| request.endpoint.served_by(m.apis))
+    };
+    if !vm.targets.iter().any(|t| native(t.model)) {
+        return Err(ErrorReply::no_capable_target(model, path));
+    }
+    Ok(())
+}
+
+/// Why a virtual model's filters left no candidate for the request naming it `model`.
+fn nothing_left(vm: &VirtualModel, model: &str) -> ErrorReply {
+    match vm.routing {
+        Routing::Conditional(_) => ErrorReply::no_condition_matched(model),
+        _ if vm.has_metadata_match => ErrorReply::no_target_matched(model),
+        _ => ErrorReply::no_target_available(model),
+    }
+}
+
+/// The targets of `vm` that may take this request whatever the strategy, health and
+/// `max_targets_per_request` make of it, in config order: they serve the endpoint (see
+/// [`Admit`]), their `metadata_match` holds and, under conditional routing, their `when`
+/// does. The same errors as [`plan`] when there are none.
+pub fn eligible(
+    config: &Config,
+    vm: &VirtualModel,
+    request: &Request<'_>,
+) -> Result<Vec<ModelId>, ErrorReply> {
+    check_virtual(config, vm, request)?;
+    let admit = Admit::new(config, vm, request, None);
+    let when = |m: ModelId| match &vm.routing {
+        Routing::Conditional(targets) => targets
+            .iter()
+            .any(|t| t.model == m && t.when.eval(request as &dyn condition::Facts)),
+        _ => true,
+    };
+    let out: Vec<ModelId> = vm
+        .targets
+        .iter()
+        .map(|t| t.model)
+        .filter(|m| admit.admits(*m) && when(*m))
+        .collect();
+    if out.is_empty() {
+        return Err(nothing_left(vm, request.model));
+    }
+    Ok(out)
+}
+
+/// Which targets of a virtual model a request may reach before its strategy orders them.
+struct Admit<'r> {
+    config: &'r Config,
+    vm: &'r VirtualModel,
+    request: &'r Request<'r>,
+    within: Option<&'r dyn Fn(ModelId) -> bool>,
+    /// Whether any target can fail a check: otherwise the target list is used as it is.
+    filters: bool,
+}
+
+impl<'r> Admit<'r> {
+    fn new(
+        config: &'r Config,
+        vm: &'r VirtualModel,
+        request: &'r Request<'r>,
+        within: Option<&'r dyn Fn(ModelId) -> bool>,
+    ) -> Self {
+        let mut admit = Admit {
+            config,
+            vm,
+            request,
+            within,
+            filters: true,
+        };
+        admit.filters = within.is_some()
+            || vm.has_metadata_match
+            || !vm.targets.iter().all(|t| admit.serves(t.model));
+        admit
+    }
+
+    /// A target must serve the endpoint natively (TrueFoundry seed: every target must support
+    /// the operation called).
+    fn serves(&self, m: ModelId) -> bool {
+        self.config
+            .model(m)
+            .is_some_and(|model| self.request.endpoint.served_by(model.apis))
+    }
+
+    fn admits(&self, m: ModelId) -> bool {
+        self.serves(m)
+            && (!self.vm.has_metadata_match
+                || self
+                    .vm
+                    .target(m)
+                    .is_some_and(|t| self.request.metadata.matches(&t.metadata_match)))
+            && self.within.is_none_or(|within| within(m))
+    }
+
+    /// `targets` without those not admitted, copied only when some target can fail a check.
+    fn keep<'t, T: Copy>(&self, targets: &'t [T], model: impl Fn(&T) -> ModelId) -> Cow<'t, [T]> {
+        if self.filters {
+            Cow::Owned(
+                targets
+                    .iter()
+                    .filter(|t| self.admits(model(t)))
+                    .copied()
+                    .collect(),
+            )
+        } else {
+            Cow::Borrowed(targets)
         }
     }
 }
@@ -209,39 +327,12 @@ fn order(
     request: &Request<'_>,
     health: &HealthInput<'_>,
     rng: &mut fastrand::Rng,
+    admit: &Admit<'_>,
 ) -> (Vec<ModelId>, Option<sticky::Session>, bool) {
     let now_ms = health.now_ms;
-    // A target must serve the endpoint natively (TrueFoundry seed: every target must support
-    // the operation called) and match the metadata.
-    let capable = |m: ModelId| {
-        config
-            .model(m)
-            .is_some_and(|m| request.endpoint.served_by(m.apis))
-    };
-    let allowed = |m: ModelId| {
-        capable(m)
-            && (!vm.has_metadata_match
-                || vm
-                    .target(m)
-                    .is_some_and(|t| request.metadata.matches(&t.metadata_match)))
-    };
-    // Filtering copies the targets only when some target has a metadata_match.
-    fn keep<T: Copy>(
-        ts: &[T],
-        model: impl Fn(&T) -> ModelId,
-        allowed: impl Fn(ModelId) -> bool,
-        any: bool,
-    ) -> Cow<'_, [T]> {
-        if any {
-            Cow::Owned(ts.iter().filter(|t| allowed(model(t))).copied().collect())
-        } else {
-            Cow::Borrowed(ts)
-        }
-    }
-    let any = vm.has_metadata_match || !vm.targets.iter().all(|t| capable(t.model));
     match &vm.routing {
         Routing::Weighted(targets) => {
-            let kept = keep(targets, |t| t.model, allowed, any);
+            let kept = admit.keep(targets, |t| t.model);
             match &vm.sticky {
                 Some(rule) => {
                     let session = sticky::session(&vm.name, rule, request, now_ms);
@@ -263,7 +354,7 @@ fn order(
             }
         }
         Routing::Priority(targets) => {
-            let kept = keep(targets, |t| t.model, allowed, any);
+            let kept = admit.keep(targets, |t| t.model);
             let models: Vec<ModelId> = kept.iter().map(|t| t.model).collect();
             let share = health.shares(&models);
             let of = |m: ModelId| share.iter().find(|(x, _)| *x == m).map_or(1.0, |(_, s)| *s);
@@ -272,13 +363,13 @@ fn order(
         Routing::Conditional(targets) => {
             let order = conditional::order(targets, request);
             (
-                order.into_iter().filter(|m| allowed(*m)).collect(),
+                order.into_iter().filter(|m| admit.admits(*m)).collect(),
                 None,
                 false,
             )
         }
         Routing::Latency { targets, caller } => {
-            let kept = keep(targets, |m| *m, allowed, any);
+            let kept = admit.keep(targets, |m| *m);
             let id = latency_caller(config, caller.as_ref(), request);
             (
                 latency::order(config, &vm.name, &kept, &id, health),
@@ -291,7 +382,7 @@ fn order(
             thresholds,
             ..
         } => {
-            let kept = keep(targets, |t| t.model, allowed, any);
+            let kept = admit.keep(targets, |t| t.model);
             // The classifier model's tier, when it gave one, spares reading the text.
             let classify = || {
                 request.tier_hint.unwrap_or_else(|| {
@@ -334,7 +425,7 @@ fn order(
             (complexity::order(&kept, tier, start), None, false)
         }
         Routing::Hash { targets, by } => {
-            let kept = keep(targets, |m| *m, allowed, any);
+            let kept = admit.keep(targets, |m| *m);
             match hash::key_hash(by, request) {
                 Some(key) => (hash::order(config, &kept, key), None, false),
                 // No usable key: round robin (Zuplo seed).
@@ -345,7 +436,7 @@ fn order(
             }
         }
         Routing::RoundRobin(targets) => {
-            let kept = keep(targets, |m| *m, allowed, any);
+            let kept = admit.keep(targets, |m| *m);
             let start = request.state.next_cursor(index, kept.len(), rng);
             (round_robin::order(&kept, start), None, false)
         }

@@ -2,11 +2,18 @@ use crate::core::config::{Config, ModelId};
 use crate::core::decision::{decide, decide_stored_path};
 use crate::core::endpoint::Endpoint;
 use crate::core::headers::{Headers, NO_HEADERS};
+use crate::core::health::policy::FailureWindow;
+use crate::core::health::record::HealthRecord;
 use crate::core::routing::state::LocalState;
 use crate::core::routing::HealthInput;
 
-/// `routing` is the virtual model's routing_config with `TARGETS` spliced in.
+/// `routing` is the virtual model's routing_config.
 fn config(routing: &str) -> Config {
+    config_with("", routing)
+}
+
+/// [`config`], with `vm_extra` (fields ending in a comma) spliced into the virtual model.
+fn config_with(vm_extra: &str, routing: &str) -> Config {
     let json = format!(
         r#"{{"models": [
           {{"name": "OpenAI-A/gpt-4o", "cluster": "a", "model": "gpt-4o"}},
@@ -14,7 +21,7 @@ fn config(routing: &str) -> Config {
           {{"name": "openai-b/gpt-4o", "cluster": "b", "model": "gpt-4o"}},
           {{"name": "router/gpt-4o", "cluster": "r", "model": "gpt-4o", "stores_responses": false}}],
           "stored_responses_virtual_model": "vm",
-          "virtual_models": [{{"name": "vm", "model_types": ["responses"],
+          "virtual_models": [{{"name": "vm", "model_types": ["responses"], {vm_extra}
             "routing_config": {routing}}}]}}"#
     );
     Config::parse(json.as_bytes()).unwrap()
@@ -28,16 +35,74 @@ const BY_USER: &str = r#"{"type": "hash-based-routing", "hash_key": {"source": "
     "load_balance_targets": [{"target": "OpenAI-A/gpt-4o"}, {"target": "openai-b/gpt-4o"}]}"#;
 
 fn run(c: &Config, body: &str, headers: &Headers, seed: u64) -> Result<(Vec<ModelId>, bool), u16> {
+    run_in(
+        c,
+        body,
+        headers,
+        &HealthInput::NONE,
+        &LocalState::default(),
+        seed,
+    )
+}
+
+/// [`run`] with health records and a routing state kept across requests (round-robin cursors).
+fn run_in(
+    c: &Config,
+    body: &str,
+    headers: &Headers,
+    health: &HealthInput<'_>,
+    state: &LocalState,
+    seed: u64,
+) -> Result<(Vec<ModelId>, bool), u16> {
     decide(
         c,
         Endpoint::Responses,
         body.as_bytes(),
         headers,
-        &HealthInput::NONE,
-        &LocalState::default(),
+        health,
+        state,
         &mut fastrand::Rng::with_seed(seed),
     )
     .map(|d| (d.plan.candidates, d.plan.pinned))
+    .map_err(|e| e.status)
+}
+
+/// Health records of the four models with those in `unhealthy` failing twice at 400 and 450.
+fn records(unhealthy: &[ModelId]) -> Vec<HealthRecord> {
+    (0..4)
+        .map(|i| HealthRecord {
+            failures: if unhealthy.contains(&ModelId(i)) {
+                vec![400, 450]
+            } else {
+                Vec::new()
+            },
+            ..HealthRecord::default()
+        })
+        .collect()
+}
+
+fn at_500(records: &[HealthRecord]) -> HealthInput<'_> {
+    HealthInput {
+        records,
+        now_ms: 500,
+        window: FailureWindow::default(),
+    }
+}
+
+fn stored_path(
+    c: &Config,
+    headers: &Headers,
+    health: &HealthInput<'_>,
+    seed: u64,
+) -> Result<ModelId, u16> {
+    decide_stored_path(
+        c,
+        0,
+        headers,
+        health,
+        &LocalState::default(),
+        &mut fastrand::Rng::with_seed(seed),
+    )
     .map_err(|e| e.status)
 }
 
@@ -127,4 +192,63 @@ fn a_raw_retrieve_goes_by_the_same_rules() {
     .unwrap_err();
     assert_eq!(e.status, 400);
     assert!(e.body.contains("stored_response_unroutable"));
+}
+
+const ROUTER_FIRST: &str = r#"{"type": "round-robin-routing", "load_balance_targets": [
+    {"target": "router/gpt-4o"}, {"target": "OpenAI-A/gpt-4o"}]}"#;
+const A_OR_B: &str = r#"{"type": "round-robin-routing", "load_balance_targets": [
+    {"target": "OpenAI-A/gpt-4o"}, {"target": "openai-b/gpt-4o"}]}"#;
+const A_THEN_ROUTER: &str = r#"{"type": "priority-based-routing", "load_balance_targets": [
+    {"target": "OpenAI-A/gpt-4o", "priority": 0}, {"target": "router/gpt-4o", "priority": 1}]}"#;
+const ONE_TARGET: &str = r#""max_targets_per_request": 1,"#;
+
+#[test]
+fn raw_ids_are_judged_on_the_whole_list_whatever_max_targets_per_request_cuts() {
+    // Every other plan is [router]: the storing model was judged absent and the request got
+    // a 400 half the time. The list holds one storing account: every request goes there.
+    let c = config_with(ONE_TARGET, ROUTER_FIRST);
+    let state = LocalState::default();
+    for seed in 0..8 {
+        for body in CONTINUES {
+            let got = run_in(&c, body, &NO_HEADERS, &HealthInput::NONE, &state, seed);
+            assert_eq!(got, Ok((vec![ModelId(0)], true)), "seed {seed}: {body}");
+        }
+        assert_eq!(
+            stored_path(&c, &NO_HEADERS, &HealthInput::NONE, seed),
+            Ok(ModelId(0))
+        );
+    }
+    // A plan cut to [a] or [b] shows one provider name; the list has two: always the 400.
+    let c = config_with(ONE_TARGET, A_OR_B);
+    for seed in 0..8 {
+        for body in CONTINUES {
+            let got = run_in(&c, body, &NO_HEADERS, &HealthInput::NONE, &state, seed);
+            assert_eq!(got, Err(400), "seed {seed}: {body}");
+        }
+        assert_eq!(
+            stored_path(&c, &NO_HEADERS, &HealthInput::NONE, seed),
+            Err(400)
+        );
+    }
+}
+
+#[test]
+fn an_unhealthy_storing_target_still_gets_the_raw_ids_it_holds() {
+    // Health puts the router first and the cut leaves [router]; the response is still on
+    // openai-a's account.
+    let c = config_with(ONE_TARGET, A_THEN_ROUTER);
+    let records = records(&[ModelId(0)]);
+    let health = at_500(&records);
+    let state = LocalState::default();
+    let create = r#"{"model":"vm","input":"x","store":false}"#;
+    assert_eq!(
+        run_in(&c, create, &NO_HEADERS, &health, &state, 1),
+        Ok((vec![ModelId(3)], false)),
+        "health applies to a create that stores nothing"
+    );
+    for body in CONTINUES {
+        let got = run_in(&c, body, &NO_HEADERS, &health, &state, 1);
+        assert_eq!(got, Ok((vec![ModelId(0)], true)), "{body}");
+    }
+    assert_eq!(stored_path(&c, &NO_HEADERS, &health, 1), Ok(ModelId(0)));
 }
