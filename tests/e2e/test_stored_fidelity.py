@@ -139,3 +139,75 @@ def test_an_unhealthy_storing_target_still_gets_its_raw_ids(providers):
         assert r.status_code == 200, r.text
         assert resolved(r) == A
 
+
+# Item 2: a key-picked stored response goes to the model the key picks among the storing models.
+
+def hashed_by_user() -> dict:
+    return vm("team/by-user", {"type": "hash-based-routing",
+                               "hash_key": {"source": "headers", "key": USER_HEADER},
+                               "load_balance_targets": [{"target": A}, {"target": B},
+                                                        {"target": ROUTER}]})
+
+
+def users_by_first_pick(envoy) -> dict[str, list[str]]:
+    """Callers by the target their key puts first among all three (store: false creates may go
+    to the router too)."""
+    picks: dict[str, list[str]] = {}
+    for i in range(60):
+        user = f"user-{i}"
+        r = post(envoy, {"model": "team/by-user", "input": "x", "store": False}, user)
+        assert r.status_code == 200, r.text
+        picks.setdefault(resolved(r), []).append(user)
+    return picks
+
+
+def create_and_raw_id(stack, envoy, user: str) -> tuple[str, str]:
+    """A stored create by `user` through the virtual model: (its origin, the provider's raw id,
+    read from the origin's log of a retrieve by the minted id)."""
+    r = post(envoy, {"model": "team/by-user", "input": "remember this"}, user)
+    assert r.status_code == 200, r.text
+    origin, minted = resolved(r), r.json()["id"]
+    assert minted.startswith("resp_sb1-")
+    assert requests.get(f"{envoy.url}/v1/responses/{minted}", timeout=10).status_code == 200
+    path = stack.providers[cluster(origin)].requests()[-1]["path"]
+    return origin, path.rsplit("/", 1)[-1]
+
+
+def test_a_key_picks_among_the_models_that_store_where_its_creates_went(providers):
+    envoy = providers.envoy(config([hashed_by_user()], stored_responses_virtual_model="team/by-user"))
+    picks = users_by_first_pick(envoy)
+    assert picks.get(ROUTER), picks
+    user = picks[ROUTER][0]
+    # Its key puts the router first; a create that stores goes to the first that stores.
+    origin, raw = create_and_raw_id(providers, envoy, user)
+    assert origin in (A, B)
+    for _ in range(4):
+        r = post(envoy, {"model": "team/by-user", "input": "more", "previous_response_id": raw}, user)
+        assert r.status_code == 200, r.text
+        assert resolved(r) == origin
+        r = requests.get(f"{envoy.url}/v1/responses/{raw}", headers={USER_HEADER: user}, timeout=10)
+        assert r.status_code == 200, r.text
+    # No key: two accounts and nothing to tell them apart.
+    r = post(envoy, {"model": "team/by-user", "input": "more", "previous_response_id": raw})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "stored_response_unroutable"
+
+
+def test_a_keys_stored_response_reaches_its_model_whatever_its_health(providers):
+    envoy = providers.envoy(config([hashed_by_user()], stored_responses_virtual_model="team/by-user"))
+    picks = users_by_first_pick(envoy)
+    user = (picks.get(A) or picks.get(B))[0]
+    origin, raw = create_and_raw_id(providers, envoy, user)
+    # The origin fails twice (this caller's creates fall back elsewhere) and becomes unhealthy.
+    make_unhealthy(providers, cluster(origin), envoy, {"model": "team/by-user", "input": "x"}, user)
+    r = post(envoy, {"model": "team/by-user", "input": "new"}, user)
+    assert r.status_code == 200 and resolved(r) != origin, "health moves this caller's creates"
+    # The response lives on the origin's account: its reads and continuations still go there
+    # (another account would answer 404).
+    for _ in range(4):
+        r = post(envoy, {"model": "team/by-user", "input": "more", "previous_response_id": raw}, user)
+        assert r.status_code == 200, r.text
+        assert resolved(r) == origin
+        r = requests.get(f"{envoy.url}/v1/responses/{raw}", headers={USER_HEADER: user}, timeout=10)
+        assert r.status_code == 200, r.text
+        assert resolved(r) == origin
+

@@ -18,7 +18,8 @@
 //! "The models in the list" are the virtual model's targets this request may reach (serving
 //! the endpoint, `metadata_match` and `when` holding), before health and
 //! `max_targets_per_request` shape its plan: a plan cut to one target would show one provider
-//! name where the list has two, or none that stores where the list has one.
+//! name where the list has two, and health would move a key off the model that holds its
+//! caller's responses.
 
 use crate::core::config::{Config, HashKey, Model, ModelId, Routing, VirtualModel};
 use crate::core::errors::ErrorReply;
@@ -59,9 +60,15 @@ pub fn plan(
     match storage {
         Storage::Held => held(config, index, vm, request, health, rng),
         Storage::Stores => {
-            let mut plan = routing::plan(config, request, health, rng)?;
-            keep_storing_targets(config, &mut plan);
-            Ok(plan)
+            // The models that store are chosen from the whole list, before health and
+            // `max_targets_per_request` shape the plan, so a key picks among the same models
+            // for a create as for the requests that read it back.
+            let storing = storing(config, vm, request)?;
+            if storing.is_empty() {
+                return routing::plan(config, request, health, rng);
+            }
+            let within = |m: ModelId| storing.contains(&m);
+            routing::plan_within(config, request, health, rng, Some(&within))
         }
         Storage::Stateless => routing::plan(config, request, health, rng),
     }
@@ -105,15 +112,15 @@ fn held(
             Ok(p) => (p.primary(), p.sticky),
             Err(_) => (storing.first().copied(), None),
         }
-    } else if caller_key(vm, request).is_some() {
-        // The key's pick is where that caller's responses were created.
-        (routing::plan(config, request, health, rng)?.primary(), None)
+    } else if let Some(key) = caller_key(vm, request) {
+        // "Go to the model the key picks, where that caller's responses were created": the
+        // key's pick among the models that store, as for its creates, whatever its health,
+        // since another account would answer 404.
+        (hash::order(config, &storing, key).first().copied(), None)
     } else {
         (None, None)
     };
-    let target = target
-        .filter(|m| stores(config, *m))
-        .ok_or_else(|| ErrorReply::stored_response_unroutable(&vm.name))?;
+    let target = target.ok_or_else(|| ErrorReply::stored_response_unroutable(&vm.name))?;
     Ok(Plan {
         candidates: vec![target],
         virtual_model: Some(index),
@@ -131,15 +138,6 @@ fn caller_key(vm: &VirtualModel, request: &Request<'_>) -> Option<u64> {
         }
         _ => None,
     }
-}
-
-/// A first-turn create that stores: targets that store nothing are dropped unless no target
-/// stores.
-fn keep_storing_targets(config: &Config, plan: &mut Plan) {
-    if !plan.candidates.iter().any(|m| stores(config, *m)) {
-        return;
-    }
-    plan.candidates.retain(|m| stores(config, *m));
 }
 
 #[cfg(test)]

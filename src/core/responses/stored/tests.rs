@@ -252,3 +252,62 @@ fn an_unhealthy_storing_target_still_gets_the_raw_ids_it_holds() {
     }
     assert_eq!(stored_path(&c, &NO_HEADERS, &health, 1), Ok(ModelId(0)));
 }
+
+const BY_USER_WITH_ROUTER: &str = r#"{"type": "hash-based-routing", "hash_key": {"source": "user"},
+    "load_balance_targets": [{"target": "OpenAI-A/gpt-4o"}, {"target": "openai-b/gpt-4o"},
+    {"target": "router/gpt-4o"}]}"#;
+
+#[test]
+fn a_key_picks_among_the_storing_models_where_its_creates_went_whatever_their_health() {
+    // Zuplo, "Stored responses": "Go to the model the key picks, where that caller's responses
+    // were created". Creates that store choose among the models that store, so the key's pick
+    // for a raw id is the same choice, and health does not move it: no other account holds
+    // the response.
+    let c = config(BY_USER_WITH_ROUTER);
+    let create = r#"{"model":"vm","input":"x"}"#;
+    let stateless = r#"{"model":"vm","input":"x","store":false}"#;
+    let mut router_first = 0;
+    for user in 0..40 {
+        let token = format!("Bearer user-{user}");
+        let caller = Headers::from_pairs([("authorization", token.as_str())]);
+        let (planned, _) = run(&c, create, &caller, 1).unwrap();
+        let origin = planned[0];
+        assert_ne!(
+            origin,
+            ModelId(3),
+            "a create that stores never goes to the router"
+        );
+        router_first += usize::from(run(&c, stateless, &caller, 1).unwrap().0[0] == ModelId(3));
+        let records = records(&[origin]);
+        let unhealthy = at_500(&records);
+        let state = LocalState::default();
+        let moved = run_in(&c, create, &caller, &unhealthy, &state, 1)
+            .unwrap()
+            .0[0];
+        assert_ne!(moved, origin, "health moves this caller's new creates");
+        for health in [HealthInput::NONE, unhealthy] {
+            for body in CONTINUES {
+                let got = run_in(&c, body, &caller, &health, &state, 1);
+                assert_eq!(got, Ok((vec![origin], true)), "user-{user}: {body}");
+            }
+            assert_eq!(stored_path(&c, &caller, &health, 1), Ok(origin));
+        }
+    }
+    assert!(
+        router_first > 5,
+        "keys that put the router first: {router_first}"
+    );
+}
+
+#[test]
+fn a_create_that_stores_never_lands_on_a_provider_that_stores_nothing_whatever_the_cut() {
+    // Round robin with one target per request: every other plan was [router], and with no
+    // storing model left in it the create went there and its response was never stored.
+    let c = config_with(ONE_TARGET, ROUTER_FIRST);
+    let state = LocalState::default();
+    let create = r#"{"model":"vm","input":"x"}"#;
+    for seed in 0..8 {
+        let got = run_in(&c, create, &NO_HEADERS, &HealthInput::NONE, &state, seed);
+        assert_eq!(got, Ok((vec![ModelId(0)], false)), "seed {seed}");
+    }
+}
