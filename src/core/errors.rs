@@ -331,6 +331,32 @@ impl ErrorReply {
         )
     }
 
+    /// 400: routing picked a target of the virtual model `model` that does not serve
+    /// `endpoint` natively (TrueFoundry virtual models, "Responses API conversations": serving
+    /// it would mean translating and losing conversation state; terminal, no fallback). The
+    /// log names the operator's fix.
+    pub fn target_not_native(model: &str, target: &str, endpoint: &str) -> Self {
+        let (model, target, endpoint) = (clip(model), clip(target), clip(endpoint));
+        let message = format!(
+            "`{model}` routed this request to `{target}`, which does not serve {endpoint} \
+             natively; translating it would lose the conversation state, so the request is \
+             refused rather than sent elsewhere."
+        );
+        let mut reply = Self::new(
+            400,
+            "invalid_request_error",
+            "unsupported_endpoint",
+            Some("model"),
+            &message,
+        );
+        reply.operator_note = Some(format!(
+            "virtual model `{model}` routed a request to `{target}`, which does not serve \
+             {endpoint} natively: give that model `apis` with `responses` if it serves them, \
+             remove it from the virtual model, or set non_native_responses: \"skip\""
+        ));
+        reply
+    }
+
     /// 400: a request that reads or continues a stored response cannot be told which provider
     /// account holds it (Zuplo model load balancing, "Stored responses"); the fix is the
     /// operator's, so the log names it and the client is told only this.
@@ -539,6 +565,7 @@ mod tests {
             ErrorReply::origin_unavailable(&huge),
             ErrorReply::origin_not_native(&huge, &huge),
             ErrorReply::stored_response_unroutable(&huge),
+            ErrorReply::target_not_native(&huge, &huge, "/v1/responses"),
             ErrorReply::endpoint_not_served(&huge, &huge),
             ErrorReply::invalid_metadata(&huge),
             ErrorReply::metadata_value_not_string(&huge),

@@ -89,6 +89,9 @@ pub enum Skip {
     Pinned,
     /// A Responses request that must be stored, and this target's provider stores nothing.
     StoresResponses,
+    /// Behind a Responses target that does not serve the API natively, where the fallback
+    /// chain ends (`non_native_responses: "reject"`).
+    BehindNotNative,
 }
 
 impl Skip {
@@ -101,6 +104,7 @@ impl Skip {
             Skip::MaxTargets => "max_targets_per_request",
             Skip::Pinned => "pinned",
             Skip::StoresResponses => "stores_responses",
+            Skip::BehindNotNative => "behind_not_native",
         }
     }
 }
@@ -137,12 +141,36 @@ pub fn skipped(
             Skip::Pinned
         } else if request.endpoint == Endpoint::Responses && !model.stores_responses {
             Skip::StoresResponses
+        } else if cut_by_non_native(config, vm, request, plan) {
+            Skip::BehindNotNative
         } else {
             Skip::MaxTargets
         };
         out.push((t.model, why));
     }
     out
+}
+
+/// Whether the plan ended before reaching `max_targets_per_request` because a target that does
+/// not serve the Responses API natively stood next (`routing::native`).
+fn cut_by_non_native(
+    config: &Config,
+    vm: &VirtualModel,
+    request: &Request<'_>,
+    plan: &Plan,
+) -> bool {
+    let keeps = crate::core::routing::native::keeps_non_native(
+        request.endpoint,
+        config.non_native_responses,
+    );
+    let non_native = |m: ModelId| {
+        config
+            .model(m)
+            .is_some_and(|model| !request.endpoint.served_by(model.apis))
+    };
+    keeps
+        && vm.targets.iter().any(|t| non_native(t.model))
+        && vm.max_targets.is_none_or(|n| plan.candidates.len() < n)
 }
 
 /// The trace of one request, built as it goes.
@@ -369,6 +397,33 @@ mod tests {
             "vm=team/chat; strategy=priority-based-routing; candidates=a,b unhealthy; \
              skipped=eu%3Bx metadata_match,claude apis; \
              attempts=a 503,a connect_failure,b 200"
+        );
+    }
+
+    #[test]
+    fn a_responses_chain_cut_at_a_target_that_is_not_native_says_so() {
+        let config = Config::parse(
+            br#"{"models": [
+                {"name": "a", "cluster": "c", "model": "m"},
+                {"name": "claude", "cluster": "c", "model": "m", "provider": "anthropic"},
+                {"name": "b", "cluster": "c", "model": "m"}],
+              "virtual_models": [{"name": "r", "model_types": ["responses"], "routing_config": {
+                "type": "priority-based-routing", "load_balance_targets": [
+                  {"target": "a", "priority": 0}, {"target": "claude", "priority": 1},
+                  {"target": "b", "priority": 2}]}}]}"#,
+        )
+        .unwrap();
+        let (state, metadata) = (LocalState::default(), Metadata::default());
+        let headers = &crate::core::headers::NO_HEADERS;
+        let request = request_of(Endpoint::Responses, "r", &metadata, headers, &state);
+        let health = HealthInput::NONE;
+        let p = plan(&config, &request, &health, &mut fastrand::Rng::with_seed(1)).unwrap();
+        let vm = p.virtual_model(&config).unwrap();
+        let trace = Trace::of_plan(&config, &p, &health, skipped(&config, vm, &request, &p));
+        assert_eq!(
+            trace.render(&config),
+            "vm=r; strategy=priority-based-routing; candidates=a; \
+             skipped=claude apis,b behind_not_native; attempts="
         );
     }
 

@@ -7,6 +7,9 @@ wrong account fails here as it would in production.
   responses, or to the model a `user`/`expression` key picks, "where that caller's responses
   were created"; else 400. It is decided on the virtual model's whole list, whatever health and
   `max_targets_per_request` do to the plan, so the same request always gets the same answer.
+- TrueFoundry virtual models, "Responses API conversations": a target that does not serve the
+  Responses API natively gets a 400 when routing picks it ("terminal — the AI Gateway does not
+  fall back"); `non_native_responses: "skip"` leaves such targets out instead.
 """
 
 from __future__ import annotations
@@ -211,3 +214,49 @@ def test_a_keys_stored_response_reaches_its_model_whatever_its_health(providers)
         assert r.status_code == 200, r.text
         assert resolved(r) == origin
 
+
+# Item 5: a Responses target that is not native is a 400 when routing picks it.
+
+def non_native_vms() -> list[dict]:
+    return [vm("team/claude-first", priority(CLAUDE, A)),
+            vm("team/openai-first", priority(A, CLAUDE)),
+            vm("team/chain", priority(A, CLAUDE, B))]
+
+
+def test_a_responses_request_routed_to_a_target_that_is_not_native_gets_400(providers):
+    envoy = providers.envoy(config(non_native_vms()))
+    for _ in range(3):
+        r = post(envoy, {"model": "team/claude-first", "input": "x"})
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert error["code"] == "unsupported_endpoint"
+        assert CLAUDE in error["message"] and "natively" in error["message"]
+        r = post(envoy, {"model": "team/openai-first", "input": "x"})
+        assert r.status_code == 200, r.text
+        assert resolved(r) == A
+    assert providers.providers["anthropic"].requests() == []
+    # The 400 is terminal: a fallback chain ends where it would reach such a target, and the
+    # client gets the last answer (openai-b behind it is never tried).
+    providers.providers["openai_a"].configure(fail_status=503, fail_rate=1.0)
+    r = post(envoy, {"model": "team/chain", "input": "x"})
+    assert r.status_code == 503, r.text
+    assert providers.providers["openai_b"].requests() == []
+    assert providers.providers["anthropic"].requests() == []
+    time.sleep(0.3)
+    log = envoy.log()
+    assert "`team/claude-first`" in log and f"`{CLAUDE}`" in log
+    assert "does not serve /v1/responses natively" in log, "the load warns about the config"
+
+
+def test_non_native_responses_skip_leaves_such_targets_out(providers):
+    envoy = providers.envoy(config(non_native_vms(), non_native_responses="skip"))
+    for _ in range(3):
+        r = post(envoy, {"model": "team/claude-first", "input": "x"})
+        assert r.status_code == 200, r.text
+        assert resolved(r) == A
+    providers.providers["openai_a"].configure(fail_status=503, fail_rate=1.0)
+    r = post(envoy, {"model": "team/chain", "input": "x"})
+    assert r.status_code == 200 and resolved(r) == B, "the fallback skips the non-native target"
+    assert providers.providers["anthropic"].requests() == []
+    time.sleep(0.3)
+    assert "does not serve /v1/responses natively" not in envoy.log()

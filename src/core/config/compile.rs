@@ -154,6 +154,8 @@ pub(super) fn compile(
         },
     };
 
+    let non_native_responses = super::responses::compile_non_native(&mut root)?;
+
     root.finish(ROOT_NOT_YET)?;
     let models_list_json = models_list(&models, &virtual_models);
     let has_classifier = virtual_models.iter().any(|vm| {
@@ -167,6 +169,11 @@ pub(super) fn compile(
     });
     let warnings = built_in_key_warning(&response_keys, &virtual_models)
         .into_iter()
+        .chain(super::responses::non_native_warnings(
+            &models,
+            &virtual_models,
+            non_native_responses,
+        ))
         .collect();
     let mut config = Config {
         bind_ids_to_caller,
@@ -178,6 +185,7 @@ pub(super) fn compile(
         default_metadata,
         response_keys,
         stored_responses_virtual_model,
+        non_native_responses,
         gateway_metadata: Vec::new(),
         models,
         virtual_models,

@@ -7,6 +7,7 @@
 mod callers;
 mod compile;
 mod fields;
+mod responses;
 mod routing_config;
 mod upstream;
 mod version;
@@ -479,6 +480,20 @@ impl Default for HeaderNames {
     }
 }
 
+/// `non_native_responses`: a virtual model's `/v1/responses` targets that do not serve the
+/// Responses API natively.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum NonNativeResponses {
+    /// `"reject"` (default): such a target stays in the list, and a request routing picks it
+    /// for gets a 400 (TrueFoundry virtual models, "Responses API conversations": terminal,
+    /// no fallback).
+    #[default]
+    Reject,
+    /// `"skip"`: such targets are left out, as on every other endpoint (Zuplo model load
+    /// balancing, "How it works": models that can't serve the endpoint are dropped).
+    Skip,
+}
+
 /// What a model name in a request refers to.
 #[derive(Debug, Clone, Copy)]
 pub enum Named<'a> {
@@ -534,6 +549,9 @@ pub struct Config {
     /// `stored_responses_virtual_model`: the virtual model that routes a retrieve or delete
     /// naming a raw provider id (which names no model).
     pub stored_responses_virtual_model: Option<usize>,
+    /// `non_native_responses`: what a `/v1/responses` request does with a target that does not
+    /// serve the Responses API natively.
+    pub non_native_responses: NonNativeResponses,
     /// `gateway_region` and `gateway_zone` from the host's locality (set by the adapter, not
     /// the plugin config): metadata below the header and `default_metadata`.
     pub gateway_metadata: Vec<(String, String)>,

@@ -22,6 +22,7 @@
 //! caller's responses.
 
 use crate::core::config::{Config, HashKey, Model, ModelId, Routing, VirtualModel};
+use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
 use crate::core::routing::{self, hash, HealthInput, Plan, Request};
 
@@ -42,8 +43,17 @@ fn provider_name(model: &Model) -> String {
     name.to_ascii_lowercase()
 }
 
+/// Whether a target serves the Responses API natively.
+fn native(config: &Config, m: ModelId) -> bool {
+    config
+        .model(m)
+        .is_some_and(|m| Endpoint::Responses.served_by(m.apis))
+}
+
+/// Whether a target keeps Responses API state: it serves the API natively and its provider
+/// stores responses.
 fn stores(config: &Config, m: ModelId) -> bool {
-    config.model(m).is_some_and(|m| m.stores_responses)
+    native(config, m) && config.model(m).is_some_and(|m| m.stores_responses)
 }
 
 /// The plan of a Responses request (not a pinned follow-up of an id minted here) to the
@@ -62,12 +72,13 @@ pub fn plan(
         Storage::Stores => {
             // The models that store are chosen from the whole list, before health and
             // `max_targets_per_request` shape the plan, so a key picks among the same models
-            // for a create as for the requests that read it back.
+            // for a create as for the requests that read it back. A target that does not serve
+            // the Responses API natively stays, for its own 400 (`routing::native`).
             let storing = storing(config, vm, request)?;
             if storing.is_empty() {
                 return routing::plan(config, request, health, rng);
             }
-            let within = |m: ModelId| storing.contains(&m);
+            let within = |m: ModelId| storing.contains(&m) || !native(config, m);
             routing::plan_within(config, request, health, rng, Some(&within))
         }
         Storage::Stateless => routing::plan(config, request, health, rng),

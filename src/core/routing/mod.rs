@@ -10,6 +10,7 @@ pub mod conditional;
 pub mod hash;
 pub mod hashing;
 pub mod latency;
+pub mod native;
 pub mod pins;
 pub mod priority;
 pub mod round_robin;
@@ -150,6 +151,7 @@ pub fn plan_within(
             if !ranked && !matches!(vm.routing, Routing::Complexity { .. }) {
                 standing::apply(&mut candidates, |m| health.standing(vm, m));
             }
+            native::refuse_or_cut(config, vm, request, &mut candidates)?;
             if let Some(n) = vm.max_targets {
                 limit(&mut candidates, n, |m| vm.policy(m).fallback_candidate);
             }
@@ -229,6 +231,9 @@ struct Admit<'r> {
     vm: &'r VirtualModel,
     request: &'r Request<'r>,
     within: Option<&'r dyn Fn(ModelId) -> bool>,
+    /// Under `non_native_responses: "reject"`, a `/v1/responses` target that does not serve
+    /// the Responses API natively stays in, so that routing picking it answers the 400.
+    keeps_non_native: bool,
     /// Whether any target can fail a check: otherwise the target list is used as it is.
     filters: bool,
 }
@@ -240,11 +245,14 @@ impl<'r> Admit<'r> {
         request: &'r Request<'r>,
         within: Option<&'r dyn Fn(ModelId) -> bool>,
     ) -> Self {
+        let keeps_non_native =
+            native::keeps_non_native(request.endpoint, config.non_native_responses);
         let mut admit = Admit {
             config,
             vm,
             request,
             within,
+            keeps_non_native,
             filters: true,
         };
         admit.filters = within.is_some()
@@ -253,12 +261,15 @@ impl<'r> Admit<'r> {
         admit
     }
 
-    /// A target must serve the endpoint natively (TrueFoundry seed: every target must support
-    /// the operation called).
+    /// A target must serve the endpoint natively (TrueFoundry virtual models, "Supported API
+    /// Types": every target must support the operation called); a `/v1/responses` target that
+    /// does not is kept under `"reject"`, to be refused when picked (`native.rs`).
     fn serves(&self, m: ModelId) -> bool {
-        self.config
-            .model(m)
-            .is_some_and(|model| self.request.endpoint.served_by(model.apis))
+        self.keeps_non_native
+            || self
+                .config
+                .model(m)
+                .is_some_and(|model| self.request.endpoint.served_by(model.apis))
     }
 
     fn admits(&self, m: ModelId) -> bool {
@@ -890,7 +901,11 @@ mod tests {
             [1, 3].map(ModelId),
             "that Azure model serves only the Messages API"
         );
-        assert_eq!(run(Endpoint::Responses, "resp").unwrap(), vec![ModelId(3)]);
+        // Routing picks the vLLM model, which does not serve the Responses API: the 400 of
+        // TrueFoundry's "Responses API conversations" (`native.rs`), not a silent skip.
+        let e = run(Endpoint::Responses, "resp").unwrap_err();
+        assert_eq!(e.status, 400);
+        assert!(e.body.contains("routed this request to `vllm/llama`"));
         assert_eq!(
             run(Endpoint::ChatCompletions, "resp").unwrap(),
             [2, 3].map(ModelId)

@@ -54,6 +54,37 @@ fn check_warns_when_response_ids_would_be_minted_with_the_built_in_key() {
 }
 
 #[test]
+fn check_warns_about_a_responses_target_that_is_not_native() {
+    // TrueFoundry virtual models, "Responses API conversations": a request routed to such a
+    // target gets a 400.
+    let config = |mode: &str| {
+        format!(
+            r#"{{"models":[{{"name":"openai/gpt-4o","cluster":"o","model":"gpt-4o"}},
+              {{"name":"anthropic/claude","cluster":"a","model":"c","provider":"anthropic"}}],
+            "response_id_keys":["0123456789abcdef-0123"]{mode},
+            "virtual_models":[{{"name":"team/mixed","model_types":["responses","chat"],
+            "routing_config":{{"type":"round-robin-routing","load_balance_targets":[
+              {{"target":"openai/gpt-4o"}},{{"target":"anthropic/claude"}}]}}}}]}}"#
+        )
+    };
+    let path = temp("non-native.json", &config(""));
+    let (ok, out, err) = run(&["check", path.to_str().unwrap()]);
+    assert!(ok && out.contains(": ok ("), "{out}{err}");
+    assert!(
+        err.contains(
+            "warning: virtual model `team/mixed` serves responses, but its target \
+             `anthropic/claude` does not serve /v1/responses natively"
+        ),
+        "{err}"
+    );
+    std::fs::write(&path, config(r#", "non_native_responses": "skip""#)).unwrap();
+    let (ok, _, err) = run(&["check", path.to_str().unwrap()]);
+    std::fs::remove_file(path).unwrap();
+    assert!(ok, "{err}");
+    assert!(!err.contains("warning"), "{err}");
+}
+
+#[test]
 fn check_warns_when_env_references_have_no_env_keys_to_limit_them() {
     let config = |env_keys: &str| {
         format!(

@@ -42,6 +42,14 @@ pub fn import(source: &Value, out: &mut Builder) -> Result<(), String> {
         "model_name_case: insensitive: Zuplo compares model entries without regard to case"
             .to_string(),
     );
+    // Zuplo, "How it works": models that can't serve the request's endpoint are dropped, on
+    // /v1/responses too, where Switchboard's default is TrueFoundry's 400.
+    out.set_root("non_native_responses", json!("skip"));
+    out.note(
+        "non_native_responses: skip: Zuplo drops the models that can't serve a request's \
+         endpoint, /v1/responses included"
+            .to_string(),
+    );
     out.note(
         "every target: a 429 is retried twice (250 ms, then 500 ms); a 5xx, 408, 425 or a \
          connection failure moves to the retry model; at most two models per request"
