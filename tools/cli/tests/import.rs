@@ -28,6 +28,17 @@ fn import(seed: &str, file: &str, extra: &[&str]) -> (PathBuf, String) {
 
 /// `explain` for a chat request to `model`: the candidates, in order.
 fn candidates(config: &Path, model: &str, path: &str, headers: &[&str]) -> Vec<String> {
+    candidates_at(config, model, path, headers, &[])
+}
+
+/// [`candidates`], with more `explain` options (`--gateway-region`, say).
+fn candidates_at(
+    config: &Path,
+    model: &str,
+    path: &str,
+    headers: &[&str],
+    options: &[&str],
+) -> Vec<String> {
     let body = if path == "/v1/embeddings" {
         format!(r#"{{"model": "{model}", "input": "hello"}}"#)
     } else {
@@ -46,6 +57,7 @@ fn candidates(config: &Path, model: &str, path: &str, headers: &[&str]) -> Vec<S
     for h in headers {
         args.extend(["--header", h]);
     }
+    args.extend(options);
     let (ok, out, err) = run(&args);
     assert!(ok, "explain {model}: {err}");
     out.lines()
@@ -135,9 +147,14 @@ fn truefoundry_examples_import_check_and_explain() {
         err.contains("`tfy_gateway_region` is `gateway_region`"),
         "{err}"
     );
+    // The seed's EU gateway: its location, which a client's metadata cannot claim.
+    assert_eq!(
+        candidates_at(&c, VM, CHAT, &[], &["--gateway-region", "EU"]),
+        names(&["azure-eu/gpt-4o", "openai/gpt-4o"])
+    );
     assert_eq!(
         candidates(&c, VM, CHAT, &[r#"x-tfy-metadata:{"gateway_region":"EU"}"#]),
-        names(&["azure-eu/gpt-4o", "openai/gpt-4o"])
+        names(&["openai/gpt-4o"])
     );
     assert_eq!(candidates(&c, VM, CHAT, &[]), names(&["openai/gpt-4o"]));
 
