@@ -7,6 +7,15 @@ mod common;
 
 use common::{run, temp};
 use std::path::{Path, PathBuf};
+use switchboard::core::config::{Config, Named};
+use switchboard::core::decision::decide;
+use switchboard::core::endpoint::Endpoint;
+use switchboard::core::fallback::AttemptOutcome;
+use switchboard::core::flight::health_outcome;
+use switchboard::core::headers::Headers;
+use switchboard::core::health::record::HealthRecord;
+use switchboard::core::routing::state::LocalState;
+use switchboard::core::routing::HealthInput;
 
 const FIXTURES: &str = "tools/cli/tests/fixtures/seeds";
 
@@ -73,6 +82,64 @@ fn names(v: &[&str]) -> Vec<String> {
 
 const CHAT: &str = "/v1/chat/completions";
 const VM: &str = "my-group/production-chat";
+
+/// An imported config run by the filter's own core, with the health records its targets'
+/// answers leave: each answer goes through the model's health policy, as the filter records
+/// it, and decisions see the records under the config's `failure_window`.
+struct Replay {
+    config: Config,
+    records: Vec<HealthRecord>,
+}
+
+impl Replay {
+    fn load(path: &Path) -> Replay {
+        let text = std::fs::read(path).unwrap();
+        let config = Config::parse_with_env(&text, &|n| Some(format!("<{n}>"))).unwrap();
+        let records = vec![HealthRecord::default(); config.models.len()];
+        Replay { config, records }
+    }
+
+    /// `model` answered `outcome` at `now_ms`; a 429's Retry-After is `hint_ms`.
+    fn answer(&mut self, model: &str, outcome: AttemptOutcome, hint_ms: Option<u64>, now_ms: u64) {
+        let Some(Named::Catalog(id, m)) = self.config.lookup(model) else {
+            panic!("{model} is not a catalog model");
+        };
+        if let Some(o) = health_outcome(m, outcome, || hint_ms) {
+            self.records[id.0].record(o, now_ms, &m.health);
+        }
+    }
+
+    /// The candidates of a chat request to `model` at `now_ms`, in order.
+    fn candidates(&self, model: &str, headers: &[(&str, &str)], now_ms: u64) -> Vec<String> {
+        let body = format!(
+            r#"{{"model": "{model}", "messages": [{{"role": "user", "content": "Hello"}}]}}"#
+        );
+        let mut pairs = vec![(":path", CHAT), (":method", "POST")];
+        pairs.extend_from_slice(headers);
+        let health = HealthInput {
+            records: &self.records,
+            now_ms,
+            window: self.config.failure_window,
+        };
+        let d = decide(
+            &self.config,
+            Endpoint::ChatCompletions,
+            body.as_bytes(),
+            &Headers::from_pairs(pairs),
+            &health,
+            &LocalState::default(),
+            &mut fastrand::Rng::with_seed(7),
+        )
+        .unwrap();
+        d.plan
+            .candidates
+            .iter()
+            .map(|m| self.config.model(*m).unwrap().name.clone())
+            .collect()
+    }
+}
+
+const FAILED_503: AttemptOutcome = AttemptOutcome::Status(503);
 
 #[test]
 fn truefoundry_examples_import_check_and_explain() {
@@ -211,6 +278,48 @@ fn agentgateway_examples_import_check_and_explain() {
         candidates(&c, "adaptive", CHAT, &["x-tier:pro"]),
         names(&["openai-smart"])
     );
+}
+
+/// agentgateway seed, "Failover routing": "traffic moves to the next group only after every
+/// target in the current group is evicted. Lowering a health score alone is not enough"; and
+/// "Health vs eviction": with no health policy "endpoints are never evicted, so traffic never
+/// fails over to the next priority".
+#[test]
+fn agentgateway_priority_groups_spill_only_when_every_target_is_evicted() {
+    let src = temp(
+        "failover-no-eviction.yaml",
+        r#"llm:
+  models:
+    - {name: primary, provider: openAI, params: {model: gpt-4o}}
+    - {name: backup, provider: openAI, params: {model: gpt-4o-mini}}
+  virtualModels:
+    - name: resilient
+      routing:
+        failover:
+          targets: [{model: primary, priority: 0}, {model: backup, priority: 1}]
+"#,
+    );
+    let (ok, out, err) = run(&["import", "--from", "agentgateway", src.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(err.contains("failure_window: {failures: 0}"), "{err}");
+    let mut r = Replay::load(&temp("failover-no-eviction.json", &out));
+    for at in [0, 1_000, 2_000] {
+        r.answer("primary", FAILED_503, None, at);
+        r.answer("primary", AttemptOutcome::ConnectFailure, None, at);
+    }
+    assert_eq!(
+        r.candidates("resilient", &[], 3_000)[0],
+        "primary",
+        "failing but never evicted: the priority 0 group keeps its traffic"
+    );
+
+    // The seed's example: one unhealthy response evicts claude-primary for 60 s.
+    let (c, _) = import("agentgateway", "failover-routing.yaml", &[]);
+    let mut r = Replay::load(&c);
+    r.answer("claude-primary", FAILED_503, None, 0);
+    let got = r.candidates("resilient", &[], 1_000);
+    assert_eq!(got.last().unwrap(), "claude-primary", "{got:?}");
+    assert_eq!(r.candidates("resilient", &[], 60_000)[0], "claude-primary");
 }
 
 #[test]

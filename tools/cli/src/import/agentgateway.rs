@@ -8,7 +8,10 @@
 //! fields that reproduce them: an unhealthy response is a 5xx ("Health vs eviction": "When
 //! unset, any 5xx ... or connection failure is unhealthy"), and a failing response is not
 //! re-sent to another target in flight ("Failover is driven by eviction of the active set,
-//! not by rewriting a single in-flight request"), so `fallback_status_codes` is empty.
+//! not by rewriting a single in-flight request"), so `fallback_status_codes` is empty, and
+//! failures never mark a target unhealthy (`failure_window: {failures: 0}`): "traffic moves to
+//! the next group only after every target in the current group is evicted. Lowering a health
+//! score alone is not enough" ("Failover routing"), so only eviction moves a target back.
 
 use super::{drop_unknown, join, list, object, provider_kind, string, Builder};
 use serde_json::{json, Map, Value};
@@ -68,6 +71,16 @@ pub fn import(source: &Value, out: &mut Builder) -> Result<(), String> {
         let p = format!("{vms_path}[{i}]");
         virtual_model(object(vm, &p)?, &p, out)?;
     }
+    // "Failover routing": a priority group spills only once every target in it is evicted;
+    // TrueFoundry's failure window, the default, would demote a failing target before that.
+    out.set_root("failure_window", json!({"failures": 0}));
+    out.note(
+        "failure_window: {failures: 0}: failures lower a target's health score but never mark \
+         it unhealthy, so a priority group spills to the next only when every target in it is \
+         evicted (agentgateway's rule; Switchboard's default window demotes a target after 2 \
+         failures in 2 minutes)"
+            .to_string(),
+    );
     out.note(
         "models: an unhealthy response is any 5xx (agentgateway's default), so \
          health.unhealthy_status_codes is [\"5xx\"] on every model"
