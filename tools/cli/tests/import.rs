@@ -322,6 +322,32 @@ fn agentgateway_priority_groups_spill_only_when_every_target_is_evicted() {
     assert_eq!(r.candidates("resilient", &[], 60_000)[0], "claude-primary");
 }
 
+/// Zuplo seed, "Failures and retries": "The policy doesn't remember failures between
+/// requests. While a model is down, every request that picks it tries it first ... With
+/// `sticky` routing, the same callers pick the failing model every time."
+#[test]
+fn zuplo_imports_remember_no_failures_between_requests() {
+    let (c, err) = import("zuplo", "sticky-by-expression.json", &["--name", "chat"]);
+    assert!(err.contains("Zuplo remembers no failures"), "{err}");
+    let mut r = Replay::load(&c);
+    let alice = [("x-end-user-id", "alice")];
+    let picked = r.candidates("chat", &alice, 0);
+    for at in [1_000, 2_000, 3_000] {
+        r.answer(&picked[0], FAILED_503, None, at);
+        r.answer(&picked[0], AttemptOutcome::ConnectFailure, None, at);
+    }
+    r.answer(&picked[0], AttemptOutcome::Status(429), Some(30_000), 4_000);
+    assert_eq!(
+        r.candidates("chat", &alice, 5_000),
+        picked,
+        "the model that failed is still the one alice's requests try first"
+    );
+    // One rate-limited answer asking for 30 s away is not remembered either.
+    let mut r = Replay::load(&c);
+    r.answer(&picked[0], AttemptOutcome::Status(429), Some(30_000), 0);
+    assert_eq!(r.candidates("chat", &alice, 1_000), picked);
+}
+
 #[test]
 fn zuplo_examples_import_check_and_explain() {
     let (c, err) = import("zuplo", "policy-entry.json", &[]);

@@ -200,6 +200,11 @@ impl Builder {
         self.models.get_mut(i).and_then(Value::as_object_mut)
     }
 
+    /// Every catalog entry, to add fields to.
+    pub fn models_mut(&mut self) -> impl Iterator<Item = &mut Map<String, Value>> {
+        self.models.iter_mut().filter_map(Value::as_object_mut)
+    }
+
     /// Adds a virtual model.
     pub fn add_virtual_model(&mut self, vm: Value) {
         self.virtual_models.push(vm);

@@ -10,6 +10,9 @@
 //! (`max_targets_per_request: 2`); `fallbackTimeoutSeconds` (default 60) bounds each attempt;
 //! model names compare without case (`model_name_case: "insensitive"`). Models are eligible
 //! by provider and by whether they are Claude ("Endpoints"), written as each entry's `apis`.
+//! "The policy doesn't remember failures between requests" ("Failures and retries"), so no
+//! failure marks a target unhealthy (`failure_window: {failures: 0}`) and no status counts
+//! against a model (`unhealthy_status_codes: []`, so a 429's Retry-After evicts nothing).
 
 use super::{drop_unknown, join, list, object, provider_kind, string, Builder};
 use serde_json::{json, Value};
@@ -37,6 +40,7 @@ pub fn import(source: &Value, out: &mut Builder) -> Result<(), String> {
     for p in policies {
         policy(&p, out)?;
     }
+    forget_failures(out);
     out.set_root("model_name_case", json!("insensitive"));
     out.note(
         "model_name_case: insensitive: Zuplo compares model entries without regard to case"
@@ -62,6 +66,22 @@ pub fn import(source: &Value, out: &mut Builder) -> Result<(), String> {
             .to_string(),
     );
     Ok(())
+}
+
+/// "The policy doesn't remember failures between requests. While a model is down, every
+/// request that picks it tries it first" ("Failures and retries"): no failure window, and no
+/// status that counts against a model, so nothing demotes or evicts a target.
+fn forget_failures(out: &mut Builder) {
+    out.set_root("failure_window", json!({"failures": 0}));
+    for entry in out.models_mut() {
+        entry.insert("health".to_string(), json!({"unhealthy_status_codes": []}));
+    }
+    out.note(
+        "failure_window: {failures: 0} and health.unhealthy_status_codes: [] on every model: \
+         Zuplo remembers no failures between requests, so a failing model is tried first \
+         every time it is picked (not demoted, not evicted, even by a 429's Retry-After)"
+            .to_string(),
+    );
 }
 
 /// The load-balancing policies in any of the shapes the seed shows.
