@@ -8,7 +8,9 @@
 //! fields that reproduce them: an unhealthy response is a 5xx ("Health vs eviction": "When
 //! unset, any 5xx ... or connection failure is unhealthy"), and a failing response is not
 //! re-sent to another target in flight ("Failover is driven by eviction of the active set,
-//! not by rewriting a single in-flight request"), so `fallback_status_codes` is empty, and
+//! not by rewriting a single in-flight request ... The request that triggers eviction still
+//! fails"), so each request tries one target (`max_targets_per_request: 1`, which holds for a
+//! connection failure or timeout too) and `fallback_status_codes` is empty, and
 //! failures never mark a target unhealthy (`failure_window: {failures: 0}`): "traffic moves to
 //! the next group only after every target in the current group is evicted. Lowering a health
 //! score alone is not enough" ("Failover routing"), so only eviction moves a target back.
@@ -87,9 +89,10 @@ pub fn import(source: &Value, out: &mut Builder) -> Result<(), String> {
             .to_string(),
     );
     out.note(
-        "fallback_status_codes: [] on every target: agentgateway fails over by evicting \
-         targets, not by re-sending a failed request; a connection failure or timeout still \
-         moves the request to the next candidate here"
+        "max_targets_per_request: 1 and fallback_status_codes: []: agentgateway fails over \
+         by evicting targets, not by re-sending a failed request, so a request that fails (a \
+         connection failure or timeout included) fails; drop max_targets_per_request to let a \
+         connection failure or timeout move the request to the next candidate"
             .to_string(),
     );
     Ok(())
@@ -306,6 +309,7 @@ fn virtual_model(vm: &Map<String, Value>, path: &str, out: &mut Builder) -> Resu
     out.add_virtual_model(json!({
         "name": name,
         "model_types": ["chat"],
+        "max_targets_per_request": 1,
         "routing_config": {"type": kind, "load_balance_targets": out_targets},
     }));
     Ok(())
