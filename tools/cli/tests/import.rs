@@ -7,8 +7,9 @@ mod common;
 
 use common::{run, temp};
 use std::path::{Path, PathBuf};
+use switchboard::core::admission::{admit, Admission, StoredPath};
 use switchboard::core::config::{Config, Named};
-use switchboard::core::decision::decide;
+use switchboard::core::decision::{decide, decide_stored_path};
 use switchboard::core::endpoint::Endpoint;
 use switchboard::core::fallback::AttemptOutcome;
 use switchboard::core::flight::health_outcome;
@@ -155,6 +156,20 @@ impl Replay {
 }
 
 const FAILED_503: AttemptOutcome = AttemptOutcome::Status(503);
+
+/// Where `GET /v1/responses/{a provider's id}` goes: the target, or the filter's error.
+fn stored_read(config: &Path) -> Result<String, String> {
+    let c = Replay::load(config).config;
+    let h = Headers::from_pairs([(":path", "/v1/responses/resp_abc123"), (":method", "GET")]);
+    let Admission::Stored(StoredPath::Raw { index, .. }) = admit(&c, &h, true) else {
+        return Err("passed through, not routed".to_string());
+    };
+    let state = LocalState::default();
+    let mut rng = fastrand::Rng::with_seed(3);
+    decide_stored_path(&c, index, &h, &HealthInput::NONE, &state, &mut rng)
+        .map(|m| c.model(m).unwrap().name.clone())
+        .map_err(|e| format!("{} {}", e.status, e.body))
+}
 
 #[test]
 fn truefoundry_examples_import_check_and_explain() {
@@ -354,6 +369,54 @@ fn agentgateway_a_failed_request_is_never_moved_to_another_target() {
         let got = candidates(&c, vm, path, &[]);
         assert_eq!(got.len(), 1, "{file}: one target per request: {got:?}");
     }
+}
+
+/// Zuplo seed, "Endpoints": `GET`/`DELETE /v1/responses/{id}` are "routed to the account that
+/// holds the response, when the policy can tell which one it is"; "Stored responses": when
+/// every model that stores responses has one provider name they go there, and otherwise
+/// (no user or expression key) they fail with 400.
+#[test]
+fn zuplo_stored_response_reads_are_routed_by_the_imported_policy() {
+    let (c, err) = import(
+        "zuplo",
+        "keep-each-customer-on-one-model.json",
+        &["--name", "chat"],
+    );
+    assert!(
+        err.contains("stored_responses_virtual_model: `chat`"),
+        "{err}"
+    );
+    assert_eq!(stored_read(&c), Ok("openai/gpt-5".to_string()));
+    // "with this list, its requests to read or continue a response fail".
+    let (c, _) = import(
+        "zuplo",
+        "keep-conversations-on-one-deployment.json",
+        &["--name", "chat"],
+    );
+    let e = stored_read(&c).unwrap_err();
+    assert!(
+        e.starts_with("400 ") && e.contains("stored_response_unroutable"),
+        "{e}"
+    );
+
+    // Two policies serving Responses: which one reads stored responses depends on the route.
+    let two = temp(
+        "two-policies.json",
+        r#"{"policies": [
+            {"name": "a", "policyType": "ai-gateway-load-balancing-inbound",
+             "handler": {"options": {"models": {"completions": ["openai/gpt-5"]}}}},
+            {"name": "b", "policyType": "ai-gateway-load-balancing-inbound",
+             "handler": {"options": {"models": {"completions": ["openai/gpt-5-mini"]}}}}]}"#,
+    );
+    let (ok, out, err) = run(&["import", "--from", "zuplo", two.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(
+        err.contains(
+            "not carried over: (stored-response reads): 2 policies serve Responses (a, b)"
+        ),
+        "{err}"
+    );
+    assert!(!out.contains("stored_responses_virtual_model"), "{out}");
 }
 
 #[test]

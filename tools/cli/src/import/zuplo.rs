@@ -37,9 +37,13 @@ pub fn import(source: &Value, out: &mut Builder) -> Result<(), String> {
     let default_options = json!({"models": {"completions": ["openai/gpt-4o-mini"]}});
     let policies = find_policies(source, &default_options, out)?;
     out.expect_virtual_models(policies.len())?;
+    let mut serving_responses = Vec::new();
     for p in policies {
-        policy(&p, out)?;
+        if let Some(name) = policy(&p, out)? {
+            serving_responses.push(name);
+        }
     }
+    stored_responses(&serving_responses, out);
     forget_failures(out);
     out.set_root("model_name_case", json!("insensitive"));
     out.note(
@@ -199,7 +203,9 @@ fn policy_entry<'v>(entry: &'v Value, path: &str) -> Result<Policy<'v>, String> 
     })
 }
 
-fn policy(p: &Policy<'_>, out: &mut Builder) -> Result<(), String> {
+/// Imports one policy as a virtual model; returns its name when it serves the Responses API
+/// (it has a `completions` list).
+fn policy(p: &Policy<'_>, out: &mut Builder) -> Result<Option<String>, String> {
     let path = p.path.as_str();
     let opts = object(p.options, if path.is_empty() { "options" } else { path })?;
     drop_unknown(
@@ -317,6 +323,7 @@ fn policy(p: &Policy<'_>, out: &mut Builder) -> Result<(), String> {
     }
     let mut routing = routing;
     routing["load_balance_targets"] = Value::Array(targets);
+    let responses = model_types.contains(&"responses");
     out.add_virtual_model(json!({
         "name": name,
         "model_types": model_types,
@@ -324,7 +331,36 @@ fn policy(p: &Policy<'_>, out: &mut Builder) -> Result<(), String> {
         "fallback_timeout_ms": timeout_s * 1000,
         "routing_config": routing,
     }));
-    Ok(())
+    Ok(responses.then_some(name))
+}
+
+/// "Endpoints": `GET`/`DELETE /v1/responses/{id}` and its input items are "routed to the
+/// account that holds the response, when the policy can tell which one it is" ("Stored
+/// responses"). Those requests name no model, so Switchboard routes a raw id among the
+/// targets of one virtual model, `stored_responses_virtual_model`: the policy's, when one
+/// policy serves Responses. With several, which one reads them depends on the route.
+fn stored_responses(serving: &[String], out: &mut Builder) {
+    match serving {
+        [] => {}
+        [name] => {
+            out.set_root("stored_responses_virtual_model", json!(name));
+            out.note(format!(
+                "stored_responses_virtual_model: `{name}`: a retrieve, input-items list or \
+                 delete of a provider's response id is routed among its targets by the \
+                 seed's stored-response rules"
+            ));
+        }
+        names => out.dropped(
+            "(stored-response reads)",
+            &format!(
+                "{} policies serve Responses ({}), and a retrieve or delete names no model: \
+                 set stored_responses_virtual_model to the one on your /v1/responses/{{id}} \
+                 route; until then such requests pass through",
+                names.len(),
+                names.join(", ")
+            ),
+        ),
+    }
 }
 
 /// The seed's `sticky` by `user`, `conversation` or `expression`, as hash routing.
