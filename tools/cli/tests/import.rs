@@ -45,20 +45,14 @@ fn candidates(config: &Path, model: &str, path: &str, headers: &[&str]) -> Vec<S
             r#"{{"model": "{model}", "max_tokens": 16, "messages": [{{"role": "system", "content": "Be brief."}}, {{"role": "user", "content": "Hello"}}]}}"#
         )
     };
-    let req = temp(&format!("req-{}.json", model.replace('/', "_")), &body);
-    let mut args = vec![
-        "explain",
-        config.to_str().unwrap(),
-        req.to_str().unwrap(),
-        "--path",
-        path,
-    ];
-    for h in headers {
-        args.extend(["--header", h]);
-    }
-    let (ok, out, err) = run(&args);
-    assert!(ok, "explain {model}: {err}");
-    out.lines()
+    let out = explain(config, &body, path, headers).unwrap_or_else(|e| panic!("{model}: {e}"));
+    listed(&out)
+}
+
+/// The candidates `explain` printed, in order.
+fn listed(explained: &str) -> Vec<String> {
+    explained
+        .lines()
         .skip_while(|l| !l.starts_with("candidates"))
         .skip(1)
         .take_while(|l| {
@@ -70,6 +64,30 @@ fn candidates(config: &Path, model: &str, path: &str, headers: &[&str]) -> Vec<S
         })
         .map(|l| l.split_once(". ").map_or("", |(_, n)| n).to_string())
         .collect()
+}
+
+/// `explain` for a request with this body: its output, or its error (the filter's answer).
+fn explain(config: &Path, body: &str, path: &str, headers: &[&str]) -> Result<String, String> {
+    // One file per request: tests run in parallel in one process.
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let req = temp(&format!("req-{n}.json"), body);
+    let mut args = vec![
+        "explain",
+        config.to_str().unwrap(),
+        req.to_str().unwrap(),
+        "--path",
+        path,
+    ];
+    for h in headers {
+        args.extend(["--header", h]);
+    }
+    let (ok, out, err) = run(&args);
+    if ok {
+        Ok(out)
+    } else {
+        Err(err)
+    }
 }
 
 /// `simulate`: each target's share of 10,000 first attempts, in percent, by name.
@@ -417,6 +435,39 @@ fn zuplo_stored_response_reads_are_routed_by_the_imported_policy() {
         "{err}"
     );
     assert!(!out.contains("stored_responses_virtual_model"), "{out}");
+}
+
+/// Zuplo seed, "Endpoints": "OpenRouter stores no responses. When the list also has a model
+/// that does, OpenRouter gets only creates that set `store` to `false`"; Bedrock Mantle serves
+/// the Responses API for models other than Claude, and stores what it creates.
+#[test]
+fn zuplo_bedrock_mantle_stores_responses_and_openrouter_does_not() {
+    let src = temp(
+        "mantle.json",
+        r#"{"models": {"completions": ["bedrockmantle/openai.gpt-oss-120b", "openrouter/openai/gpt-5"]}}"#,
+    );
+    let (ok, out, err) = run(&[
+        "import",
+        "--from",
+        "zuplo",
+        src.to_str().unwrap(),
+        "--name",
+        "r",
+    ]);
+    assert!(ok, "{err}");
+    let c = temp("mantle-config.json", &out);
+    let create = |store: &str| {
+        let body = format!(r#"{{"model": "r", "input": "Hello"{store}}}"#);
+        sorted(listed(&explain(&c, &body, "/v1/responses", &[]).unwrap()))
+    };
+    assert_eq!(create(""), names(&["bedrockmantle/openai.gpt-oss-120b"]));
+    assert_eq!(
+        create(r#", "store": false"#),
+        names(&[
+            "bedrockmantle/openai.gpt-oss-120b",
+            "openrouter/openai/gpt-5"
+        ])
+    );
 }
 
 #[test]

@@ -489,6 +489,12 @@ fn add_apis(out: &mut Builder, catalog: &str, list_name: &str) {
                 }
             }
         }
+        // "Stored responses": OpenRouter is the provider that "stores no responses", so it
+        // keeps openai-compatible's `stores_responses: false`; Bedrock Mantle, also imported as
+        // openai-compatible, serves Responses ("Endpoints") and stores what it creates.
+        if p.starts_with("bedrockmantle") && apis.contains(&"responses") {
+            entry.insert("stores_responses".to_string(), json!(true));
+        }
         entry.insert("apis".to_string(), json!(apis));
     }
 }
