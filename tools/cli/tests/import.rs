@@ -193,7 +193,7 @@ fn stored_read(config: &Path) -> Result<String, String> {
 fn truefoundry_examples_import_check_and_explain() {
     let n = ["--name", VM];
     let (c, err) = import("truefoundry", "sticky-routing.yaml", &n);
-    assert!(err.contains("cluster `provider-a` (derived from provider `provider-a`, provider kind `openai-compatible`)"), "{err}");
+    assert!(err.contains("cluster `provider-a` (derived from provider `provider-a`, provider kind `openai-compatible`, guessed from the name; --provider provider-a=KIND sets it)"), "{err}");
     let first = candidates(&c, VM, CHAT, &["x-user-id:alice"]);
     assert_eq!(
         sorted(first.clone()),
@@ -467,6 +467,75 @@ fn zuplo_bedrock_mantle_stores_responses_and_openrouter_does_not() {
             "bedrockmantle/openai.gpt-oss-120b",
             "openrouter/openai/gpt-5"
         ])
+    );
+}
+
+/// An `openai` account under its own provider name, as the README's `openai-east/gpt-4o`,
+/// is an OpenAI model: it serves the Responses API (Zuplo seed, "Endpoints": "OpenAI models";
+/// TrueFoundry seed: every target must serve the operation natively). Where a name does not
+/// tell, `--provider NAME=KIND` does.
+#[test]
+fn a_provider_named_for_openai_is_openai_and_provider_sets_any_kind() {
+    let src = temp(
+        "openai-accounts.json",
+        r#"{"models": {"completions": ["openai-east/gpt-5", "OpenAI_West/gpt-5", "team-gpt/gpt-5"]}}"#,
+    );
+    let src = src.to_str().unwrap();
+    let (ok, out, err) = run(&["import", "--from", "zuplo", src, "--name", "r"]);
+    assert!(ok, "{err}");
+    let c = temp("openai-accounts-config.json", &out);
+    assert_eq!(
+        sorted(candidates(&c, "r", "/v1/responses", &[])),
+        names(&["OpenAI_West/gpt-5", "openai-east/gpt-5"])
+    );
+    assert!(
+        err.contains("provider kind `openai-compatible`, guessed from the name; --provider team-gpt=KIND sets it"),
+        "{err}"
+    );
+
+    let args = ["import", "--from", "zuplo", src, "--name", "r"];
+    let (ok, out, err) = run(&[&args[..], &["--provider", "Team-GPT=openai"]].concat());
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("provider kind `openai`, from --provider"),
+        "{err}"
+    );
+    let c = temp("openai-accounts-given.json", &out);
+    assert_eq!(
+        candidates(&c, "r", "/v1/responses", &[]).len(),
+        2,
+        "at most two models"
+    );
+    let config = std::fs::read_to_string(&c).unwrap();
+    assert_eq!(
+        config.matches(r#""provider": "openai""#).count(),
+        3,
+        "{config}"
+    );
+
+    // An unknown kind is an error naming the option.
+    let (ok, _, err) = run(&[&args[..], &["--provider", "team-gpt=gemini"]].concat());
+    assert!(
+        !ok && err.contains("--provider team-gpt=gemini: expected NAME=KIND"),
+        "{err}"
+    );
+    // A name that says openai-compatible is taken at its word.
+    let (ok, out, err) = run(&[
+        "import",
+        "--from",
+        "zuplo",
+        temp(
+            "compat.json",
+            r#"{"models": {"completions": ["openai-compatible/llama"]}}"#,
+        )
+        .to_str()
+        .unwrap(),
+        "--name",
+        "r",
+    ]);
+    assert!(
+        ok && out.contains(r#""provider": "openai-compatible""#),
+        "{err}"
     );
 }
 

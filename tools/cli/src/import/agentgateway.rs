@@ -15,7 +15,7 @@
 //! the next group only after every target in the current group is evicted. Lowering a health
 //! score alone is not enough" ("Failover routing"), so only eviction moves a target back.
 
-use super::{drop_unknown, join, list, object, provider_kind, string, Builder};
+use super::{drop_unknown, join, list, object, string, Builder};
 use serde_json::{json, Map, Value};
 
 const UNKNOWN: &str = "not an agentgateway field Switchboard knows";
@@ -117,7 +117,7 @@ fn model(m: &Map<String, Value>, path: &str, out: &mut Builder) -> Result<(), St
             .ok_or_else(|| format!("{path}.provider: is required"))?,
         &join(path, "provider"),
     )?;
-    let kind = provider_kind(provider);
+    let kind = out.provider_kind(provider);
     let params_path = join(path, "params");
     let params = match m.get("params") {
         Some(p) => object(p, &params_path)?.clone(),

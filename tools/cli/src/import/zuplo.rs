@@ -14,7 +14,7 @@
 //! failure marks a target unhealthy (`failure_window: {failures: 0}`) and no status counts
 //! against a model (`unhealthy_status_codes: []`, so a 429's Retry-After evicts nothing).
 
-use super::{drop_unknown, join, list, object, provider_kind, string, Builder};
+use super::{drop_unknown, join, list, object, string, Builder};
 use serde_json::{json, Value};
 
 const POLICY_TYPE: &str = "ai-gateway-load-balancing-inbound";
@@ -459,7 +459,7 @@ fn add_apis(out: &mut Builder, catalog: &str, list_name: &str) {
     let (provider, model) = catalog.split_once('/').unwrap_or(("", catalog));
     let p = provider.to_ascii_lowercase();
     let claude = model.to_ascii_lowercase().contains("claude");
-    let kind = provider_kind(provider);
+    let kind = out.provider_kind(provider);
     let mut apis: Vec<&str> = match list_name {
         "embeddings" => vec!["embeddings"],
         _ => {
