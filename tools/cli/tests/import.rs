@@ -1,7 +1,10 @@
 //! `switchboard import` on every example config of the three seeds
 //! (`tests/fixtures/seeds/<seed>/`): each imports, passes `switchboard check`, and
-//! `switchboard explain` shows the candidates the seed describes. Fields that cannot be
-//! carried over are reported on stderr; bad input is an error naming the file and field.
+//! `switchboard explain` (or `simulate`) shows the outcome the seed states for it; a fragment
+//! (session identifiers, a zone match) is put where the seed puts it first. Where the seed
+//! states what failures do, [`Replay`] runs the imported config through the filter's core with
+//! the health records its targets' answers leave. Fields that cannot be carried over are
+//! reported on stderr; bad input is an error naming the file and field.
 
 mod common;
 
@@ -66,12 +69,26 @@ fn listed(explained: &str) -> Vec<String> {
         .collect()
 }
 
-/// `explain` for a request with this body: its output, or its error (the filter's answer).
-fn explain(config: &Path, body: &str, path: &str, headers: &[&str]) -> Result<String, String> {
-    // One file per request: tests run in parallel in one process.
+/// A chat request's body for `model`.
+fn chat_body(model: &str) -> String {
+    format!(r#"{{"model": "{model}", "messages": [{{"role": "user", "content": "Hello"}}]}}"#)
+}
+
+/// A file holding [`chat_body`].
+fn chat_request(model: &str) -> PathBuf {
+    request_file(&chat_body(model))
+}
+
+/// A request body in a file of its own: tests run in parallel in one process.
+fn request_file(body: &str) -> PathBuf {
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let req = temp(&format!("req-{n}.json"), body);
+    temp(&format!("req-{n}.json"), body)
+}
+
+/// `explain` for a request with this body: its output, or its error (the filter's answer).
+fn explain(config: &Path, body: &str, path: &str, headers: &[&str]) -> Result<String, String> {
+    let req = request_file(body);
     let mut args = vec![
         "explain",
         config.to_str().unwrap(),
@@ -123,6 +140,8 @@ const VM: &str = "my-group/production-chat";
 struct Replay {
     config: Config,
     records: Vec<HealthRecord>,
+    /// Each decision draws with the next seed.
+    seed: std::cell::Cell<u64>,
 }
 
 impl Replay {
@@ -130,7 +149,11 @@ impl Replay {
         let text = std::fs::read(path).unwrap();
         let config = Config::parse_with_env(&text, &|n| Some(format!("<{n}>"))).unwrap();
         let records = vec![HealthRecord::default(); config.models.len()];
-        Replay { config, records }
+        Replay {
+            config,
+            records,
+            seed: std::cell::Cell::new(7),
+        }
     }
 
     /// `model` answered `outcome` at `now_ms`; a 429's Retry-After is `hint_ms`.
@@ -141,6 +164,24 @@ impl Replay {
         if let Some(o) = health_outcome(m, outcome, || hint_ms) {
             self.records[id.0].record(o, now_ms, &m.health);
         }
+    }
+
+    /// The first candidate of a chat request to `model` from the caller whose verified JWT
+    /// has `sub`.
+    fn candidates_as(&self, sub: &str, model: &str) -> String {
+        let headers = Headers::from_pairs([(":path", CHAT), (":method", "POST")]);
+        let state = LocalState::default().with_claim("jwt_payload", "sub", sub);
+        let d = decide(
+            &self.config,
+            Endpoint::ChatCompletions,
+            chat_body(model).as_bytes(),
+            &headers,
+            &HealthInput::NONE,
+            &state,
+            &mut fastrand::Rng::with_seed(self.seed.replace(self.seed.get() + 1)),
+        )
+        .unwrap();
+        self.config.model(d.target).unwrap().name.clone()
     }
 
     /// The candidates of a chat request to `model` at `now_ms`, in order.
@@ -162,7 +203,7 @@ impl Replay {
             &Headers::from_pairs(pairs),
             &health,
             &LocalState::default(),
-            &mut fastrand::Rng::with_seed(7),
+            &mut fastrand::Rng::with_seed(self.seed.replace(self.seed.get() + 1)),
         )
         .unwrap();
         d.plan
@@ -204,22 +245,52 @@ fn truefoundry_examples_import_check_and_explain() {
         first,
         "a session keeps its target"
     );
+    // Sessions spread 70/30 (each simulated request is its own session).
+    let split = first_attempts(&c, VM, CHAT);
+    assert!((split[0].1 - 70.0).abs() < 2.0, "{split:?}");
 
+    // azure/gpt-4o first, then openai/gpt-4o; anthropic/claude-sonnet "is only used when it
+    // is itself the highest-priority healthy target".
     let (c, _) = import("truefoundry", "retries-and-fallbacks.yaml", &n);
     assert_eq!(
         candidates(&c, VM, CHAT, &[]),
         names(&["azure/gpt-4o", "openai/gpt-4o", "anthropic/claude-sonnet"])
+    );
+    let (ok, out, _) = run(&[
+        "explain",
+        c.to_str().unwrap(),
+        chat_request(VM).to_str().unwrap(),
+    ]);
+    assert!(
+        ok && out.contains(
+            "target anthropic/claude-sonnet (cluster anthropic): priority 2, never a fallback"
+        ),
+        "{out}"
     );
     let config = std::fs::read_to_string(&c).unwrap();
     assert!(
         config.contains(r#""attempts": 3"#) && config.contains(r#""fallback_candidate": false"#),
         "{config}"
     );
+    // "Unhealthy target detection": 2 failures in 2 minutes; the healthy target leads.
+    let mut r = Replay::load(&c);
+    for t in ["azure/gpt-4o", "openai/gpt-4o"] {
+        r.answer(t, FAILED_503, None, 0);
+        r.answer(t, AttemptOutcome::Status(429), None, 1_000);
+    }
+    assert_eq!(r.candidates(VM, &[], 2_000)[0], "anthropic/claude-sonnet");
 
+    // Each target's own headers, applied last: provider-a sets x-region and drops
+    // x-internal-debug; 80/20.
     let (c, _) = import("truefoundry", "header-overrides.yaml", &n);
-    assert_eq!(
-        sorted(candidates(&c, VM, CHAT, &[])),
-        names(&["provider-a/model-a", "provider-b/model-b"])
+    let split = first_attempts(&c, VM, CHAT);
+    assert_eq!(split[0].0, "provider-a/model-a");
+    assert!((split[0].1 - 80.0).abs() < 2.0, "{split:?}");
+    let body = chat_body(VM);
+    let a = explain(&c, &body, CHAT, &["x-internal-debug:1"]).unwrap();
+    assert!(
+        a.contains("first attempt: cluster provider-a\n  sets headers: x-region\n  removes headers: x-internal-debug"),
+        "{a}"
     );
 
     // The seed's metadata header keeps its name: region eu leaves only openai/gpt-4o.
@@ -250,18 +321,24 @@ fn truefoundry_examples_import_check_and_explain() {
         err.contains("`tfy_gateway_region` is `gateway_region`"),
         "{err}"
     );
-    assert_eq!(
-        candidates(&c, VM, CHAT, &[r#"x-tfy-metadata:{"gateway_region":"EU"}"#]),
-        names(&["azure-eu/gpt-4o", "openai/gpt-4o"])
-    );
+    for (region, first) in [("US", "azure-us"), ("EU", "azure-eu"), ("IN", "azure-in")] {
+        let header = format!(r#"x-tfy-metadata:{{"gateway_region":"{region}"}}"#);
+        assert_eq!(
+            candidates(&c, VM, CHAT, &[&header]),
+            names(&[&format!("{first}/gpt-4o"), "openai/gpt-4o"])
+        );
+    }
+    // "Users from any other region ... fall through to openai/gpt-4o".
+    let au = r#"x-tfy-metadata:{"gateway_region":"AU"}"#;
+    assert_eq!(candidates(&c, VM, CHAT, &[au]), names(&["openai/gpt-4o"]));
     assert_eq!(candidates(&c, VM, CHAT, &[]), names(&["openai/gpt-4o"]));
 
+    // No prompt hydration here (reported); the 70/30 split is kept.
     let (c, err) = import("truefoundry", "prompt-overrides.yaml", &n);
     assert!(err.contains("not carried over: routing_config.load_balance_targets[0].override_params.prompt_version_fqn: prompt hydration"), "{err}");
-    assert_eq!(
-        sorted(candidates(&c, VM, CHAT, &[])),
-        names(&["anthropic/claude-sonnet", "openai/gpt-4o"])
-    );
+    let split = first_attempts(&c, VM, CHAT);
+    assert_eq!(split[1].0, "openai/gpt-4o");
+    assert!((split[1].1 - 70.0).abs() < 2.0, "{split:?}");
     let config = std::fs::read_to_string(&c).unwrap();
     assert!(
         config.contains(r#""resolved_model": "x-tfy-resolved-model""#),
@@ -287,6 +364,113 @@ fn truefoundry_fragments_and_the_field_template_are_refused_naming_file_and_fiel
     }
 }
 
+/// `fragment`'s lines, each indented by `by` spaces.
+fn indented(fragment: &str, by: usize) -> String {
+    let pad = " ".repeat(by);
+    fragment.lines().map(|l| format!("{pad}{l}\n")).collect()
+}
+
+/// The `sticky session ...` line of `explain`.
+fn session(config: &Path, headers: &[&str]) -> String {
+    let out = explain(config, &chat_body(VM), CHAT, headers).unwrap();
+    out.lines()
+        .find(|l| l.trim_start().starts_with("sticky session"))
+        .unwrap_or_else(|| panic!("no session: {out}"))
+        .to_string()
+}
+
+/// The seed's fragments, put where the seed puts them: session identifiers in the sticky
+/// routing example, the zone match on a target of the gateway-region example.
+#[test]
+fn truefoundry_fragments_in_their_place_give_the_seeds_outcome() {
+    let fixture = |f: &str| {
+        let dir = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/seeds/truefoundry"
+        );
+        std::fs::read_to_string(format!("{dir}/{f}")).unwrap()
+    };
+    let sticky = fixture("sticky-routing.yaml");
+    let (head, rest) = sticky.split_once("    session_identifiers:\n").unwrap();
+    let tail = &rest[rest.find("  load_balance_targets:").unwrap()..];
+    let n = ["--name", VM];
+    for (file, same, other, missing) in [
+        (
+            "session-identifiers-headers.yaml",
+            ["x-user-id:alice", "x-conversation-id:c1"],
+            ["x-user-id:alice", "x-conversation-id:c2"],
+            ["x-user-id:alice", "x-conversation-id:"],
+        ),
+        (
+            "session-identifiers-metadata.yaml",
+            [
+                r#"x-tfy-metadata:{"tenant-id":"t1","user-id":"u1"}"#,
+                "x-unused:1",
+            ],
+            [
+                r#"x-tfy-metadata:{"tenant-id":"t1","user-id":"u2"}"#,
+                "x-unused:1",
+            ],
+            [
+                r#"x-tfy-metadata:{"tenant-id":"t1","user-id":""}"#,
+                "x-unused:1",
+            ],
+        ),
+    ] {
+        let src = temp(
+            file,
+            &format!("{head}{}{tail}", indented(&fixture(file), 4)),
+        );
+        let (ok, out, err) = run(&[
+            "import",
+            "--from",
+            "truefoundry",
+            src.to_str().unwrap(),
+            n[0],
+            n[1],
+        ]);
+        assert!(ok, "{file}: {err}");
+        let c = temp(&format!("{file}.json"), &out);
+        // "All configured identifiers are combined into a single session key".
+        assert_eq!(session(&c, &same), session(&c, &same), "{file}");
+        assert_ne!(session(&c, &same), session(&c, &other), "{file}");
+        // "If a configured identifier is missing from the request, it contributes an empty
+        // string to the session key."
+        let without: Vec<&str> = match file {
+            "session-identifiers-headers.yaml" => vec!["x-user-id:alice"],
+            _ => vec![r#"x-tfy-metadata:{"tenant-id":"t1"}"#],
+        };
+        assert_eq!(session(&c, &without), session(&c, &missing), "{file}");
+    }
+
+    // "only match traffic from the San Francisco gateway".
+    let zone = format!(
+        "routing_config:\n  type: priority-based-routing\n  load_balance_targets:\n    - target: azure-sfo/gpt-4o\n      priority: 0\n{}    - target: openai/gpt-4o\n      priority: 1\n",
+        indented(&fixture("gateway-zone.yaml"), 6)
+    );
+    let src = temp("gateway-zone-in-place.yaml", &zone);
+    let (ok, out, err) = run(&[
+        "import",
+        "--from",
+        "truefoundry",
+        src.to_str().unwrap(),
+        n[0],
+        n[1],
+    ]);
+    assert!(
+        ok && err.contains("`tfy_gateway_zone` is `gateway_zone`"),
+        "{err}"
+    );
+    let c = temp("gateway-zone-in-place.json", &out);
+    let sfo = r#"x-tfy-metadata:{"gateway_zone":"SFO"}"#;
+    let lax = r#"x-tfy-metadata:{"gateway_zone":"LAX"}"#;
+    assert_eq!(
+        candidates(&c, VM, CHAT, &[sfo]),
+        names(&["azure-sfo/gpt-4o", "openai/gpt-4o"])
+    );
+    assert_eq!(candidates(&c, VM, CHAT, &[lax]), names(&["openai/gpt-4o"]));
+}
+
 #[test]
 fn agentgateway_examples_import_check_and_explain() {
     let (c, err) = import("agentgateway", "weighted-routing.yaml", &[]);
@@ -300,9 +484,18 @@ fn agentgateway_examples_import_check_and_explain() {
     assert!((split[0].1 - 10.0).abs() < 1.0, "{split:?}");
     assert!((split[1].1 - 90.0).abs() < 1.0, "{split:?}");
     let config = std::fs::read_to_string(&c).unwrap();
+    assert!(config.contains(r#""weight": 90"#), "{config}");
+    // "public: The model can be requested directly by clients"; "internal: ... is not
+    // exposed as a direct client model".
+    let public = explain(&c, &chat_body("gpt-4o-public"), CHAT, &[]).unwrap();
     assert!(
-        config.contains(r#""weight": 90"#) && config.contains(r#""visibility": "public""#),
-        "{config}"
+        public.contains("`gpt-4o-public` is a public catalog model"),
+        "{public}"
+    );
+    let internal = explain(&c, &chat_body("gpt-4o-primary"), CHAT, &[]).unwrap_err();
+    assert!(
+        internal.contains("404") && internal.contains("model_not_found"),
+        "{internal}"
     );
 
     // "Requests prefer claude-primary"; a failed request is not moved to the backups.
@@ -365,8 +558,24 @@ fn agentgateway_priority_groups_spill_only_when_every_target_is_evicted() {
     let (c, _) = import("agentgateway", "failover-routing.yaml", &[]);
     let mut r = Replay::load(&c);
     r.answer("claude-primary", FAILED_503, None, 0);
-    let got = r.candidates("resilient", &[], 1_000);
-    assert!(got[0].starts_with("claude-backup-"), "{got:?}");
+    // "Later requests fail over to the priority: 1 group and load balance between
+    // claude-backup-a and claude-backup-b".
+    let firsts: Vec<String> = (0..200)
+        .map(|_| r.candidates("resilient", &[], 1_000).remove(0))
+        .collect();
+    for backup in ["claude-backup-a", "claude-backup-b"] {
+        let n = firsts.iter().filter(|f| *f == backup).count();
+        assert!((60..=140).contains(&n), "{backup}: {n} of 200");
+    }
+    // "a degraded target is weighted down; the other backup continues to receive more
+    // traffic until the degraded target recovers or is also evicted": evicted here, as
+    // consecutiveFailures is 1.
+    r.answer("claude-backup-a", FAILED_503, None, 1_000);
+    assert_eq!(
+        r.candidates("resilient", &[], 2_000),
+        names(&["claude-backup-b"])
+    );
+    // Back after the 60 s duration.
     assert_eq!(r.candidates("resilient", &[], 60_000)[0], "claude-primary");
 }
 
@@ -569,6 +778,14 @@ fn zuplo_examples_import_check_and_explain() {
     let vm = "my-ai-gateway-load-balancing-inbound-policy";
     let got = candidates(&c, vm, CHAT, &[]);
     assert_eq!(got.len(), 2, "at most two models per request: {got:?}");
+    // "a retry model: the model the strategy would pick next", in list order.
+    let list = ["azure-eastus/gpt-5", "azure-westus/gpt-5", "openai/gpt-5"];
+    let at = list.iter().position(|m| *m == got[0]).unwrap();
+    assert_eq!(got[1], list[(at + 1) % 3], "{got:?}");
+    // "Round robin gives every model in the list an equal share of requests."
+    for (model, share) in first_attempts(&c, vm, CHAT) {
+        assert!((share - 100.0 / 3.0).abs() < 0.1, "{model}: {share}");
+    }
     // Names compare without case.
     assert_eq!(candidates(&c, &vm.to_ascii_uppercase(), CHAT, &[]).len(), 2);
     let config = std::fs::read_to_string(&c).unwrap();
@@ -597,6 +814,12 @@ fn zuplo_examples_import_check_and_explain() {
         both,
         "Claude serves Messages on any provider"
     );
+    // "/v1/responses: ... other than Claude": neither model can serve it.
+    let e = explain(&c, &chat_body("sonnet"), "/v1/responses", &[]).unwrap_err();
+    assert!(
+        e.contains("400") && e.contains("unsupported_endpoint"),
+        "{e}"
+    );
 
     let (c, _) = import(
         "zuplo",
@@ -609,6 +832,14 @@ fn zuplo_examples_import_check_and_explain() {
         candidates(&c, "chat", CHAT, &[]),
         first,
         "one conversation, one model"
+    );
+    // "A Responses API client that continues a stored response with previous_response_id
+    // ... its requests to read or continue a response fail".
+    let body = r#"{"model": "chat", "input": "And then?", "previous_response_id": "resp_abc123"}"#;
+    let e = explain(&c, body, "/v1/responses", &[]).unwrap_err();
+    assert!(
+        e.contains("400") && e.contains("stored_response_unroutable"),
+        "{e}"
     );
 
     let (c, err) = import(
@@ -623,6 +854,23 @@ fn zuplo_examples_import_check_and_explain() {
         candidates(&c, "chat", "/v1/responses", &[]),
         names(&["openai/gpt-5"])
     );
+    assert_eq!(
+        candidates(&c, "chat", "/v1/messages", &[]),
+        names(&["anthropic/claude-sonnet-4-6"])
+    );
+    // With a verified caller: "keeps every customer on one model while customers spread
+    // across the list".
+    let r = Replay::load(&c);
+    let picks: Vec<String> = (0..40)
+        .map(|i| {
+            let user = format!("app-{i}");
+            let first = r.candidates_as(&user, "chat");
+            assert_eq!(r.candidates_as(&user, "chat"), first, "{user}");
+            first
+        })
+        .collect();
+    assert!(picks.iter().any(|p| p == "openai/gpt-5"));
+    assert!(picks.iter().any(|p| p == "anthropic/claude-sonnet-4-6"));
 
     let (c, _) = import("zuplo", "balance-embeddings.json", &["--name", "embed"]);
     assert_eq!(
@@ -643,6 +891,15 @@ fn zuplo_examples_import_check_and_explain() {
         candidates(&c, "chat", CHAT, &["x-end-user-id:alice"]),
         alice
     );
+    // End users spread over the list.
+    let users: Vec<String> = (0..12)
+        .map(|i| candidates(&c, "chat", CHAT, &[&format!("x-end-user-id:user-{i}")]).remove(0))
+        .collect();
+    assert!(users.iter().any(|u| u != &users[0]), "{users:?}");
+    // "When the expression resolves to nothing ... the request goes round robin".
+    for (model, share) in first_attempts(&c, "chat", CHAT) {
+        assert!((share - 50.0).abs() < 0.1, "{model}: {share}");
+    }
 
     // A chain entry without options: Zuplo's default declared options.
     let (c, err) = import("zuplo", "policy-order.json", &[]);
@@ -653,6 +910,19 @@ fn zuplo_examples_import_check_and_explain() {
     assert_eq!(
         candidates(&c, "ai-gateway-load-balancing-inbound", CHAT, &[]),
         names(&["openai/gpt-4o-mini"])
+    );
+    // "... and fails Messages and System One requests with 400, because that model can't
+    // serve them".
+    let e = explain(
+        &c,
+        &chat_body("ai-gateway-load-balancing-inbound"),
+        "/v1/messages",
+        &[],
+    )
+    .unwrap_err();
+    assert!(
+        e.contains("400") && e.contains("unsupported_endpoint"),
+        "{e}"
     );
 
     let (c, _) = import("zuplo", "configure-lists-per-app.json", &[]);
@@ -665,6 +935,23 @@ fn zuplo_examples_import_check_and_explain() {
         )),
         names(&["azure-eastus/gpt-5", "azure-westus/gpt-5"])
     );
+    // Sticky by conversation: every turn of a conversation goes where its first did, and
+    // conversations spread over the list.
+    let vm = "ai-gateway-load-balancing-inbound";
+    let turn = |conversation: usize, n: usize| {
+        let later = (1..n)
+            .map(|i| format!(r#", {{"role": "assistant", "content": "a{i}"}}, {{"role": "user", "content": "q{i}"}}"#))
+            .collect::<String>();
+        let body = format!(
+            r#"{{"model": "{vm}", "messages": [{{"role": "system", "content": "Be brief."}}, {{"role": "user", "content": "Hello {conversation}"}}{later}]}}"#
+        );
+        listed(&explain(&c, &body, CHAT, &[]).unwrap()).remove(0)
+    };
+    let firsts: Vec<String> = (0..12).map(|i| turn(i, 1)).collect();
+    for (i, first) in firsts.iter().enumerate() {
+        assert_eq!(&turn(i, 3), first, "conversation {i}");
+    }
+    assert!(firsts.iter().any(|f| f != &firsts[0]), "{firsts:?}");
 }
 
 #[test]
