@@ -231,7 +231,7 @@ fn stored_read(config: &Path) -> Result<String, String> {
 }
 
 #[test]
-fn truefoundry_examples_import_check_and_explain() {
+fn truefoundry_sticky_routing_example_keeps_a_session_on_one_target_and_splits_70_30() {
     let n = ["--name", VM];
     let (c, err) = import("truefoundry", "sticky-routing.yaml", &n);
     assert!(err.contains("cluster `provider-a` (derived from provider `provider-a`, provider kind `openai-compatible`, guessed from the name; --provider provider-a=KIND sets it)"), "{err}");
@@ -248,7 +248,11 @@ fn truefoundry_examples_import_check_and_explain() {
     // Sessions spread 70/30 (each simulated request is its own session).
     let split = first_attempts(&c, VM, CHAT);
     assert!((split[0].1 - 70.0).abs() < 2.0, "{split:?}");
+}
 
+#[test]
+fn truefoundry_retries_and_fallbacks_example_goes_by_priority_and_never_falls_back_to_claude() {
+    let n = ["--name", VM];
     // azure/gpt-4o first, then openai/gpt-4o; anthropic/claude-sonnet "is only used when it
     // is itself the highest-priority healthy target".
     let (c, _) = import("truefoundry", "retries-and-fallbacks.yaml", &n);
@@ -279,7 +283,11 @@ fn truefoundry_examples_import_check_and_explain() {
         r.answer(t, AttemptOutcome::Status(429), None, 1_000);
     }
     assert_eq!(r.candidates(VM, &[], 2_000)[0], "anthropic/claude-sonnet");
+}
 
+#[test]
+fn truefoundry_header_overrides_example_sets_each_targets_own_headers() {
+    let n = ["--name", VM];
     // Each target's own headers, applied last: provider-a sets x-region and drops
     // x-internal-debug; 80/20.
     let (c, _) = import("truefoundry", "header-overrides.yaml", &n);
@@ -292,7 +300,11 @@ fn truefoundry_examples_import_check_and_explain() {
         a.contains("first attempt: cluster provider-a\n  sets headers: x-region\n  removes headers: x-internal-debug"),
         "{a}"
     );
+}
 
+#[test]
+fn truefoundry_metadata_match_example_filters_targets_by_request_metadata() {
+    let n = ["--name", VM];
     // The seed's metadata header keeps its name: region eu leaves only openai/gpt-4o.
     let (c, err) = import("truefoundry", "metadata-match.yaml", &n);
     assert!(err.contains("x-tfy-metadata"), "{err}");
@@ -314,7 +326,11 @@ fn truefoundry_examples_import_check_and_explain() {
         ),
         names(&["openai/gpt-4o"])
     );
+}
 
+#[test]
+fn truefoundry_gateway_region_example_sends_each_region_to_its_deployment() {
+    let n = ["--name", VM];
     // tfy_gateway_region is gateway_region here.
     let (c, err) = import("truefoundry", "gateway-region.yaml", &n);
     assert!(
@@ -332,7 +348,11 @@ fn truefoundry_examples_import_check_and_explain() {
     let au = r#"x-tfy-metadata:{"gateway_region":"AU"}"#;
     assert_eq!(candidates(&c, VM, CHAT, &[au]), names(&["openai/gpt-4o"]));
     assert_eq!(candidates(&c, VM, CHAT, &[]), names(&["openai/gpt-4o"]));
+}
 
+#[test]
+fn truefoundry_prompt_overrides_example_reports_hydration_and_splits_70_30() {
+    let n = ["--name", VM];
     // No prompt hydration here (reported); the 70/30 split is kept.
     let (c, err) = import("truefoundry", "prompt-overrides.yaml", &n);
     assert!(err.contains("not carried over: routing_config.load_balance_targets[0].override_params.prompt_version_fqn: prompt hydration"), "{err}");
@@ -379,17 +399,19 @@ fn session(config: &Path, headers: &[&str]) -> String {
         .to_string()
 }
 
-/// The seed's fragments, put where the seed puts them: session identifiers in the sticky
-/// routing example, the zone match on a target of the gateway-region example.
+/// A TrueFoundry fixture's text.
+fn fixture(file: &str) -> String {
+    let dir = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/seeds/truefoundry"
+    );
+    std::fs::read_to_string(format!("{dir}/{file}")).unwrap()
+}
+
+/// The session-identifier fragments, put in the sticky routing example where the seed puts
+/// them.
 #[test]
-fn truefoundry_fragments_in_their_place_give_the_seeds_outcome() {
-    let fixture = |f: &str| {
-        let dir = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/seeds/truefoundry"
-        );
-        std::fs::read_to_string(format!("{dir}/{f}")).unwrap()
-    };
+fn truefoundry_session_identifier_fragments_combine_into_one_session_key() {
     let sticky = fixture("sticky-routing.yaml");
     let (head, rest) = sticky.split_once("    session_identifiers:\n").unwrap();
     let tail = &rest[rest.find("  load_balance_targets:").unwrap()..];
@@ -442,7 +464,12 @@ fn truefoundry_fragments_in_their_place_give_the_seeds_outcome() {
         };
         assert_eq!(session(&c, &without), session(&c, &missing), "{file}");
     }
+}
 
+/// The zone fragment, on a target of a priority virtual model like the gateway-region example.
+#[test]
+fn truefoundry_gateway_zone_fragment_matches_only_traffic_from_that_zone() {
+    let n = ["--name", VM];
     // "only match traffic from the San Francisco gateway".
     let zone = format!(
         "routing_config:\n  type: priority-based-routing\n  load_balance_targets:\n    - target: azure-sfo/gpt-4o\n      priority: 0\n{}    - target: openai/gpt-4o\n      priority: 1\n",
@@ -772,7 +799,7 @@ fn zuplo_imports_remember_no_failures_between_requests() {
 }
 
 #[test]
-fn zuplo_examples_import_check_and_explain() {
+fn zuplo_policy_entry_example_round_robins_with_the_next_model_as_retry_model() {
     let (c, err) = import("zuplo", "policy-entry.json", &[]);
     assert!(err.contains("model_name_case: insensitive"), "{err}");
     let vm = "my-ai-gateway-load-balancing-inbound-policy";
@@ -798,7 +825,10 @@ fn zuplo_examples_import_check_and_explain() {
     ] {
         assert!(config.contains(field), "{field}: {config}");
     }
+}
 
+#[test]
+fn zuplo_serve_one_model_example_serves_claude_on_chat_and_messages_only() {
     let (c, _) = import(
         "zuplo",
         "serve-one-model-from-several-providers.json",
@@ -820,7 +850,10 @@ fn zuplo_examples_import_check_and_explain() {
         e.contains("400") && e.contains("unsupported_endpoint"),
         "{e}"
     );
+}
 
+#[test]
+fn zuplo_keep_conversations_example_keeps_a_conversation_and_refuses_raw_continuations() {
     let (c, _) = import(
         "zuplo",
         "keep-conversations-on-one-deployment.json",
@@ -841,7 +874,10 @@ fn zuplo_examples_import_check_and_explain() {
         e.contains("400") && e.contains("stored_response_unroutable"),
         "{e}"
     );
+}
 
+#[test]
+fn zuplo_keep_each_customer_example_keeps_each_caller_on_one_model() {
     let (c, err) = import(
         "zuplo",
         "keep-each-customer-on-one-model.json",
@@ -871,7 +907,10 @@ fn zuplo_examples_import_check_and_explain() {
         .collect();
     assert!(picks.iter().any(|p| p == "openai/gpt-5"));
     assert!(picks.iter().any(|p| p == "anthropic/claude-sonnet-4-6"));
+}
 
+#[test]
+fn zuplo_balance_embeddings_example_spreads_over_both_accounts() {
     let (c, _) = import("zuplo", "balance-embeddings.json", &["--name", "embed"]);
     assert_eq!(
         sorted(candidates(&c, "embed", "/v1/embeddings", &[])),
@@ -880,7 +919,10 @@ fn zuplo_examples_import_check_and_explain() {
             "openai/text-embedding-3-large"
         ])
     );
+}
 
+#[test]
+fn zuplo_sticky_by_expression_example_keys_on_the_header() {
     // The expression's header stays the key: one end user, one model.
     let (c, _) = import("zuplo", "sticky-by-expression.json", &["--name", "chat"]);
     let config = std::fs::read_to_string(&c).unwrap();
@@ -900,7 +942,10 @@ fn zuplo_examples_import_check_and_explain() {
     for (model, share) in first_attempts(&c, "chat", CHAT) {
         assert!((share - 50.0).abs() < 0.1, "{model}: {share}");
     }
+}
 
+#[test]
+fn zuplo_policy_order_example_gets_the_default_declared_options() {
     // A chain entry without options: Zuplo's default declared options.
     let (c, err) = import("zuplo", "policy-order.json", &[]);
     assert!(
@@ -924,7 +969,10 @@ fn zuplo_examples_import_check_and_explain() {
         e.contains("400") && e.contains("unsupported_endpoint"),
         "{e}"
     );
+}
 
+#[test]
+fn zuplo_configure_lists_per_app_example_keeps_every_turn_together() {
     let (c, _) = import("zuplo", "configure-lists-per-app.json", &[]);
     assert_eq!(
         sorted(candidates(
