@@ -9,9 +9,9 @@
 //! - `switchboard stats-config` prints the `stats_config` block every Envoy bootstrap needs to
 //!   turn Switchboard's metric names into `virtual_model`, `target`, `class` and `reason` labels.
 //!
-//! - `switchboard import --from truefoundry|agentgateway|zuplo FILE [--name NAME]` turns a
-//!   seed dialect's virtual-model config into a plugin config (stdout), reporting what it
-//!   could not carry over (stderr).
+//! - `switchboard import --from truefoundry|agentgateway|zuplo FILE [--name NAME]
+//!   [--provider NAME=KIND]...` turns a seed dialect's virtual-model config into a plugin
+//!   config (stdout), reporting what it could not carry over (stderr).
 //!
 //! The same core crate as the filter decides; nothing here re-implements routing.
 
@@ -34,7 +34,7 @@ const USAGE: &str = "usage:
                       [--gateway-region R] [--gateway-zone Z]
   switchboard simulate CONFIG.json --requests N [--model NAME] [--header name:value]... [--path P]
                       [--gateway-region R] [--gateway-zone Z]
-  switchboard import --from truefoundry|agentgateway|zuplo FILE.yaml|FILE.json [--name NAME]
+  switchboard import --from truefoundry|agentgateway|zuplo FILE.yaml|FILE.json [--name NAME] [--provider NAME=KIND]...
   switchboard stats-config";
 
 fn main() -> ExitCode {
