@@ -10,10 +10,12 @@
 use super::host::{self, SharedData};
 use super::metrics;
 use super::report::Report;
+use crate::core::caller::Caller;
 use crate::core::config::{Config, ModelId};
 use crate::core::flight::{self, CallId, Effect, Machine};
 use crate::core::health::view::HealthView;
 use crate::core::routing::pins::{self, SlotSecret};
+use crate::core::routing::round_robin::Cursors;
 use crate::core::routing::state::RoutingState;
 use crate::core::routing::HealthInput;
 use hashbrown::HashMap;
@@ -54,7 +56,8 @@ pub struct Runtime {
     /// Outstanding call-outs: (host token, context id, the machine's call id). Only retries
     /// and fallbacks in flight are here, so a list does; a map cost 2 KB of `.wasm`.
     calls: RefCell<Vec<(u32, u32, CallId)>>,
-    cursors: RefCell<HashMap<usize, usize>>,
+    /// This worker's round-robin cursors, one per caller per virtual model.
+    cursors: RefCell<Cursors>,
     /// The `health` gauge values this worker last wrote, by pair number.
     gauges: RefCell<Vec<u8>>,
     /// The secret placing sticky pins in their slots, the same in every worker's VM of this
@@ -94,14 +97,17 @@ impl RoutingState for Runtime {
         .filter(|v| !v.is_empty())
     }
 
-    fn next_cursor(&self, virtual_model: usize, len: usize, rng: &mut fastrand::Rng) -> usize {
-        let mut cursors = self.cursors.borrow_mut();
-        let slot = cursors
-            .entry(virtual_model)
-            .or_insert_with(|| rng.usize(0..len.max(1)));
-        let at = *slot % len.max(1);
-        *slot = at.wrapping_add(1);
-        at
+    fn next_cursor(
+        &self,
+        virtual_model: usize,
+        caller: Caller,
+        len: usize,
+        rng: &mut fastrand::Rng,
+    ) -> usize {
+        // One VM per worker: the config's cursors are cleared when it is replaced.
+        self.cursors
+            .borrow_mut()
+            .next((0, virtual_model, caller), len, rng)
     }
 }
 
@@ -124,7 +130,7 @@ impl Runtime {
     /// Forgets what is indexed by the config (model and virtual model indices change with it).
     pub fn reset_for_new_config(&self) {
         *self.health.borrow_mut() = HealthView::default();
-        self.cursors.borrow_mut().clear();
+        *self.cursors.borrow_mut() = Cursors::default();
         self.gauges.borrow_mut().clear();
     }
 

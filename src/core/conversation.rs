@@ -16,10 +16,41 @@ enum Content {
     Other(serde::de::IgnoredAny),
 }
 
+/// A content part: its `text`, or an Anthropic `document` block's plain text (Zuplo model load
+/// balancing, "Sticky by conversation": "Only text counts, including plain-text documents").
 #[derive(Deserialize)]
 struct Part {
     #[serde(default)]
     text: Option<String>,
+    #[serde(default)]
+    source: Option<Source>,
+}
+
+/// A document's `source`: `{"type": "text", "data": "..."}`, or `{"type": "content",
+/// "content": ...}` holding text blocks (or a string); a base64 or URL source has no text.
+#[derive(Deserialize)]
+struct Source {
+    #[serde(rename = "type", default)]
+    kind: String,
+    #[serde(default)]
+    data: Option<String>,
+    #[serde(default)]
+    content: Option<Content>,
+}
+
+impl Part {
+    /// The part's text, if it has any.
+    fn text(&self) -> Option<String> {
+        if let Some(text) = &self.text {
+            return Some(text.clone());
+        }
+        let source = self.source.as_ref()?;
+        match source.kind.as_str() {
+            "text" => source.data.clone(),
+            "content" => Some(text_of(&source.content)).filter(|t| !t.is_empty()),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -35,7 +66,7 @@ fn text_of(content: &Option<Content>) -> String {
         Some(Content::Text(t)) => t.clone(),
         Some(Content::Parts(parts)) => parts
             .iter()
-            .filter_map(|p| p.text.as_deref())
+            .filter_map(Part::text)
             .collect::<Vec<_>>()
             .join("\n"),
         Some(Content::Other(_)) | None => String::new(),
@@ -167,5 +198,24 @@ mod tests {
         );
         assert_eq!(key_of(r#"{"messages":[]}"#), None);
         assert_eq!(key_of(r#"{"x":1}"#), None);
+    }
+
+    #[test]
+    fn plain_text_documents_count_as_text_and_other_documents_do_not() {
+        let doc = |source: &str| {
+            format!(
+                r#"{{"messages":[{{"role":"user","content":[{{"type":"document","source":{source}}}]}}]}}"#
+            )
+        };
+        let text = doc(r#"{"type":"text","media_type":"text/plain","data":"The grass is green."}"#);
+        assert_eq!(key_of(&text), Some("\u{1f}The grass is green.".to_string()));
+        let blocks = doc(r#"{"type":"content","content":[{"type":"text","text":"Part one."}]}"#);
+        assert_eq!(key_of(&blocks), Some("\u{1f}Part one.".to_string()));
+        let pdf = doc(r#"{"type":"base64","media_type":"application/pdf","data":"JVBERi0x"}"#);
+        assert_eq!(key_of(&pdf), None, "a PDF is no text");
+        assert_eq!(
+            key_of(&doc(r#"{"type":"url","url":"https://example.com/a.pdf"}"#)),
+            None
+        );
     }
 }

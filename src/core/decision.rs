@@ -90,7 +90,7 @@ pub fn request_metadata<'a>(
     headers: &'a Headers,
 ) -> Result<Metadata<'a>, ErrorReply> {
     let header = headers.get(&config.header_names.metadata);
-    Ok(Metadata::resolve(header, &config.default_metadata)?.beneath(&config.gateway_metadata))
+    Ok(Metadata::resolve(header, &config.default_metadata)?.at_gateway(&config.gateway_metadata))
 }
 
 /// A call to a complexity virtual model's classifier model, to make before deciding.

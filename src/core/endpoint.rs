@@ -166,6 +166,18 @@ impl Endpoint {
         }
     }
 
+    /// Whether requests to it carry a conversation (messages or Responses input): the others
+    /// (embeddings, moderations, images, audio) have no user message.
+    pub fn is_conversation(self) -> bool {
+        matches!(
+            self,
+            Endpoint::ChatCompletions
+                | Endpoint::Responses
+                | Endpoint::Messages
+                | Endpoint::CountTokens
+        )
+    }
+
     /// Whether errors go in Anthropic's shape: Anthropic SDK clients call these.
     pub fn speaks_anthropic(self) -> bool {
         matches!(self, Endpoint::Messages | Endpoint::CountTokens)

@@ -7,11 +7,16 @@
 //!
 //! The same section's gateway location metadata (`tfy_gateway_region`, `tfy_gateway_zone`,
 //! added by the gateway that handled the request) is `gateway_region` and `gateway_zone` here,
-//! from Envoy's node locality; they hold only where neither the header nor `default_metadata`
-//! gives the key, so a client or the operator can still route as if from elsewhere.
+//! from Envoy's node locality or the config's `gateway_location`. It is gateway metadata, which
+//! "overrides request value for overlapping keys": it wins over the header and
+//! `default_metadata`, and a client's header never sets either key, so a client cannot route
+//! as if it came through another region's gateway.
 
 use crate::core::errors::ErrorReply;
 use std::borrow::Cow;
+
+/// The keys only the gateway sets: its location.
+pub const GATEWAY_KEYS: [&str; 2] = ["gateway_region", "gateway_zone"];
 
 /// Resolved metadata of one request. Values from the config (`default_metadata`, the gateway's
 /// location) are borrowed from it: a request that only inherits them copies nothing.
@@ -19,9 +24,9 @@ use std::borrow::Cow;
 pub struct Metadata<'c>(Vec<(Cow<'c, str>, Cow<'c, str>)>);
 
 impl<'c> Metadata<'c> {
-    /// Parses the header (absent: empty) and applies the defaults, which win on a shared key.
-    /// A header that is not a JSON object of strings is the client's error: a 400, never an
-    /// empty map in silence.
+    /// Parses the header (absent: empty; the gateway's own keys dropped) and applies the
+    /// defaults, which win on a shared key. A header that is not a JSON object of strings is
+    /// the client's error: a 400, never an empty map in silence.
     pub fn resolve(
         header: Option<&[u8]>,
         defaults: &'c [(String, String)],
@@ -31,6 +36,7 @@ impl<'c> Metadata<'c> {
             Some(raw) => serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(raw)
                 .map_err(|_| ErrorReply::invalid_metadata("it is not a JSON object"))?
                 .into_iter()
+                .filter(|(k, _)| !GATEWAY_KEYS.contains(&k.as_str()))
                 .map(|(k, v)| match v {
                     serde_json::Value::String(s) => Ok((Cow::Owned(k), Cow::Owned(s))),
                     _ => Err(ErrorReply::metadata_value_not_string(&k)),
@@ -46,12 +52,12 @@ impl<'c> Metadata<'c> {
         Ok(Metadata(pairs))
     }
 
-    /// Adds the pairs of `lower` whose keys are not set yet: sources below the header and the
-    /// defaults in precedence (the gateway's location).
-    pub fn beneath(mut self, lower: &'c [(String, String)]) -> Metadata<'c> {
-        for (k, v) in lower {
-            if self.get(k).is_none() {
-                self.0.push((Cow::Borrowed(k), Cow::Borrowed(v)));
+    /// Sets the gateway's location pairs over whatever is there: the highest source.
+    pub fn at_gateway(mut self, location: &'c [(String, String)]) -> Metadata<'c> {
+        for (k, v) in location {
+            match self.0.iter_mut().find(|(key, _)| key == k) {
+                Some(pair) => pair.1 = Cow::Borrowed(v),
+                None => self.0.push((Cow::Borrowed(k), Cow::Borrowed(v))),
             }
         }
         self
@@ -106,14 +112,14 @@ mod tests {
     }
 
     #[test]
-    fn gateway_location_holds_only_where_header_and_defaults_are_silent() {
+    fn the_gateways_location_wins_and_a_client_never_sets_it() {
         let gateway = pairs(&[
             ("gateway_region", "eu-west"),
             ("gateway_zone", "eu-west-1a"),
         ]);
         let m = Metadata::resolve(Some(br#"{"tier":"free"}"#), &[])
             .unwrap()
-            .beneath(&gateway);
+            .at_gateway(&gateway);
         assert_eq!(m.get("gateway_region"), Some("eu-west"));
         assert_eq!(m.get("gateway_zone"), Some("eu-west-1a"));
         assert!(
@@ -122,12 +128,24 @@ mod tests {
                 .all(|(k, v)| matches!((k, v), (Cow::Borrowed(_), Cow::Borrowed(_)))),
             "the gateway's location is borrowed from the config on every request, not copied"
         );
+        let header = br#"{"gateway_region":"us-east","gateway_zone":"us-east-1a","tier":"x"}"#;
         let defaults = pairs(&[("gateway_zone", "z9")]);
-        let m = Metadata::resolve(Some(br#"{"gateway_region":"us-east"}"#), &defaults)
+        let m = Metadata::resolve(Some(header), &defaults)
             .unwrap()
-            .beneath(&gateway);
-        assert_eq!(m.get("gateway_region"), Some("us-east"), "the header wins");
-        assert_eq!(m.get("gateway_zone"), Some("z9"), "default_metadata wins");
+            .at_gateway(&gateway);
+        assert_eq!(m.get("gateway_region"), Some("eu-west"), "over the header");
+        assert_eq!(
+            m.get("gateway_zone"),
+            Some("eu-west-1a"),
+            "over the defaults"
+        );
+        // Without a known location, the header still cannot set it; the operator's defaults can.
+        let m = Metadata::resolve(Some(header), &defaults)
+            .unwrap()
+            .at_gateway(&[]);
+        assert_eq!(m.get("gateway_region"), None);
+        assert_eq!(m.get("gateway_zone"), Some("z9"));
+        assert_eq!(m.get("tier"), Some("x"));
     }
 
     #[test]

@@ -150,8 +150,14 @@ impl RoutingState for PinProbe<'_> {
         found
     }
 
-    fn next_cursor(&self, virtual_model: usize, len: usize, rng: &mut fastrand::Rng) -> usize {
-        self.inner.next_cursor(virtual_model, len, rng)
+    fn next_cursor(
+        &self,
+        virtual_model: usize,
+        caller: crate::core::caller::Caller,
+        len: usize,
+        rng: &mut fastrand::Rng,
+    ) -> usize {
+        self.inner.next_cursor(virtual_model, caller, len, rng)
     }
 
     fn pin(&self, virtual_model: &str, session: u64, window: u64, value: &str) {

@@ -4,16 +4,16 @@
 use super::ffi::Api;
 use super::host::Stream;
 use super::store::{self, Shared};
+use crate::core::caller::Caller;
 use crate::core::config::{CallerIdentity, Config};
 use crate::core::routing::pins;
+use crate::core::routing::round_robin::Cursors;
 use crate::core::routing::state::RoutingState;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Ids of plugin configs, for each worker's cached views.
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-
-/// A cursor not yet placed.
-const UNSET: usize = usize::MAX;
 
 /// The filter config: made on Envoy's main thread, then read by every worker.
 pub struct Plugin {
@@ -23,8 +23,6 @@ pub struct Plugin {
     pub config: Config,
     /// This config's id (worker views are per config).
     pub id: u64,
-    /// Round-robin positions, one per virtual model.
-    cursors: Vec<AtomicUsize>,
 }
 
 impl Plugin {
@@ -42,17 +40,7 @@ impl Plugin {
         let config = define(without_jwt_caller(config));
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         store::register(id);
-        let cursors = config
-            .virtual_models
-            .iter()
-            .map(|_| AtomicUsize::new(UNSET))
-            .collect();
-        Ok(Plugin {
-            api,
-            config,
-            id,
-            cursors,
-        })
+        Ok(Plugin { api, config, id })
     }
 }
 
@@ -117,19 +105,25 @@ impl RoutingState for Routing<'_> {
         None
     }
 
-    /// One cursor per virtual model for the whole Envoy, placed at random on first use
-    /// (Zuplo seed, "Round robin": each instance starts at a random point).
-    fn next_cursor(&self, virtual_model: usize, len: usize, rng: &mut fastrand::Rng) -> usize {
-        let len = len.max(1);
-        let Some(cursor) = self.plugin.cursors.get(virtual_model) else {
-            return 0;
-        };
-        if cursor.load(Ordering::Relaxed) == UNSET {
-            let start = rng.usize(0..len);
-            let _ = cursor.compare_exchange(UNSET, start, Ordering::Relaxed, Ordering::Relaxed);
-        }
-        cursor.fetch_add(1, Ordering::Relaxed) % len
+    /// One cursor per caller per virtual model per worker thread, placed at random on first
+    /// use ([`crate::core::routing::round_robin`]); a config's cursors are its own.
+    fn next_cursor(
+        &self,
+        virtual_model: usize,
+        caller: Caller,
+        len: usize,
+        rng: &mut fastrand::Rng,
+    ) -> usize {
+        CURSORS.with(|c| {
+            c.borrow_mut()
+                .next((self.plugin.id, virtual_model, caller), len, rng)
+        })
     }
+}
+
+thread_local! {
+    /// Each worker's round-robin cursors, for every config it serves.
+    static CURSORS: RefCell<Cursors> = RefCell::new(Cursors::default());
 }
 
 #[cfg(test)]

@@ -28,6 +28,8 @@ def plugin() -> dict:
         "models": [{"name": A, "cluster": "a", "model": "m", "headers": key},
                    {"name": B, "cluster": "b", "model": "m", "headers": key}],
         "trace": {"token": "${env:SB_TRACE_TOKEN}"},
+        # The variables `${env:}` may read: without it the native build warns at load.
+        "env_keys": ["SB_PROVIDER_KEY", "SB_TRACE_TOKEN"],
         "filter_state": True,
         "virtual_models": [
             {"name": "team/resilient", "model_types": ["chat"], "routing_config": {

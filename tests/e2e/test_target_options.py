@@ -91,16 +91,10 @@ def test_header_and_param_overrides_apply_per_target_and_do_not_leak_into_a_fall
     assert json.loads(to_second["body"]) == {"model": "second-upstream", **CHAT, "temperature": 0.9}
 
 
-@pytest.mark.native_gap(reason="the 1.40 ABI gives an HTTP filter no access to the node's locality")
-def test_gateway_region_and_zone_come_from_envoys_node_locality(stack):
-    """TrueFoundry seed, "Metadata-based target filtering": the gateway adds its own location
-    to every request's metadata; here `gateway_region`/`gateway_zone` from `node.locality`,
-    below the metadata header and `default_metadata`."""
-    for name in ("eu", "eu_zone", "anywhere"):
-        stack.provider(name)
+def regional_config(**extra) -> dict:
     models = [{"name": n, "cluster": n, "model": f"{n}-upstream", "visibility": "internal"}
               for n in ("eu", "eu_zone", "anywhere")]
-    config = {"models": models, "virtual_models": [
+    return {"models": models, **extra, "virtual_models": [
         {"name": "regional", "model_types": ["chat"], "routing_config": {
             "type": "priority-based-routing", "load_balance_targets": [
                 {"target": "eu", "priority": 0, "metadata_match": {"gateway_region": "eu-west"}},
@@ -109,15 +103,49 @@ def test_gateway_region_and_zone_come_from_envoys_node_locality(stack):
             "type": "priority-based-routing", "load_balance_targets": [
                 {"target": "eu_zone", "priority": 0, "metadata_match": {"gateway_zone": "eu-west-1b"}},
                 {"target": "anywhere", "priority": 1}]}}]}
-    envoy = stack.envoy(config, locality={"region": "eu-west", "zone": "eu-west-1b"})
 
+
+def resolver(envoy):
     def resolved(model: str, headers: dict | None = None) -> str:
         r = requests.post(f"{envoy.url}/v1/chat/completions", json={"model": model, **CHAT},
                           headers=headers or {}, timeout=10)
         assert r.status_code == 200, r.text
         return r.headers["x-switchboard-resolved-model"]
+    return resolved
 
+
+CLAIMS_US = {"x-switchboard-metadata": '{"gateway_region": "us-east", "gateway_zone": "us-east-1a"}'}
+CLAIMS_EU = {"x-switchboard-metadata": '{"gateway_region": "eu-west", "gateway_zone": "eu-west-1b"}'}
+
+
+@pytest.mark.native_gap(reason="the 1.40 ABI gives an HTTP filter no access to the node's locality")
+def test_gateway_region_and_zone_come_from_envoys_node_locality(stack):
+    """TrueFoundry virtual models, "Metadata-based target filtering": the gateway adds its own
+    location to every request's metadata; here `gateway_region`/`gateway_zone` from
+    `node.locality`, over the metadata header (gateway metadata "overrides request value for
+    overlapping keys") and over the config's `gateway_location`."""
+    for name in ("eu", "eu_zone", "anywhere"):
+        stack.provider(name)
+    config = regional_config(gateway_location={"region": "us-east", "zone": "us-east-1a"})
+    envoy = stack.envoy(config, locality={"region": "eu-west", "zone": "eu-west-1b"})
+    resolved = resolver(envoy)
     assert resolved("regional") == "eu", "no metadata sent: the gateway's region matches"
     assert resolved("zonal") == "eu_zone"
-    # The header is above the gateway's location in precedence.
-    assert resolved("regional", {"x-switchboard-metadata": '{"gateway_region": "us-east"}'}) == "anywhere"
+    # A client claiming another region does not move its request there.
+    assert resolved("regional", CLAIMS_US) == "eu"
+    assert resolved("zonal", CLAIMS_US) == "eu_zone"
+
+
+def test_gateway_location_from_the_config_and_never_from_the_client(stack):
+    """`gateway_location` gives both builds the gateway's location (the native build reads no
+    node locality); a client's metadata header never sets `gateway_region`/`gateway_zone`,
+    with a location known or not."""
+    for name in ("eu", "eu_zone", "anywhere"):
+        stack.provider(name)
+    located = resolver(stack.envoy(regional_config(gateway_location={"region": "eu-west"})))
+    assert located("regional") == "eu"
+    assert located("regional", CLAIMS_US) == "eu"
+    assert located("zonal") == "anywhere", "no zone configured"
+    unlocated = resolver(stack.envoy(regional_config()))
+    assert unlocated("regional", CLAIMS_EU) == "anywhere"
+    assert unlocated("zonal", CLAIMS_EU) == "anywhere"

@@ -127,11 +127,8 @@ pub(super) fn compile(
         None => 300_000,
     };
 
-    let default_metadata = root
-        .opt_string_map("default_metadata")?
-        .into_iter()
-        .map(|e| (e.key.to_string(), e.value.to_string()))
-        .collect();
+    let default_metadata = super::metadata::compile_default_metadata(&mut root)?;
+    let gateway_metadata = super::metadata::compile_gateway_location(&mut root, env)?;
 
     let response_keys = compile_response_keys(&mut root, env)?;
     let bind_ids_to_caller = super::callers::compile_id_binding(&mut root)?;
@@ -186,7 +183,7 @@ pub(super) fn compile(
         response_keys,
         stored_responses_virtual_model,
         non_native_responses,
-        gateway_metadata: Vec::new(),
+        gateway_metadata,
         models,
         virtual_models,
         max_request_body_bytes,

@@ -7,6 +7,7 @@
 mod callers;
 mod compile;
 mod fields;
+mod metadata;
 mod responses;
 mod routing_config;
 mod upstream;
@@ -201,6 +202,11 @@ pub struct StickyRouting {
     pub ttl_ms: u64,
     /// Joined into one session key, in order.
     pub session_identifiers: Vec<SessionIdentifier>,
+    /// `missing_identifier`: `"shared"` (default, TrueFoundry virtual models, "Sticky
+    /// routing": a missing identifier "contributes an empty string", so every request without
+    /// one is one session) or `"none"` (`false`: a request missing every identifier is not
+    /// sticky).
+    pub shared_when_missing: bool,
 }
 
 /// A complexity tier (TrueFoundry seed, "Complexity-based routing"), cheapest first.
@@ -552,8 +558,8 @@ pub struct Config {
     /// `non_native_responses`: what a `/v1/responses` request does with a target that does not
     /// serve the Responses API natively.
     pub non_native_responses: NonNativeResponses,
-    /// `gateway_region` and `gateway_zone` from the host's locality (set by the adapter, not
-    /// the plugin config): metadata below the header and `default_metadata`.
+    /// `gateway_region` and `gateway_zone`: the config's `gateway_location`, under the host's
+    /// locality where the adapter reads one; metadata over the header and `default_metadata`.
     pub gateway_metadata: Vec<(String, String)>,
     /// `model_name_case: "insensitive"`: model names are looked up without regard to ASCII case.
     pub fold_case: bool,
@@ -612,14 +618,20 @@ impl Config {
         compile::compile(json, env)
     }
 
-    /// Sets the gateway's location metadata (TrueFoundry virtual models, "Metadata-based target
-    /// filtering": location metadata added by the gateway): `gateway_region` and
-    /// `gateway_zone`, each only when the host names it.
+    /// Sets the gateway's location metadata from the host (TrueFoundry virtual models,
+    /// "Metadata-based target filtering": location metadata added by the gateway):
+    /// `gateway_region` and `gateway_zone`, each where the host names it, over the config's
+    /// `gateway_location`.
     pub fn with_gateway_location(mut self, region: Option<String>, zone: Option<String>) -> Self {
-        self.gateway_metadata = [("gateway_region", region), ("gateway_zone", zone)]
-            .into_iter()
-            .filter_map(|(k, v)| Some((k.to_string(), v.filter(|v| !v.is_empty())?)))
-            .collect();
+        for (key, value) in [("gateway_region", region), ("gateway_zone", zone)] {
+            let Some(value) = value.filter(|v| !v.is_empty()) else {
+                continue;
+            };
+            match self.gateway_metadata.iter_mut().find(|(k, _)| k == key) {
+                Some(pair) => pair.1 = value,
+                None => self.gateway_metadata.push((key.to_string(), value)),
+            }
+        }
         self
     }
 

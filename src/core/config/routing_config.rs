@@ -384,7 +384,8 @@ fn compile_conditional(
     })
 }
 
-/// `sticky_routing {ttl_seconds, session_identifiers: [{key, source: headers|metadata}]}`.
+/// `sticky_routing {ttl_seconds, session_identifiers: [{key, source: headers|metadata}],
+/// missing_identifier}`.
 fn compile_sticky(
     mut f: Fields<'_>,
     ttl_range: std::ops::RangeInclusive<u64>,
@@ -412,10 +413,21 @@ fn compile_sticky(
     for (path, value) in items {
         session_identifiers.push(compile_identifier(Fields::new(path, value)?)?);
     }
+    let shared_when_missing = match f.opt_str("missing_identifier")? {
+        None | Some("shared") => true,
+        Some("none") => false,
+        Some(other) => {
+            return Err(f.error(
+                "missing_identifier",
+                format!("expected `shared` or `none`, got `{other}`"),
+            ))
+        }
+    };
     f.finish(&[])?;
     Ok(StickyRouting {
         ttl_ms: ttl * 1000,
         session_identifiers,
+        shared_when_missing,
     })
 }
 

@@ -288,6 +288,22 @@ mod tests {
     }
 
     #[test]
+    fn a_failure_window_of_zero_failures_never_marks_a_target_unhealthy() {
+        // `failure_window: {failures: 0}`: agentgateway's failover, where only eviction moves
+        // a target back, and Zuplo's policy, which remembers no failures.
+        let w = FailureWindow {
+            failures: 0,
+            window_ms: 120_000,
+        };
+        let p = HealthPolicy::default();
+        let mut r = HealthRecord::default();
+        for at in 0..MAX_FAILURES as u64 {
+            r.record(FAIL, at, &p);
+        }
+        assert_eq!(r.standing(MAX_FAILURES as u64, &w), Standing::Healthy);
+    }
+
+    #[test]
     fn a_record_is_clean_once_successes_have_restored_it() {
         let p = HealthPolicy::default();
         let mut r = HealthRecord::default();

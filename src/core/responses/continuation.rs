@@ -242,7 +242,7 @@ pub fn stored_origin(
         headers.get(&config.header_names.metadata),
         &config.default_metadata,
     )?
-    .beneath(&config.gateway_metadata);
+    .at_gateway(&config.gateway_metadata);
     let request = Request {
         endpoint: Endpoint::Responses,
         model: &origin.virtual_model,

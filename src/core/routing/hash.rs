@@ -23,6 +23,10 @@ pub fn key_hash(by: &HashKey, request: &Request<'_>) -> Option<u64> {
     let header = |name: &str| request.headers.get(name);
     let hash = match by {
         HashKey::User => hash64(&[header("authorization").filter(|v| !v.is_empty())?]),
+        // Zuplo model load balancing, "Sticky routing": a request "has no user message with
+        // text, such as an embeddings ... request", has no key; only the conversation APIs
+        // carry one (an embeddings or moderations `input` is no user message).
+        HashKey::Conversation if !request.endpoint.is_conversation() => return None,
         HashKey::Conversation => {
             let text = crate::core::conversation::key(|name| conversation_field(request, name))?;
             hash64(&[text.as_bytes()])
@@ -143,5 +147,36 @@ mod tests {
         for f in firsts {
             assert!(f.abs_diff(1000) < 130, "{firsts:?}");
         }
+    }
+
+    #[test]
+    fn only_a_conversation_endpoint_has_a_conversation_key() {
+        use crate::core::endpoint::Endpoint;
+        use crate::core::headers::NO_HEADERS;
+        use crate::core::metadata::Metadata;
+        use crate::core::routing::state::LocalState;
+        let body = br#"{"model":"vm","input":"embed me"}"#;
+        let fields = crate::core::request::inspect(body).unwrap().fields;
+        let (metadata, state) = (Metadata::default(), LocalState::default());
+        let key = |endpoint| {
+            let request = Request {
+                endpoint,
+                model: "vm",
+                metadata: &metadata,
+                headers: &NO_HEADERS,
+                state: &state,
+                body,
+                fields: &fields,
+                tier_hint: None,
+            };
+            key_hash(&HashKey::Conversation, &request)
+        };
+        // Zuplo model load balancing, "Sticky routing": an embeddings request has no key.
+        assert_eq!(key(Endpoint::Embeddings), None);
+        assert_eq!(key(Endpoint::Moderations), None);
+        assert!(
+            key(Endpoint::Responses).is_some(),
+            "a Responses input is a user turn"
+        );
     }
 }

@@ -21,6 +21,7 @@ pub mod weighted;
 
 pub use standing::HealthInput;
 
+use crate::core::caller;
 use crate::core::config::{
     Config, ModelId, Named, Routing, SessionIdentifier, StickySource, Tier, VirtualModel,
     Visibility,
@@ -321,7 +322,7 @@ fn latency_caller(
     let hash = match caller {
         Some(id) => hashing::hash64(&[request.identifier(id).as_deref().unwrap_or_default()]),
         None => {
-            let caller = crate::core::caller::identify(&config.caller_identity, request);
+            let caller = caller::identify(&config.caller_identity, request);
             hashing::hash64(&[&caller.0])
         }
     };
@@ -344,7 +345,13 @@ fn order(
     match &vm.routing {
         Routing::Weighted(targets) => {
             let kept = admit.keep(targets, |t| t.model);
-            match &vm.sticky {
+            // `missing_identifier: "none"`: a request with none of the identifiers has no
+            // session, and is weighted like any other.
+            let sticky = vm
+                .sticky
+                .as_ref()
+                .filter(|rule| rule.shared_when_missing || sticky::identified(rule, request));
+            match sticky {
                 Some(rule) => {
                     let session = sticky::session(&vm.name, rule, request, now_ms);
                     let pinned = request
@@ -408,11 +415,10 @@ fn order(
             };
             // An optional session pin holds the tier of the session's first request.
             // A request without any session identifier has no session to pin.
-            let identified = vm.sticky.as_ref().filter(|rule| {
-                rule.session_identifiers
-                    .iter()
-                    .any(|id| request.identifier(id).is_some_and(|v| !v.is_empty()))
-            });
+            let identified = vm
+                .sticky
+                .as_ref()
+                .filter(|rule| sticky::identified(rule, request));
             let tier = match identified {
                 Some(rule) => {
                     let session = sticky::session(&vm.name, rule, request, now_ms);
@@ -441,14 +447,16 @@ fn order(
                 Some(key) => (hash::order(config, &kept, key), None, false),
                 // No usable key: round robin (Zuplo seed).
                 None => {
-                    let start = request.state.next_cursor(index, kept.len(), rng);
+                    let caller = caller::identify(&config.caller_identity, request);
+                    let start = request.state.next_cursor(index, caller, kept.len(), rng);
                     (round_robin::order(&kept, start), None, false)
                 }
             }
         }
         Routing::RoundRobin(targets) => {
             let kept = admit.keep(targets, |m| *m);
-            let start = request.state.next_cursor(index, kept.len(), rng);
+            let caller = caller::identify(&config.caller_identity, request);
+            let start = request.state.next_cursor(index, caller, kept.len(), rng);
             (round_robin::order(&kept, start), None, false)
         }
     }
@@ -457,6 +465,7 @@ fn order(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::caller::Caller;
     use crate::core::headers::NO_HEADERS;
 
     static NO_STATE: NoState = NoState;
@@ -467,7 +476,7 @@ mod tests {
         fn pinned(&self, _: &str, _: u64, _: u64) -> Option<String> {
             None
         }
-        fn next_cursor(&self, _: usize, _: usize, _: &mut fastrand::Rng) -> usize {
+        fn next_cursor(&self, _: usize, _: Caller, _: usize, _: &mut fastrand::Rng) -> usize {
             0
         }
         fn pin(&self, _: &str, _: u64, _: u64, _: &str) {}

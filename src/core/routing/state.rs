@@ -2,15 +2,23 @@
 //! cursors. The adapter backs it with shared data and per-worker counters; tests, benchmarks
 //! and the command line use [`LocalState`].
 
+use super::round_robin::Cursors;
+use crate::core::caller::Caller;
 use std::cell::RefCell;
 
 /// State a routing decision may read.
 pub trait RoutingState {
     /// The target a sticky session was moved to after a fallback, for this TTL window.
     fn pinned(&self, virtual_model: &str, session: u64, window: u64) -> Option<String>;
-    /// The next round-robin position of a virtual model with `len` targets; each worker starts
-    /// at a random point (Zuplo seed, "Round robin").
-    fn next_cursor(&self, virtual_model: usize, len: usize, rng: &mut fastrand::Rng) -> usize;
+    /// The next round-robin position of `caller` in a virtual model with `len` targets; each
+    /// worker keeps one per caller, started at a random point ([`super::round_robin`]).
+    fn next_cursor(
+        &self,
+        virtual_model: usize,
+        caller: Caller,
+        len: usize,
+        rng: &mut fastrand::Rng,
+    ) -> usize;
     /// Pins a session to `value` (a target name, or `tier:<name>`) for a window.
     fn pin(&self, virtual_model: &str, session: u64, window: u64, value: &str);
     /// A string claim of the JWT that Envoy's `jwt_authn` filter verified and stored under
@@ -24,7 +32,7 @@ pub trait RoutingState {
 /// In-memory state.
 #[derive(Debug, Default)]
 pub struct LocalState {
-    cursors: RefCell<Vec<(usize, usize)>>,
+    cursors: RefCell<Cursors>,
     pins: RefCell<Vec<(String, u64, u64, String)>>,
     claims: Vec<(String, String, Vec<u8>)>,
 }
@@ -67,20 +75,15 @@ impl RoutingState for LocalState {
             .map(|(_, _, v)| v.clone())
     }
 
-    fn next_cursor(&self, virtual_model: usize, len: usize, rng: &mut fastrand::Rng) -> usize {
-        let mut cursors = self.cursors.borrow_mut();
-        let slot = match cursors.iter_mut().find(|(vm, _)| *vm == virtual_model) {
-            Some((_, c)) => c,
-            None => {
-                cursors.push((virtual_model, rng.usize(0..len.max(1))));
-                match cursors.last_mut() {
-                    Some((_, c)) => c,
-                    None => return 0,
-                }
-            }
-        };
-        let at = *slot % len.max(1);
-        *slot = at.wrapping_add(1);
-        at
+    fn next_cursor(
+        &self,
+        virtual_model: usize,
+        caller: Caller,
+        len: usize,
+        rng: &mut fastrand::Rng,
+    ) -> usize {
+        self.cursors
+            .borrow_mut()
+            .next((0, virtual_model, caller), len, rng)
     }
 }

@@ -1,5 +1,7 @@
-//! Sticky sessions for `weight-based-routing` (TrueFoundry seed, "Sticky routing"): every
-//! request of a session (its identifiers joined, a missing one contributing "") goes to the
+//! Sticky sessions for `weight-based-routing` (TrueFoundry virtual models, "Sticky routing"):
+//! every request of a session (its identifiers joined, a missing one contributing "", so
+//! requests missing every identifier share one session unless `missing_identifier: "none"`
+//! makes them unsticky) goes to the
 //! same target for a `ttl_seconds` window, with no shared state: a weighted rendezvous hash of
 //! the session, the target and the window index, so every Envoy instance agrees. After a
 //! fallback succeeds, the session stays on the target that worked for the rest of the window
@@ -19,6 +21,13 @@ pub struct Session {
     pub hash: u64,
     /// `now / ttl`.
     pub window: u64,
+}
+
+/// Whether the request carries any of the rule's identifiers (a non-empty value).
+pub fn identified(rule: &StickyRouting, request: &Request<'_>) -> bool {
+    rule.session_identifiers
+        .iter()
+        .any(|id| request.identifier(id).is_some_and(|v| !v.is_empty()))
 }
 
 /// The session of a request.
@@ -216,5 +225,64 @@ mod tests {
             session("vm", rule, &bare, 0),
             session("vm", rule, &blank, 0)
         );
+    }
+
+    /// Where 400 requests without any identifier go, by `missing_identifier`.
+    fn without_identifiers(missing: &str) -> ([u32; 3], bool) {
+        let json = CONFIG.replace(
+            r#""ttl_seconds": 60,"#,
+            &format!(r#""ttl_seconds": 60, "missing_identifier": "{missing}","#),
+        );
+        let config = Config::parse(json.as_bytes()).unwrap();
+        let (metadata, state) = (Metadata::default(), LocalState::default());
+        let mut firsts = [0u32; 3];
+        let mut sticky = false;
+        for seed in 0..400 {
+            let request = Request {
+                endpoint: Endpoint::ChatCompletions,
+                model: "vm",
+                metadata: &metadata,
+                headers: &NO_HEADERS,
+                state: &state,
+                body: b"",
+                fields: &[],
+                tier_hint: None,
+            };
+            let health = HealthInput {
+                now_ms: 1_000,
+                ..HealthInput::NONE
+            };
+            let p = plan(
+                &config,
+                &request,
+                &health,
+                &mut fastrand::Rng::with_seed(seed),
+            )
+            .unwrap();
+            firsts[p.candidates[0].0] += 1;
+            sticky |= p.sticky.is_some();
+        }
+        (firsts, sticky)
+    }
+
+    #[test]
+    fn requests_missing_every_identifier_share_one_session_unless_told_not_to() {
+        // TrueFoundry virtual models, "Sticky routing": a missing identifier contributes an
+        // empty string, so all such requests are one session, on one target.
+        let (firsts, sticky) = without_identifiers("shared");
+        assert!(
+            sticky && firsts.iter().filter(|n| **n > 0).count() == 1,
+            "{firsts:?}"
+        );
+        // `missing_identifier: "none"`: no session, weighted 70/30 like any request.
+        let (firsts, sticky) = without_identifiers("none");
+        assert!(!sticky);
+        assert!(firsts[0].abs_diff(280) < 45 && firsts[2] == 0, "{firsts:?}");
+        let bad = CONFIG.replace(
+            r#""ttl_seconds": 60,"#,
+            r#""ttl_seconds": 60, "missing_identifier": "x","#,
+        );
+        let e = Config::parse(bad.as_bytes()).unwrap_err().to_string();
+        assert!(e.contains("sticky_routing.missing_identifier"), "{e}");
     }
 }

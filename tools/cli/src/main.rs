@@ -9,9 +9,9 @@
 //! - `switchboard stats-config` prints the `stats_config` block every Envoy bootstrap needs to
 //!   turn Switchboard's metric names into `virtual_model`, `target`, `class` and `reason` labels.
 //!
-//! - `switchboard import --from truefoundry|agentgateway|zuplo FILE [--name NAME]` turns a
-//!   seed dialect's virtual-model config into a plugin config (stdout), reporting what it
-//!   could not carry over (stderr).
+//! - `switchboard import --from truefoundry|agentgateway|zuplo FILE [--name NAME]
+//!   [--provider NAME=KIND]...` turns a seed dialect's virtual-model config into a plugin
+//!   config (stdout), reporting what it could not carry over (stderr).
 //!
 //! The same core crate as the filter decides; nothing here re-implements routing.
 
@@ -31,8 +31,10 @@ use switchboard::core::trace::{self, Skip};
 const USAGE: &str = "usage:
   switchboard check CONFIG.json
   switchboard explain CONFIG.json REQUEST.json [--header name:value]... [--path /v1/chat/completions]
+                      [--gateway-region R] [--gateway-zone Z]
   switchboard simulate CONFIG.json --requests N [--model NAME] [--header name:value]... [--path P]
-  switchboard import --from truefoundry|agentgateway|zuplo FILE.yaml|FILE.json [--name NAME]
+                      [--gateway-region R] [--gateway-zone Z]
+  switchboard import --from truefoundry|agentgateway|zuplo FILE.yaml|FILE.json [--name NAME] [--provider NAME=KIND]...
   switchboard stats-config";
 
 fn main() -> ExitCode {
@@ -68,6 +70,17 @@ struct Options {
     path: String,
     requests: usize,
     model: Option<String>,
+    /// The location of the Envoy the request passes (its node locality): `gateway_region` and
+    /// `gateway_zone`, which a client's metadata header cannot set.
+    region: Option<String>,
+    zone: Option<String>,
+}
+
+impl Options {
+    /// The config as the Envoy the request passes would run it.
+    fn at_gateway(&self, config: Config) -> Config {
+        config.with_gateway_location(self.region.clone(), self.zone.clone())
+    }
 }
 
 fn options(args: &[String]) -> Result<Options, String> {
@@ -77,6 +90,8 @@ fn options(args: &[String]) -> Result<Options, String> {
         path: "/v1/chat/completions".to_string(),
         requests: 10_000,
         model: None,
+        region: None,
+        zone: None,
     };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
@@ -103,6 +118,8 @@ fn options(args: &[String]) -> Result<Options, String> {
                     .map_err(|_| "--requests: expected a number".to_string())?
             }
             "--model" => o.model = Some(value()?),
+            "--gateway-region" => o.region = Some(value()?),
+            "--gateway-zone" => o.zone = Some(value()?),
             flag if flag.starts_with("--") => {
                 return Err(format!("unknown option {flag}\n{USAGE}"))
             }
@@ -174,7 +191,7 @@ fn explain(args: &[String]) -> Result<String, String> {
     let [config_path, request_path] = o.positional.as_slice() else {
         return Err(USAGE.to_string());
     };
-    let config = load(config_path)?;
+    let config = o.at_gateway(load(config_path)?);
     let body = std::fs::read(request_path).map_err(|e| format!("{request_path}: {e}"))?;
     let endpoint = endpoint(&o.path)?;
     let state = LocalState::default();
@@ -344,7 +361,7 @@ fn simulate(args: &[String]) -> Result<String, String> {
     let [config_path] = o.positional.as_slice() else {
         return Err(USAGE.to_string());
     };
-    let config = load(config_path)?;
+    let config = o.at_gateway(load(config_path)?);
     let model = match &o.model {
         Some(m) => m.clone(),
         None => config

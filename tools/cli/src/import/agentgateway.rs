@@ -8,9 +8,14 @@
 //! fields that reproduce them: an unhealthy response is a 5xx ("Health vs eviction": "When
 //! unset, any 5xx ... or connection failure is unhealthy"), and a failing response is not
 //! re-sent to another target in flight ("Failover is driven by eviction of the active set,
-//! not by rewriting a single in-flight request"), so `fallback_status_codes` is empty.
+//! not by rewriting a single in-flight request ... The request that triggers eviction still
+//! fails"), so each request tries one target (`max_targets_per_request: 1`, which holds for a
+//! connection failure or timeout too) and `fallback_status_codes` is empty, and
+//! failures never mark a target unhealthy (`failure_window: {failures: 0}`): "traffic moves to
+//! the next group only after every target in the current group is evicted. Lowering a health
+//! score alone is not enough" ("Failover routing"), so only eviction moves a target back.
 
-use super::{drop_unknown, join, list, object, provider_kind, string, Builder};
+use super::{drop_unknown, join, list, object, string, Builder};
 use serde_json::{json, Map, Value};
 
 const UNKNOWN: &str = "not an agentgateway field Switchboard knows";
@@ -68,15 +73,26 @@ pub fn import(source: &Value, out: &mut Builder) -> Result<(), String> {
         let p = format!("{vms_path}[{i}]");
         virtual_model(object(vm, &p)?, &p, out)?;
     }
+    // "Failover routing": a priority group spills only once every target in it is evicted;
+    // TrueFoundry's failure window, the default, would demote a failing target before that.
+    out.set_root("failure_window", json!({"failures": 0}));
+    out.note(
+        "failure_window: {failures: 0}: failures lower a target's health score but never mark \
+         it unhealthy, so a priority group spills to the next only when every target in it is \
+         evicted (agentgateway's rule; Switchboard's default window demotes a target after 2 \
+         failures in 2 minutes)"
+            .to_string(),
+    );
     out.note(
         "models: an unhealthy response is any 5xx (agentgateway's default), so \
          health.unhealthy_status_codes is [\"5xx\"] on every model"
             .to_string(),
     );
     out.note(
-        "fallback_status_codes: [] on every target: agentgateway fails over by evicting \
-         targets, not by re-sending a failed request; a connection failure or timeout still \
-         moves the request to the next candidate here"
+        "max_targets_per_request: 1 and fallback_status_codes: []: agentgateway fails over \
+         by evicting targets, not by re-sending a failed request, so a request that fails (a \
+         connection failure or timeout included) fails; drop max_targets_per_request to let a \
+         connection failure or timeout move the request to the next candidate"
             .to_string(),
     );
     Ok(())
@@ -101,7 +117,7 @@ fn model(m: &Map<String, Value>, path: &str, out: &mut Builder) -> Result<(), St
             .ok_or_else(|| format!("{path}.provider: is required"))?,
         &join(path, "provider"),
     )?;
-    let kind = provider_kind(provider);
+    let kind = out.provider_kind(provider);
     let params_path = join(path, "params");
     let params = match m.get("params") {
         Some(p) => object(p, &params_path)?.clone(),
@@ -293,6 +309,7 @@ fn virtual_model(vm: &Map<String, Value>, path: &str, out: &mut Builder) -> Resu
     out.add_virtual_model(json!({
         "name": name,
         "model_types": ["chat"],
+        "max_targets_per_request": 1,
         "routing_config": {"type": kind, "load_balance_targets": out_targets},
     }));
     Ok(())

@@ -1,4 +1,5 @@
-//! `switchboard import --from truefoundry|agentgateway|zuplo FILE [--name NAME]`: reads a
+//! `switchboard import --from truefoundry|agentgateway|zuplo FILE [--name NAME]
+//! [--provider NAME=KIND]...`: reads a
 //! virtual-model config written in one of the three seed dialects (YAML or JSON) and prints
 //! the Switchboard plugin config that reproduces it. Every field that cannot be carried over,
 //! and every derived value the operator must provide for (the Envoy clusters), is reported on
@@ -12,19 +13,27 @@ mod zuplo;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 
-const USAGE: &str =
-    "usage: switchboard import --from truefoundry|agentgateway|zuplo FILE [--name NAME]";
+const USAGE: &str = "usage: switchboard import --from truefoundry|agentgateway|zuplo FILE \
+     [--name NAME] [--provider NAME=openai|azure|anthropic|openai-compatible]...";
+
+/// The provider kinds a catalog entry can have.
+const KINDS: [&str; 4] = ["openai", "azure", "anthropic", "openai-compatible"];
 
 /// Runs the command: the config on `Ok`, the notes already written to stderr.
 pub fn run(args: &[String]) -> Result<String, String> {
     let mut from = None;
     let mut name = None;
     let mut file = None;
+    let mut kinds = BTreeMap::new();
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--from" => from = Some(it.next().ok_or(USAGE)?.clone()),
             "--name" => name = Some(it.next().ok_or(USAGE)?.clone()),
+            "--provider" => {
+                let (provider, kind) = provider_option(it.next().ok_or(USAGE)?)?;
+                kinds.insert(provider, kind);
+            }
             flag if flag.starts_with("--") => {
                 return Err(format!("unknown option {flag}\n{USAGE}"))
             }
@@ -36,7 +45,7 @@ pub fn run(args: &[String]) -> Result<String, String> {
         return Err(USAGE.to_string());
     };
     let source = load(&file)?;
-    let mut out = Builder::new(&file, name);
+    let mut out = Builder::new(&file, name, kinds);
     match from.as_str() {
         "truefoundry" => truefoundry::import(&source, &mut out),
         "agentgateway" => agentgateway::import(&source, &mut out),
@@ -51,6 +60,23 @@ pub fn run(args: &[String]) -> Result<String, String> {
         eprintln!("{n}");
     }
     Ok(config)
+}
+
+/// `--provider NAME=KIND`: the provider kind of every model under provider name `NAME`
+/// (compared without case), where the name alone does not tell it.
+fn provider_option(value: &str) -> Result<(String, &'static str), String> {
+    let bad = || {
+        format!(
+            "--provider {value}: expected NAME=KIND, KIND one of {}",
+            KINDS.join(", ")
+        )
+    };
+    let (provider, kind) = value.split_once('=').ok_or_else(bad)?;
+    let kind = KINDS.iter().find(|k| **k == kind).ok_or_else(bad)?;
+    if provider.is_empty() {
+        return Err(bad());
+    }
+    Ok((provider.to_ascii_lowercase(), kind))
 }
 
 /// Reads a YAML or JSON file into a JSON value.
@@ -77,18 +103,24 @@ pub struct Builder {
     root: Map<String, Value>,
     /// Cluster name → the providers that use it.
     clusters: BTreeMap<String, String>,
+    /// `--provider`: provider name in lower case → its kind.
+    kinds: BTreeMap<String, &'static str>,
     notes: Vec<String>,
 }
 
-/// The provider kind Switchboard knows, inferred from a provider name: `openai`, `azure...`,
-/// `anthropic`, else `openai-compatible`.
-pub fn provider_kind(provider: &str) -> &'static str {
+/// The provider kind a provider name suggests: `openai` and `anthropic` alone or as the first
+/// word of an account name (`openai-east`, `anthropic_eu`), any name starting with `azure`,
+/// else `openai-compatible` (as is a name that says so, `openai-compatible`).
+pub fn guessed_kind(provider: &str) -> &'static str {
     let p = provider.to_ascii_lowercase();
-    if p == "openai" {
-        "openai"
-    } else if p.starts_with("azure") {
+    let mut words = p.split(['-', '_', '.']);
+    let first = words.next().unwrap_or_default();
+    let compatible = words.next() == Some("compatible");
+    if p.starts_with("azure") {
         "azure"
-    } else if p == "anthropic" {
+    } else if first == "openai" && !compatible {
+        "openai"
+    } else if first == "anthropic" {
         "anthropic"
     } else {
         "openai-compatible"
@@ -112,7 +144,7 @@ pub fn cluster_name(provider: &str) -> String {
 }
 
 impl Builder {
-    fn new(file: &str, name: Option<String>) -> Self {
+    fn new(file: &str, name: Option<String>, kinds: BTreeMap<String, &'static str>) -> Self {
         Builder {
             file: file.to_string(),
             name,
@@ -120,8 +152,17 @@ impl Builder {
             virtual_models: Vec::new(),
             root: Map::new(),
             clusters: BTreeMap::new(),
+            kinds,
             notes: Vec::new(),
         }
+    }
+
+    /// The provider kind of a provider name: `--provider`'s, else the name's guess.
+    pub fn provider_kind(&self, provider: &str) -> &'static str {
+        self.kinds
+            .get(&provider.to_ascii_lowercase())
+            .copied()
+            .unwrap_or_else(|| guessed_kind(provider))
     }
 
     /// A field of the source that has no place in the output, and why.
@@ -178,7 +219,7 @@ impl Builder {
             "name": name,
             "cluster": cluster,
             "model": model,
-            "provider": provider_kind(provider),
+            "provider": self.provider_kind(provider),
         });
         self.add_model(entry, provider);
         Ok(name.to_string())
@@ -198,6 +239,11 @@ impl Builder {
     pub fn model_mut(&mut self, name: &str) -> Option<&mut Map<String, Value>> {
         let i = self.find_model(name, false)?;
         self.models.get_mut(i).and_then(Value::as_object_mut)
+    }
+
+    /// Every catalog entry, to add fields to.
+    pub fn models_mut(&mut self) -> impl Iterator<Item = &mut Map<String, Value>> {
+        self.models.iter_mut().filter_map(Value::as_object_mut)
     }
 
     /// Adds a virtual model.
@@ -229,10 +275,17 @@ impl Builder {
     /// The finished plugin config, checked by the filter's own config code, and the notes.
     fn finish(mut self) -> Result<(String, Vec<String>), String> {
         for (cluster, provider) in &self.clusters {
+            let given = self.kinds.contains_key(&provider.to_ascii_lowercase());
+            let how = if given {
+                "from --provider".to_string()
+            } else {
+                format!("guessed from the name; --provider {provider}=KIND sets it")
+            };
             self.notes.push(format!(
-                "note: cluster `{cluster}` (derived from provider `{provider}`, provider kind `{}`) must exist in \
-                 Envoy; the route sends requests there by the cluster header",
-                provider_kind(provider)
+                "note: cluster `{cluster}` (derived from provider `{provider}`, provider kind \
+                 `{}`, {how}) must exist in Envoy; the route sends requests there by the \
+                 cluster header",
+                self.provider_kind(provider)
             ));
         }
         let mut root = self.root;

@@ -10,8 +10,11 @@
 //! (`max_targets_per_request: 2`); `fallbackTimeoutSeconds` (default 60) bounds each attempt;
 //! model names compare without case (`model_name_case: "insensitive"`). Models are eligible
 //! by provider and by whether they are Claude ("Endpoints"), written as each entry's `apis`.
+//! "The policy doesn't remember failures between requests" ("Failures and retries"), so no
+//! failure marks a target unhealthy (`failure_window: {failures: 0}`) and no status counts
+//! against a model (`unhealthy_status_codes: []`, so a 429's Retry-After evicts nothing).
 
-use super::{drop_unknown, join, list, object, provider_kind, string, Builder};
+use super::{drop_unknown, join, list, object, string, Builder};
 use serde_json::{json, Value};
 
 const POLICY_TYPE: &str = "ai-gateway-load-balancing-inbound";
@@ -34,9 +37,14 @@ pub fn import(source: &Value, out: &mut Builder) -> Result<(), String> {
     let default_options = json!({"models": {"completions": ["openai/gpt-4o-mini"]}});
     let policies = find_policies(source, &default_options, out)?;
     out.expect_virtual_models(policies.len())?;
+    let mut serving_responses = Vec::new();
     for p in policies {
-        policy(&p, out)?;
+        if let Some(name) = policy(&p, out)? {
+            serving_responses.push(name);
+        }
     }
+    stored_responses(&serving_responses, out);
+    forget_failures(out);
     out.set_root("model_name_case", json!("insensitive"));
     out.note(
         "model_name_case: insensitive: Zuplo compares model entries without regard to case"
@@ -70,6 +78,22 @@ pub fn import(source: &Value, out: &mut Builder) -> Result<(), String> {
             .to_string(),
     );
     Ok(())
+}
+
+/// "The policy doesn't remember failures between requests. While a model is down, every
+/// request that picks it tries it first" ("Failures and retries"): no failure window, and no
+/// status that counts against a model, so nothing demotes or evicts a target.
+fn forget_failures(out: &mut Builder) {
+    out.set_root("failure_window", json!({"failures": 0}));
+    for entry in out.models_mut() {
+        entry.insert("health".to_string(), json!({"unhealthy_status_codes": []}));
+    }
+    out.note(
+        "failure_window: {failures: 0} and health.unhealthy_status_codes: [] on every model: \
+         Zuplo remembers no failures between requests, so a failing model is tried first \
+         every time it is picked (not demoted, not evicted, even by a 429's Retry-After)"
+            .to_string(),
+    );
 }
 
 /// The load-balancing policies in any of the shapes the seed shows.
@@ -187,7 +211,9 @@ fn policy_entry<'v>(entry: &'v Value, path: &str) -> Result<Policy<'v>, String> 
     })
 }
 
-fn policy(p: &Policy<'_>, out: &mut Builder) -> Result<(), String> {
+/// Imports one policy as a virtual model; returns its name when it serves the Responses API
+/// (it has a `completions` list).
+fn policy(p: &Policy<'_>, out: &mut Builder) -> Result<Option<String>, String> {
     let path = p.path.as_str();
     let opts = object(p.options, if path.is_empty() { "options" } else { path })?;
     drop_unknown(
@@ -305,6 +331,7 @@ fn policy(p: &Policy<'_>, out: &mut Builder) -> Result<(), String> {
     }
     let mut routing = routing;
     routing["load_balance_targets"] = Value::Array(targets);
+    let responses = model_types.contains(&"responses");
     out.add_virtual_model(json!({
         "name": name,
         "model_types": model_types,
@@ -312,7 +339,36 @@ fn policy(p: &Policy<'_>, out: &mut Builder) -> Result<(), String> {
         "fallback_timeout_ms": timeout_s * 1000,
         "routing_config": routing,
     }));
-    Ok(())
+    Ok(responses.then_some(name))
+}
+
+/// "Endpoints": `GET`/`DELETE /v1/responses/{id}` and its input items are "routed to the
+/// account that holds the response, when the policy can tell which one it is" ("Stored
+/// responses"). Those requests name no model, so Switchboard routes a raw id among the
+/// targets of one virtual model, `stored_responses_virtual_model`: the policy's, when one
+/// policy serves Responses. With several, which one reads them depends on the route.
+fn stored_responses(serving: &[String], out: &mut Builder) {
+    match serving {
+        [] => {}
+        [name] => {
+            out.set_root("stored_responses_virtual_model", json!(name));
+            out.note(format!(
+                "stored_responses_virtual_model: `{name}`: a retrieve, input-items list or \
+                 delete of a provider's response id is routed among its targets by the \
+                 seed's stored-response rules"
+            ));
+        }
+        names => out.dropped(
+            "(stored-response reads)",
+            &format!(
+                "{} policies serve Responses ({}), and a retrieve or delete names no model: \
+                 set stored_responses_virtual_model to the one on your /v1/responses/{{id}} \
+                 route; until then such requests pass through",
+                names.len(),
+                names.join(", ")
+            ),
+        ),
+    }
 }
 
 /// The seed's `sticky` by `user`, `conversation` or `expression`, as hash routing.
@@ -411,7 +467,7 @@ fn add_apis(out: &mut Builder, catalog: &str, list_name: &str) {
     let (provider, model) = catalog.split_once('/').unwrap_or(("", catalog));
     let p = provider.to_ascii_lowercase();
     let claude = model.to_ascii_lowercase().contains("claude");
-    let kind = provider_kind(provider);
+    let kind = out.provider_kind(provider);
     let mut apis: Vec<&str> = match list_name {
         "embeddings" => vec!["embeddings"],
         _ => {
@@ -440,6 +496,12 @@ fn add_apis(out: &mut Builder, catalog: &str, list_name: &str) {
                     });
                 }
             }
+        }
+        // "Stored responses": OpenRouter is the provider that "stores no responses", so it
+        // keeps openai-compatible's `stores_responses: false`; Bedrock Mantle, also imported as
+        // openai-compatible, serves Responses ("Endpoints") and stores what it creates.
+        if p.starts_with("bedrockmantle") && apis.contains(&"responses") {
+            entry.insert("stores_responses".to_string(), json!(true));
         }
         entry.insert("apis".to_string(), json!(apis));
     }
