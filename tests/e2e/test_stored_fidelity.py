@@ -114,7 +114,7 @@ def test_raw_ids_reach_the_one_storing_account_whatever_max_targets_per_request_
 
 def test_two_storing_accounts_stay_two_whatever_max_targets_per_request_cuts(providers):
     # A plan cut to one target shows one provider name; the list still has two, so without a
-    # caller key every raw-id request is the seed's 400, never a guess that may land right.
+    # caller key every raw-id request is Zuplo's 400, never a guess that may land right.
     envoy = providers.envoy(config(
         [vm("team/two-accounts", round_robin(A, B), max_targets_per_request=1)]))
     raw = raw_id_at_a(envoy)
