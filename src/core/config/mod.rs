@@ -15,7 +15,7 @@ pub use fields::ConfigError;
 pub use upstream::Upstream;
 pub use version::ConfigVersion;
 
-use crate::core::endpoint::ModelTypes;
+use crate::core::endpoint::{Apis, ModelTypes};
 use crate::core::health::policy::{FailureWindow, HealthPolicy};
 use crate::core::health::sla::SlaCutoff;
 use crate::core::status_set::StatusSet;
@@ -424,6 +424,10 @@ pub struct VirtualModel {
     /// `max_targets_per_request`: how many targets one request may try, the first included
     /// (Zuplo seed, "Failures and retries": "each request tries at most two models").
     pub max_targets: Option<usize>,
+    /// `fail_fast_endpoints`: the APIs on which a 5xx, 408, 425 or a target that cannot be
+    /// reached fails the request instead of moving on, and no fallback timeout applies (Zuplo
+    /// model load balancing, "Failures and retries": Responses and Messages). Default: none.
+    pub fail_fast: Apis,
     /// Whether any target has an SLA cutoff (so routing needs latency samples).
     pub has_sla: bool,
     /// Whether any target has a `metadata_match` (so targets are filtered first).

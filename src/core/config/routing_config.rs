@@ -13,7 +13,7 @@ use super::{
     TargetConfig, TargetPolicy, Thresholds, Tier, VirtualModel, WeightedTarget,
     DEFAULT_JWT_PAYLOAD,
 };
-use crate::core::endpoint::{ModelType, ModelTypes};
+use crate::core::endpoint::{Api, Apis, ModelType, ModelTypes};
 use crate::core::health::sla::SlaCutoff;
 use crate::core::routing::condition::Condition;
 use hashbrown::HashMap;
@@ -150,14 +150,7 @@ pub(super) fn compile_virtual_model(
         None => None,
     };
     rc.finish(&[])?;
-    let fallback_timeout_ms = match f.opt_u64("fallback_timeout_ms", 3_600_000)? {
-        Some(0) => return Err(f.error("fallback_timeout_ms", "must be greater than 0")),
-        other => other,
-    };
-    let max_targets = match f.opt_u64("max_targets_per_request", 1_000)? {
-        Some(0) => return Err(f.error("max_targets_per_request", "must be at least 1")),
-        other => other.map(|n| n as usize),
-    };
+    let failures = compile_failure_rules(&mut f)?;
     f.finish(&[])?;
     let has_sla = targets.iter().any(|t| t.policy.sla.is_some());
     let has_metadata_match = targets.iter().any(|t| !t.metadata_match.is_empty());
@@ -166,11 +159,45 @@ pub(super) fn compile_virtual_model(
         model_types,
         routing,
         targets,
-        fallback_timeout_ms,
-        max_targets,
+        fallback_timeout_ms: failures.fallback_timeout_ms,
+        max_targets: failures.max_targets,
+        fail_fast: failures.fail_fast,
         has_sla,
         has_metadata_match,
         sticky,
+    })
+}
+
+/// A virtual model's own failure rules, beside each target's `retry_config` and fallback
+/// fields (Zuplo model load balancing, "Failures and retries").
+struct FailureRules {
+    fallback_timeout_ms: Option<u64>,
+    max_targets: Option<usize>,
+    fail_fast: Apis,
+}
+
+/// Reads `fallback_timeout_ms`, `max_targets_per_request` and `fail_fast_endpoints`.
+fn compile_failure_rules(f: &mut Fields<'_>) -> Result<FailureRules, ConfigError> {
+    let fallback_timeout_ms = match f.opt_u64("fallback_timeout_ms", 3_600_000)? {
+        Some(0) => return Err(f.error("fallback_timeout_ms", "must be greater than 0")),
+        other => other,
+    };
+    let max_targets = match f.opt_u64("max_targets_per_request", 1_000)? {
+        Some(0) => return Err(f.error("max_targets_per_request", "must be at least 1")),
+        other => other.map(|n| n as usize),
+    };
+    let mut fail_fast = Apis::default();
+    for (path, value) in f.opt_array("fail_fast_endpoints")?.unwrap_or_default() {
+        let api = value.as_str().and_then(Api::from_name).ok_or_else(|| {
+            let known: Vec<&str> = Api::ALL.iter().map(|(_, n)| *n).collect();
+            ConfigError::new(path, format!("expected one of: {}", known.join(", ")))
+        })?;
+        fail_fast.insert(api);
+    }
+    Ok(FailureRules {
+        fallback_timeout_ms,
+        max_targets,
+        fail_fast,
     })
 }
 
@@ -721,6 +748,47 @@ mod tests {
                 r#"{"name": "vm", "model_types": ["chat"], "max_targets_per_request": 0, "routing_config": {"type": "weight-based-routing", "load_balance_targets": [{"target": "a", "weight": 100}]}}"#
             )),
             "virtual_models[0].max_targets_per_request: must be at least 1"
+        );
+    }
+
+    /// A virtual model over `a` with `fields` added.
+    fn vm_with(fields: &str) -> String {
+        with_vm(&format!(
+            r#"{{"name": "vm", "model_types": ["chat"], {fields},
+                "routing_config": {{"type": "weight-based-routing",
+                  "load_balance_targets": [{{"target": "a", "weight": 100}}]}}}}"#
+        ))
+    }
+
+    #[test]
+    fn fail_fast_endpoints_name_apis_and_default_to_none() {
+        use crate::core::endpoint::Api;
+        let c = Config::parse(
+            vm_with(r#""fail_fast_endpoints": ["responses", "messages"]"#).as_bytes(),
+        )
+        .unwrap();
+        let fast = c.virtual_models[0].fail_fast;
+        assert!(fast.contains(Api::Responses) && fast.contains(Api::Messages));
+        assert!(!fast.contains(Api::ChatCompletions) && !fast.contains(Api::Embeddings));
+        let c = Config::parse(vm_with(r#""fail_fast_endpoints": []"#).as_bytes()).unwrap();
+        assert!(c.virtual_models[0].fail_fast.is_empty());
+        assert!(
+            Config::parse(weighted(r#"{"target": "a", "weight": 100}"#).as_bytes())
+                .unwrap()
+                .virtual_models[0]
+                .fail_fast
+                .is_empty()
+        );
+        assert_eq!(
+            err(&vm_with(
+                r#""fail_fast_endpoints": ["responses", "/v1/messages"]"#
+            )),
+            "virtual_models[0].fail_fast_endpoints[1]: expected one of: chat_completions, \
+             completions, embeddings, responses, messages, rerank, moderations, images, audio"
+        );
+        assert_eq!(
+            err(&vm_with(r#""fail_fast_endpoints": "responses""#)),
+            "virtual_models[0].fail_fast_endpoints: expected an array, got a string"
         );
     }
 

@@ -152,11 +152,14 @@ impl Machine {
         out: &mut Effects<'c>,
     ) -> Machine {
         let vm_index = start.virtual_model;
-        let attempts = Attempts::new(start.candidates, start.pinned);
+        let vm = vm_index.and_then(|i| config.virtual_models.get(i));
+        // Zuplo model load balancing, "Failures and retries": on these endpoints a failed
+        // model fails the request, and a slow one is waited for ("Keeps waiting").
+        let fail_fast = vm.is_some_and(|vm| vm.fail_fast.contains(replay.endpoint.api()));
+        let attempts = Attempts::new(start.candidates, start.pinned).with_fail_fast(fail_fast);
         let replay = attempts
             .may_try_again(|m| policy(config, vm_index, m))
             .then_some(replay);
-        let vm = vm_index.and_then(|i| config.virtual_models.get(i));
         let mut m = Machine {
             virtual_model: vm_index,
             routed_target: attempts.current(),
@@ -164,7 +167,7 @@ impl Machine {
             routed_ms: now_ms,
             fallback_timeout_ms: vm
                 .and_then(|vm| vm.fallback_timeout_ms)
-                .filter(|_| replay.is_some()),
+                .filter(|_| replay.is_some() && !fail_fast),
             replay,
             state: State::Routed,
             seq: 0,

@@ -967,3 +967,5 @@ fn effects_past_the_inline_room_keep_their_order() {
     assert_eq!(tokens, [0, 1, 2, 3, 4, 5, 6]);
     assert!(fx.is_empty());
 }
+
+mod zuplo;

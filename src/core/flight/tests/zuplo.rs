@@ -1,0 +1,176 @@
+//! Zuplo's failure rules (Zuplo model load balancing, "Failures and retries"), event by event
+//! with a fake clock: `fail_fast_endpoints`, and how `fallback_timeout_ms` grows, ends and
+//! what it covers.
+
+use super::*;
+
+/// Zuplo's import of a two-model list: a 429 retried twice (250 ms, then 500 ms), a 5xx, 408,
+/// 425 or an unreachable model moved to the retry model, Responses and Messages failing fast.
+const ZUPLO: &str = r#"{"models": [
+    {"name": "one", "cluster": "c1", "model": "one-up"},
+    {"name": "two", "cluster": "c2", "model": "two-up"}],
+  "virtual_models": [{"name": "vm", "model_types": ["chat", "responses"],
+    "fallback_timeout_ms": 500, "fail_fast_endpoints": ["responses", "messages"],
+    "routing_config": {"type": "weight-based-routing", "load_balance_targets": [
+      {"target": "one", "weight": 100, "retry_config": {"attempts": 2, "delay": 250,
+        "backoff_multiplier": 2, "on_status_codes": ["429"], "on_connection_failure": false},
+       "fallback_status_codes": ["408", "425", "429", "5xx"]},
+      {"target": "two", "weight": 0}]}}]}"#;
+
+/// A request on `endpoint` to virtual model 0 over its two targets, started at t=1000, and
+/// the effects of its start.
+fn begin(config: &Config, endpoint: Endpoint, stream: bool) -> (Machine, Vec<Effect<'_>>) {
+    let start = Start {
+        virtual_model: Some(0),
+        candidates: vec![ModelId(0), ModelId(1)],
+        pinned: false,
+        stream,
+        sticky: None,
+        mint_ids: false,
+        anthropic_errors: endpoint.speaks_anthropic(),
+        conversation: false,
+        caller: None,
+    };
+    let replay = Replay {
+        endpoint,
+        body: BODY.to_vec(),
+        layout: inspect(BODY).unwrap().layout(false),
+        headers: Headers::from_pairs([
+            (":method", "POST"),
+            (":path", endpoint.display_path()),
+            (":authority", "gateway"),
+        ]),
+        stored_path: None,
+    };
+    let mut fx = Effects::new();
+    let m = Machine::start(config, start, replay, 1000, &mut fx);
+    (m, list(fx))
+}
+
+fn timers(effects: &[Effect<'_>]) -> Vec<u64> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::ArmTimer { due_ms, .. } => Some(*due_ms),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The router's answer headers with `status` at `now`, a provider's own answer.
+fn router_answers<'c>(
+    m: &mut Machine,
+    config: &'c Config,
+    status: u16,
+    now: u64,
+) -> (Flow, Vec<Effect<'c>>) {
+    let mut fx = Effects::new();
+    let mut facts = at(now);
+    facts.details = Some("via_upstream");
+    let flow = m.on_answer_headers(config, status, &mut facts, &mut fx);
+    (flow, list(fx))
+}
+
+#[test]
+fn on_a_fail_fast_endpoint_a_5xx_goes_to_the_client_instead_of_the_retry_model() {
+    let config = config(ZUPLO);
+    for endpoint in [Endpoint::Responses, Endpoint::Messages] {
+        let (mut m, _) = begin(&config, endpoint, false);
+        let (flow, effects) = router_answers(&mut m, &config, 503, 1100);
+        assert_eq!(flow, Flow::Continue, "{endpoint:?}");
+        assert!(kinds(&effects).is_empty(), "no retry model: {effects:?}");
+        let Some(Effect::Deliver(d)) = effects.last() else {
+            panic!("{effects:?}")
+        };
+        assert_eq!(
+            d.ending,
+            Ending {
+                target: Some(ModelId(0)),
+                status: 503,
+                attempts: 1,
+                gave_up: true
+            }
+        );
+    }
+    // Chat completions move to the retry model.
+    let (mut m, _) = begin(&config, Endpoint::ChatCompletions, false);
+    let (flow, effects) = router_answers(&mut m, &config, 503, 1100);
+    assert_eq!(flow, Flow::Hold);
+    assert_eq!(
+        kinds(&effects),
+        [(1, AttemptKind::Fallback(AttemptOutcome::Status(503)))]
+    );
+}
+
+#[test]
+fn on_a_fail_fast_endpoint_an_unreachable_model_fails_the_request() {
+    let config = config(ZUPLO);
+    let (mut m, _) = begin(&config, Endpoint::Responses, false);
+    let mut fx = Effects::new();
+    let mut facts = at(1100);
+    facts.details = Some("upstream_reset_before_response_started{connection_failure}");
+    assert_eq!(
+        m.on_answer_headers(&config, 503, &mut facts, &mut fx),
+        Flow::Continue
+    );
+    let effects = list(fx);
+    assert!(kinds(&effects).is_empty(), "{effects:?}");
+    assert!(matches!(effects.last(), Some(Effect::Deliver(d)) if d.ending.gave_up));
+}
+
+#[test]
+fn on_a_fail_fast_endpoint_a_429_is_retried_twice_then_moves_to_the_retry_model() {
+    let config = config(ZUPLO);
+    let (mut m, _) = begin(&config, Endpoint::Messages, false);
+    let (flow, effects) = router_answers(&mut m, &config, 429, 1100);
+    assert_eq!(flow, Flow::Hold);
+    let (due, token) = the_timer(&effects);
+    assert_eq!(due, 1350, "250 ms");
+    let mut fx = Effects::new();
+    m.on_timer(&config, token, due, &mut fx);
+    let retry = the_call(&list(fx)).id;
+    let mut fx = Effects::new();
+    m.on_call_answer(&config, retry, Some(answer("429", "{}")), 1400, &mut fx);
+    let (due, token) = the_timer(&list(fx));
+    assert_eq!(due, 1900, "then 500 ms");
+    let mut fx = Effects::new();
+    m.on_timer(&config, token, due, &mut fx);
+    let retry = the_call(&list(fx)).id;
+    let mut fx = Effects::new();
+    m.on_call_answer(&config, retry, Some(answer("429", "{}")), 1950, &mut fx);
+    let effects = list(fx);
+    assert_eq!(
+        kinds(&effects),
+        [(1, AttemptKind::Fallback(AttemptOutcome::Status(429)))]
+    );
+    // The retry model is unreachable: a fail-fast endpoint ends there, in Anthropic's shape.
+    let call = the_call(&effects).id;
+    let mut fx = Effects::new();
+    m.on_call_answer(&config, call, None, 2000, &mut fx);
+    let effects = list(fx);
+    let Some(Effect::Fail(f)) = effects.last() else {
+        panic!("{effects:?}")
+    };
+    assert_eq!(f.error.status, 503);
+    assert!(
+        f.error.body.contains(r#""type":"error""#),
+        "{}",
+        f.error.body
+    );
+    assert_eq!(m.summary().attempts, 4);
+}
+
+#[test]
+fn on_a_fail_fast_endpoint_no_fallback_timeout_applies_and_a_slow_model_is_waited_for() {
+    let config = config(ZUPLO);
+    let (_, effects) = begin(&config, Endpoint::ChatCompletions, false);
+    assert_eq!(timers(&effects), [1500]);
+    for endpoint in [Endpoint::Responses, Endpoint::Messages] {
+        let (mut m, effects) = begin(&config, endpoint, true);
+        assert!(timers(&effects).is_empty(), "{endpoint:?}: {effects:?}");
+        // Whenever it answers, its answer is the client's.
+        let (flow, effects) = router_answers(&mut m, &config, 200, 61_000);
+        assert_eq!(flow, Flow::Continue);
+        assert!(matches!(effects.last(), Some(Effect::Deliver(d)) if d.ending.status == 200));
+    }
+}

@@ -1,0 +1,129 @@
+"""Zuplo's failure rules through a real Envoy (Zuplo model load balancing, "Failures and
+retries"): on Responses and Messages a failed model fails the request and a slow one is
+waited for (`fail_fast_endpoints`); the retry model gets more time
+(`fallback_timeout_growth`), and the request fails if that runs out too
+(`fallback_timeout_at_last`); a non-streamed answer is bounded whole
+(`fallback_timeout_scope`). Faults come from the mock provider."""
+
+import time
+
+import requests
+
+CHAT = {"messages": [{"role": "user", "content": "hello"}]}
+ZUPLO_RETRY = {"attempts": 2, "delay": 50, "backoff_multiplier": 2, "on_status_codes": ["429"],
+               "on_connection_failure": False}
+ZUPLO_FALLBACK = ["408", "425", "429", "5xx"]
+
+
+def model(name: str, **extra) -> dict:
+    return {"name": name, "cluster": name, "model": f"{name}-upstream", "visibility": "internal", **extra}
+
+
+def zuplo_vm(name: str, first: str, second: str, model_types: list[str], **extra) -> dict:
+    """Two targets, each with Zuplo's rules as `switchboard import --from zuplo` writes them:
+    every request goes to `first`, `second` is its retry model."""
+    targets = [{"target": t, "weight": w, "retry_config": ZUPLO_RETRY, "fallback_status_codes": ZUPLO_FALLBACK}
+               for t, w in ((first, 100), (second, 0))]
+    return {"name": name, "model_types": model_types, "max_targets_per_request": 2,
+            "fail_fast_endpoints": ["responses", "messages"], **extra,
+            "routing_config": {"type": "weight-based-routing", "load_balance_targets": targets}}
+
+
+def post(envoy, path: str, body: dict, timeout: float = 15) -> requests.Response:
+    return requests.post(f"{envoy.url}{path}", json=body, timeout=timeout)
+
+
+def chat(envoy, model: str = "vm", **body) -> requests.Response:
+    return post(envoy, "/v1/chat/completions", {"model": model, **CHAT, **body})
+
+
+def responses(envoy, model: str = "vm") -> requests.Response:
+    return post(envoy, "/v1/responses", {"model": model, "input": "hello"})
+
+
+def messages(envoy, model: str = "claude") -> requests.Response:
+    return post(envoy, "/v1/messages", {"model": model, "max_tokens": 16, **CHAT})
+
+
+def fail_fast_stack(stack, first: dict, claude_first: dict | None = None, **vm_extra):
+    """OpenAI-shaped `first` and `second` under `vm` (chat and responses), Anthropic-shaped
+    `c_first` and `c_second` under `claude` (messages)."""
+    providers = {"first": stack.provider("first", **first), "second": stack.provider("second"),
+                 "c_first": stack.provider("c_first", **(claude_first or first)),
+                 "c_second": stack.provider("c_second")}
+    config = {"models": [model("first"), model("second"), model("c_first", provider="anthropic"),
+                         model("c_second", provider="anthropic")],
+              "virtual_models": [zuplo_vm("vm", "first", "second", ["chat", "responses"], **vm_extra),
+                                 zuplo_vm("claude", "c_first", "c_second", ["chat"], **vm_extra)]}
+    return providers, stack.envoy(config)
+
+
+def test_fail_fast_endpoints_return_a_5xx_instead_of_moving_to_the_retry_model(stack):
+    p, envoy = fail_fast_stack(stack, {"fail_status": 503})
+
+    r = responses(envoy)
+    assert r.status_code == 503, r.text
+    assert r.json()["error"]["message"] == "injected failure from first"
+    assert r.headers["x-switchboard-resolved-model"] == "first"
+    m = messages(envoy)
+    assert m.status_code == 503, m.text
+    assert m.json()["type"] == "error" and m.json()["error"]["type"] == "api_error", m.text
+    assert p["second"].requests() == [] and p["c_second"].requests() == []
+    assert (len(p["first"].requests()), len(p["c_first"].requests())) == (1, 1), "no retry either"
+
+    # Chat completions move to the retry model, as without the option.
+    c = chat(envoy)
+    assert c.status_code == 200, c.text
+    assert c.headers["x-switchboard-resolved-model"] == "second"
+    assert c.headers["x-switchboard-attempts"] == "2"
+
+
+def test_fail_fast_endpoints_fail_on_a_408_425_or_an_unreachable_model(stack):
+    p, envoy = fail_fast_stack(stack, {"fail_status": 408})
+    for status in (408, 425):
+        p["first"].configure(fail_status=status)
+        p["c_first"].configure(fail_status=status)
+        assert responses(envoy).status_code == status
+        assert messages(envoy).status_code == status
+    p["first"].configure(fail_status=None, drop="before-response")
+    p["c_first"].configure(fail_status=None, drop="before-response")
+    r = responses(envoy)
+    m = messages(envoy)
+    assert (r.status_code, m.status_code) == (503, 503), (r.text, m.text)
+    assert "x-switchboard-resolved-model" not in r.headers, "no model answered"
+    assert p["second"].requests() == [] and p["c_second"].requests() == []
+    assert chat(envoy).headers["x-switchboard-resolved-model"] == "second"
+
+
+def test_on_fail_fast_endpoints_a_429_is_retried_twice_then_moves_to_the_retry_model(stack):
+    p, envoy = fail_fast_stack(stack, {"fail_status": 429})
+
+    r = responses(envoy)
+    m = messages(envoy)
+
+    assert (r.status_code, m.status_code) == (200, 200), (r.text, m.text)
+    assert r.headers["x-switchboard-resolved-model"] == "second"
+    assert m.headers["x-switchboard-resolved-model"] == "c_second"
+    assert r.headers["x-switchboard-attempts"] == m.headers["x-switchboard-attempts"] == "4"
+    assert (len(p["first"].requests()), len(p["second"].requests())) == (3, 1)
+    assert (len(p["c_first"].requests()), len(p["c_second"].requests())) == (3, 1)
+
+
+def test_on_fail_fast_endpoints_a_slow_model_is_waited_for(stack):
+    p, envoy = fail_fast_stack(stack, {"stall_ms": 900}, fallback_timeout_ms=200)
+
+    for call in (responses, messages):
+        start = time.monotonic()
+        r = call(envoy)
+        elapsed = time.monotonic() - start
+        assert r.status_code == 200, r.text
+        assert r.headers["x-switchboard-resolved-model"] in ("first", "c_first")
+        assert "x-switchboard-attempts" not in r.headers
+        assert elapsed >= 0.85, elapsed
+    assert p["second"].requests() == [] and p["c_second"].requests() == []
+
+    # Chat completions leave it at fallback_timeout_ms for the retry model.
+    start = time.monotonic()
+    c = chat(envoy)
+    assert c.headers["x-switchboard-resolved-model"] == "second"
+    assert time.monotonic() - start < 0.85
