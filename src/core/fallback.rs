@@ -90,6 +90,8 @@ pub struct Attempts {
     current: usize,
     retries_here: u32,
     total: u32,
+    /// Moves to another target so far.
+    fallbacks: u32,
     pinned: bool,
     /// The request's endpoint is one of `fail_fast_endpoints`.
     fail_fast: bool,
@@ -103,6 +105,7 @@ impl Attempts {
             current: 0,
             retries_here: 0,
             total: 1,
+            fallbacks: 0,
             pinned,
             fail_fast: false,
         }
@@ -127,6 +130,12 @@ impl Attempts {
     /// Attempts made so far, the one in flight included.
     pub fn total(&self) -> u32 {
         self.total
+    }
+
+    /// How many times the request moved to another target: the attempt in flight is at the
+    /// request's (n+1)-th target.
+    pub fn fallbacks(&self) -> u32 {
+        self.fallbacks
     }
 
     /// Whether any later step could make another attempt (so the request must be kept).
@@ -191,6 +200,7 @@ impl Attempts {
                 self.current = index;
                 self.retries_here = 0;
                 self.total += 1;
+                self.fallbacks += 1;
                 Step::Fallback { target: *model }
             }
             None => Step::GiveUp,
@@ -241,7 +251,7 @@ mod tests {
             Step::Fallback { target: ModelId(2) }
         );
         assert_eq!(run(&p, &mut a, AttemptOutcome::Status(429)), Step::GiveUp);
-        assert_eq!(a.total(), 3);
+        assert_eq!((a.total(), a.fallbacks()), (3, 2));
         let mut a = Attempts::new(ids(2), false);
         assert_eq!(
             run(&p, &mut a, AttemptOutcome::Status(504)),
@@ -268,7 +278,11 @@ mod tests {
             run(&p, &mut a, AttemptOutcome::Status(500)),
             Step::Fallback { target: ModelId(1) }
         );
-        assert_eq!(a.total(), 4);
+        assert_eq!(
+            (a.total(), a.fallbacks()),
+            (4, 1),
+            "retries are not fallbacks"
+        );
     }
 
     #[test]

@@ -127,3 +127,32 @@ def test_on_fail_fast_endpoints_a_slow_model_is_waited_for(stack):
     c = chat(envoy)
     assert c.headers["x-switchboard-resolved-model"] == "second"
     assert time.monotonic() - start < 0.85
+
+
+def priority_vm(names: list[str], **extra) -> dict:
+    targets = [{"target": n, "priority": i} for i, n in enumerate(names)]
+    return {"name": "vm", "model_types": ["chat"], **extra,
+            "routing_config": {"type": "priority-based-routing", "load_balance_targets": targets}}
+
+
+def test_fallback_timeout_growth_gives_each_next_target_more_time(stack):
+    """The retry model "starts over with twice the time": the second target, answering 600 ms
+    after it was asked, is given 800 ms and answers; with the same 400 ms it would be left for
+    the third target too."""
+    stack.provider("stuck", stall_ms=5_000)
+    slower = stack.provider("slower", stall_ms=600)
+    spare = stack.provider("spare")
+    names = ["stuck", "slower", "spare"]
+    config = {"models": [model(n) for n in names],
+              "virtual_models": [priority_vm(names, fallback_timeout_ms=400, fallback_timeout_growth=2)]}
+    envoy = stack.envoy(config)
+
+    start = time.monotonic()
+    r = chat(envoy)
+    elapsed = time.monotonic() - start
+
+    assert r.status_code == 200, r.text
+    assert r.headers["x-switchboard-resolved-model"] == "slower"
+    assert r.headers["x-switchboard-attempts"] == "2"
+    assert 0.95 <= elapsed < 1.2, elapsed
+    assert (len(slower.requests()), len(spare.requests())) == (1, 0)

@@ -424,6 +424,9 @@ pub struct VirtualModel {
     /// `max_targets_per_request`: how many targets one request may try, the first included
     /// (Zuplo seed, "Failures and retries": "each request tries at most two models").
     pub max_targets: Option<usize>,
+    /// How `fallback_timeout_ms` grows from target to target (and, with the options below,
+    /// what it covers and how it ends).
+    pub timeout_rules: TimeoutRules,
     /// `fail_fast_endpoints`: the APIs on which a 5xx, 408, 425 or a target that cannot be
     /// reached fails the request instead of moving on, and no fallback timeout applies (Zuplo
     /// model load balancing, "Failures and retries": Responses and Messages). Default: none.
@@ -450,6 +453,28 @@ impl VirtualModel {
     /// The settings of one of its targets.
     pub fn target(&self, model: ModelId) -> Option<&TargetConfig> {
         self.targets.iter().find(|t| t.model == model)
+    }
+}
+
+/// How `fallback_timeout_ms` applies beyond the first target (Zuplo model load balancing,
+/// "Failures and retries").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeoutRules {
+    /// `fallback_timeout_growth`: each next target's fallback timeout is the previous one's
+    /// times this (default 1; Zuplo's retry model "starts over with twice the time": 2).
+    pub growth: u32,
+}
+
+impl Default for TimeoutRules {
+    fn default() -> Self {
+        TimeoutRules { growth: 1 }
+    }
+}
+
+impl TimeoutRules {
+    /// The fallback timeout of an attempt after `fallbacks` moves to another target.
+    pub fn timeout_ms(&self, base_ms: u64, fallbacks: u32) -> u64 {
+        base_ms.saturating_mul(u64::from(self.growth).saturating_pow(fallbacks))
     }
 }
 

@@ -10,7 +10,7 @@ use super::fields::{ConfigError, Fields};
 use super::{
     name_key, Classifier, ComplexityTarget, ConditionalTarget, HashKey, HeadersOverride, Model,
     ModelId, NameEntry, PriorityTarget, Routing, SessionIdentifier, StickyRouting, StickySource,
-    TargetConfig, TargetPolicy, Thresholds, Tier, VirtualModel, WeightedTarget,
+    TargetConfig, TargetPolicy, Thresholds, Tier, TimeoutRules, VirtualModel, WeightedTarget,
     DEFAULT_JWT_PAYLOAD,
 };
 use crate::core::endpoint::{Api, Apis, ModelType, ModelTypes};
@@ -161,6 +161,7 @@ pub(super) fn compile_virtual_model(
         targets,
         fallback_timeout_ms: failures.fallback_timeout_ms,
         max_targets: failures.max_targets,
+        timeout_rules: failures.timeout_rules,
         fail_fast: failures.fail_fast,
         has_sla,
         has_metadata_match,
@@ -173,15 +174,18 @@ pub(super) fn compile_virtual_model(
 struct FailureRules {
     fallback_timeout_ms: Option<u64>,
     max_targets: Option<usize>,
+    timeout_rules: TimeoutRules,
     fail_fast: Apis,
 }
 
-/// Reads `fallback_timeout_ms`, `max_targets_per_request` and `fail_fast_endpoints`.
+/// Reads `fallback_timeout_ms` and the options that shape it, `max_targets_per_request` and
+/// `fail_fast_endpoints`.
 fn compile_failure_rules(f: &mut Fields<'_>) -> Result<FailureRules, ConfigError> {
     let fallback_timeout_ms = match f.opt_u64("fallback_timeout_ms", 3_600_000)? {
         Some(0) => return Err(f.error("fallback_timeout_ms", "must be greater than 0")),
         other => other,
     };
+    let timeout_rules = compile_timeout_rules(f, fallback_timeout_ms.is_some())?;
     let max_targets = match f.opt_u64("max_targets_per_request", 1_000)? {
         Some(0) => return Err(f.error("max_targets_per_request", "must be at least 1")),
         other => other.map(|n| n as usize),
@@ -197,8 +201,31 @@ fn compile_failure_rules(f: &mut Fields<'_>) -> Result<FailureRules, ConfigError
     Ok(FailureRules {
         fallback_timeout_ms,
         max_targets,
+        timeout_rules,
         fail_fast,
     })
+}
+
+/// `fallback_timeout_growth` (Zuplo model load balancing, "Failures and retries": the retry
+/// model "starts over with twice the time"). Refused without `fallback_timeout_ms`, which it
+/// would silently not change.
+fn compile_timeout_rules(
+    f: &mut Fields<'_>,
+    has_timeout: bool,
+) -> Result<TimeoutRules, ConfigError> {
+    let mut rules = TimeoutRules::default();
+    match f.opt_u64("fallback_timeout_growth", 10)? {
+        Some(0) => return Err(f.error("fallback_timeout_growth", "must be from 1 to 10")),
+        Some(growth) => rules.growth = growth as u32,
+        None => {}
+    }
+    if !has_timeout && f.has("fallback_timeout_growth") {
+        return Err(f.error(
+            "fallback_timeout_growth",
+            "has no effect without fallback_timeout_ms",
+        ));
+    }
+    Ok(rules)
 }
 
 /// The names a target may refer to.
@@ -594,7 +621,7 @@ fn resolve_target(t: &mut Fields<'_>, catalog: &Catalog<'_>) -> Result<ModelId, 
 
 #[cfg(test)]
 mod tests {
-    use crate::core::config::Config;
+    use crate::core::config::{Config, TimeoutRules};
 
     fn err(json: &str) -> String {
         Config::parse(json.as_bytes()).unwrap_err().to_string()
@@ -789,6 +816,41 @@ mod tests {
         assert_eq!(
             err(&vm_with(r#""fail_fast_endpoints": "responses""#)),
             "virtual_models[0].fail_fast_endpoints: expected an array, got a string"
+        );
+    }
+
+    #[test]
+    fn fallback_timeout_growth_multiplies_each_next_targets_timeout() {
+        let c = Config::parse(
+            vm_with(r#""fallback_timeout_ms": 500, "fallback_timeout_growth": 2"#).as_bytes(),
+        )
+        .unwrap();
+        let rules = c.virtual_models[0].timeout_rules;
+        assert_eq!(rules.growth, 2);
+        let times: Vec<u64> = (0..4).map(|n| rules.timeout_ms(500, n)).collect();
+        assert_eq!(times, [500, 1000, 2000, 4000]);
+        let flat = Config::parse(vm_with(r#""fallback_timeout_ms": 500"#).as_bytes()).unwrap();
+        let flat = flat.virtual_models[0].timeout_rules;
+        assert_eq!(flat, TimeoutRules::default());
+        assert_eq!(
+            flat.timeout_ms(500, 3),
+            500,
+            "default 1: every target gets the same"
+        );
+        let huge = TimeoutRules { growth: 10 };
+        assert_eq!(huge.timeout_ms(3_600_000, 40), u64::MAX, "saturates");
+        for bad in ["0", "11", "1.5", "\"2\""] {
+            let e = err(&vm_with(&format!(
+                r#""fallback_timeout_ms": 500, "fallback_timeout_growth": {bad}"#
+            )));
+            assert!(
+                e.starts_with("virtual_models[0].fallback_timeout_growth: "),
+                "{e}"
+            );
+        }
+        assert_eq!(
+            err(&vm_with(r#""fallback_timeout_growth": 2"#)),
+            "virtual_models[0].fallback_timeout_growth: has no effect without fallback_timeout_ms"
         );
     }
 

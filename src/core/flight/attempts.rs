@@ -6,9 +6,14 @@ use crate::core::fallback::Step;
 use crate::core::outbound::{outbound, ClientRequest};
 
 impl Machine {
+    /// Times the attempt in flight, from `from_ms`: each next target gets the previous one's
+    /// time times `fallback_timeout_growth` (Zuplo model load balancing, "Failures and
+    /// retries": the retry model "starts over with twice the time"); a retry keeps its
+    /// target's time.
     pub(super) fn arm_fallback_timeout<'c>(&mut self, from_ms: u64, out: &mut Effects<'c>) {
         self.seq += 1;
         if let Some(ms) = self.fallback_timeout_ms {
+            let ms = self.timeout_rules.timeout_ms(ms, self.attempts.fallbacks());
             out.push(Effect::ArmTimer {
                 due_ms: from_ms.saturating_add(ms),
                 token: self.seq,

@@ -55,7 +55,9 @@ pub use inputs::{AnswerFacts, CallAnswer, Replay, Start};
 pub use outcome::{call_outcome, health_outcome, hint_ms, router_outcome};
 pub use records::apply_health;
 
-use crate::core::config::{Config, HeaderNames, ModelId, TargetPolicy, DIRECT_POLICY};
+use crate::core::config::{
+    Config, HeaderNames, ModelId, TargetPolicy, TimeoutRules, DIRECT_POLICY,
+};
 use crate::core::fallback::{AttemptOutcome, Attempts, Step};
 use crate::core::responses::rewrite::AnswerRewriter;
 use crate::core::routing::sticky::Session;
@@ -108,6 +110,8 @@ pub struct Machine {
     started_ms: u64,
     /// `fallback_timeout_ms`, when another attempt is possible.
     fallback_timeout_ms: Option<u64>,
+    /// How it grows from target to target.
+    timeout_rules: TimeoutRules,
     /// Whether answers feed latency samples into health (only when routing uses them).
     needs_latency: bool,
     /// Whether successful answers are timed and their usage read: for the latency samples,
@@ -168,6 +172,7 @@ impl Machine {
             fallback_timeout_ms: vm
                 .and_then(|vm| vm.fallback_timeout_ms)
                 .filter(|_| replay.is_some() && !fail_fast),
+            timeout_rules: vm.map(|vm| vm.timeout_rules).unwrap_or_default(),
             replay,
             state: State::Routed,
             seq: 0,

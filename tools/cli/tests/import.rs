@@ -454,11 +454,18 @@ fn zuplo_imports_carry_the_per_endpoint_failure_rules() {
                 serde_json::json!(["responses", "messages"]),
                 "{file}: {vm}"
             );
+            // The retry model "starts over with twice the time".
+            assert_eq!(vm["fallback_timeout_growth"], 2, "{file}: {vm}");
         }
         assert!(
             err.contains("fail_fast_endpoints: responses, messages"),
             "{err}"
         );
+        assert!(err.contains("fallback_timeout_growth: 2"), "{err}");
         assert!(!err.contains("Responses and Messages failures"), "{err}");
+        assert!(
+            !err.contains("fallbackTimeoutSeconds on the retry model"),
+            "{err}"
+        );
     }
 }

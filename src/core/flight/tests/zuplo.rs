@@ -20,9 +20,19 @@ const ZUPLO: &str = r#"{"models": [
 /// A request on `endpoint` to virtual model 0 over its two targets, started at t=1000, and
 /// the effects of its start.
 fn begin(config: &Config, endpoint: Endpoint, stream: bool) -> (Machine, Vec<Effect<'_>>) {
+    begin_over(config, &[0, 1], endpoint, stream)
+}
+
+/// The same over `candidates`.
+fn begin_over<'c>(
+    config: &'c Config,
+    candidates: &[usize],
+    endpoint: Endpoint,
+    stream: bool,
+) -> (Machine, Vec<Effect<'c>>) {
     let start = Start {
         virtual_model: Some(0),
-        candidates: vec![ModelId(0), ModelId(1)],
+        candidates: candidates.iter().map(|i| ModelId(*i)).collect(),
         pinned: false,
         stream,
         sticky: None,
@@ -173,4 +183,96 @@ fn on_a_fail_fast_endpoint_no_fallback_timeout_applies_and_a_slow_model_is_waite
         assert_eq!(flow, Flow::Continue);
         assert!(matches!(effects.last(), Some(Effect::Deliver(d)) if d.ending.status == 200));
     }
+}
+
+/// [`TWO`] plus "three", `fallback_timeout_ms` 500, growing by `growth`, with `extra` fields.
+fn growing(growth: u32, extra: &str) -> Config {
+    config(&three(&TWO.replace(
+        r#""model_types": ["chat"],"#,
+        &format!(
+            r#""model_types": ["chat"], "fallback_timeout_ms": 500,
+               "fallback_timeout_growth": {growth}, {extra}"#
+        ),
+    )))
+}
+
+/// Fires the timer armed by `effects` (the only one) at its due time; the next attempt's
+/// call is dispatched, and the due time of the timer it arms is returned with its token.
+fn time_out_and_dispatch(m: &mut Machine, config: &Config, effects: &[Effect<'_>]) -> (u64, u64) {
+    let (due, token) = the_timer(effects);
+    let mut fx = Effects::new();
+    m.on_timer(config, token, due, &mut fx);
+    let effects = list(fx);
+    assert!(
+        matches!(
+            kinds(&effects).as_slice(),
+            [(_, AttemptKind::Fallback(AttemptOutcome::FallbackTimeout))]
+        ),
+        "{effects:?}"
+    );
+    let mut fx = Effects::new();
+    m.on_dispatched(the_call(&effects).id, &mut fx);
+    the_timer(&list(fx))
+}
+
+#[test]
+fn each_next_target_gets_the_previous_ones_fallback_timeout_times_the_growth() {
+    // Zuplo model load balancing, "Failures and retries": the retry model "starts over with
+    // twice the time". Without growth every target gets 500 ms: 1500, 2000, 2500.
+    let config = growing(2, r#""max_targets_per_request": 3,"#);
+    let (mut m, effects) = begin_over(&config, &[0, 1, 2], Endpoint::ChatCompletions, false);
+    assert_eq!(timers(&effects), [1500]);
+    let (due, token) = time_out_and_dispatch(&mut m, &config, &effects);
+    assert_eq!(due, 2500, "the second target: 1000 ms");
+    let effects = [Effect::ArmTimer { due_ms: due, token }];
+    let (due, _) = time_out_and_dispatch(&mut m, &config, &effects);
+    assert_eq!(due, 4500, "the third: 2000 ms");
+    // Growth 1, the default: the same time for every target.
+    let config = growing(1, "");
+    let (mut m, effects) = begin_over(&config, &[0, 1, 2], Endpoint::ChatCompletions, false);
+    let (due, _) = time_out_and_dispatch(&mut m, &config, &effects);
+    assert_eq!(due, 2000);
+}
+
+#[test]
+fn the_retry_model_gets_the_grown_time_whatever_moved_the_request_and_keeps_it_on_retries() {
+    let config = config(
+        &three(TWO)
+            .replace(
+                r#"{"target": "two", "weight": 0}"#,
+                r#"{"target": "two", "weight": 0, "retry_config": {"attempts": 1, "delay": 100}}"#,
+            )
+            .replace(
+                r#""model_types": ["chat"],"#,
+                r#""model_types": ["chat"], "fallback_timeout_ms": 500, "fallback_timeout_growth": 2,"#,
+            ),
+    );
+    assert_eq!(config.virtual_models[0].targets.len(), 3);
+    let (mut m, _) = begin_over(&config, &[0, 1, 2], Endpoint::ChatCompletions, false);
+    let call = the_call(&fail_router(&mut m, &config, 503)).id;
+    let mut fx = Effects::new();
+    m.on_dispatched(call, &mut fx);
+    assert_eq!(
+        the_timer(&list(fx)).0,
+        2100,
+        "moved by a 503 at 1100: 1000 ms"
+    );
+    let mut fx = Effects::new();
+    m.on_call_answer(&config, call, Some(answer("503", "{}")), 1200, &mut fx);
+    let (due, token) = the_timer(&list(fx));
+    assert_eq!(due, 1300, "the retry's delay");
+    let mut fx = Effects::new();
+    m.on_timer(&config, token, due, &mut fx);
+    let effects = list(fx);
+    assert_eq!(
+        kinds(&effects),
+        [(1, AttemptKind::Retry(AttemptOutcome::Status(503)))]
+    );
+    let mut fx = Effects::new();
+    m.on_dispatched(the_call(&effects).id, &mut fx);
+    assert_eq!(
+        the_timer(&list(fx)).0,
+        2300,
+        "a retry keeps its target's 1000 ms"
+    );
 }

@@ -9,7 +9,8 @@
 //! (`fallback_status_codes`, `on_connection_failure: false`); at most two models are tried
 //! (`max_targets_per_request: 2`); on Responses and Messages a 5xx, 408, 425 or an unreachable
 //! model fails the request and a slow one is waited for (`fail_fast_endpoints`);
-//! `fallbackTimeoutSeconds` (default 60) bounds each attempt;
+//! `fallbackTimeoutSeconds` (default 60) bounds each attempt, and the retry model gets twice
+//! that (`fallback_timeout_growth: 2`);
 //! model names compare without case (`model_name_case: "insensitive"`). Models are eligible
 //! by provider and by whether they are Claude ("Endpoints"), written as each entry's `apis`.
 
@@ -54,10 +55,10 @@ pub fn import(source: &Value, out: &mut Builder) -> Result<(), String> {
          model fails the request, and a slow model is waited for"
             .to_string(),
     );
-    out.dropped(
-        "(fallbackTimeoutSeconds on the retry model)",
-        "Zuplo gives the retry model twice the time; Switchboard gives every attempt \
-         fallback_timeout_ms",
+    out.note(
+        "fallback_timeout_growth: 2: the retry model starts over with twice \
+         fallbackTimeoutSeconds"
+            .to_string(),
     );
     out.note(
         "clients must call the virtual model by its name; Zuplo accepts any `model` value"
@@ -307,6 +308,8 @@ fn policy(p: &Policy<'_>, out: &mut Builder) -> Result<(), String> {
         // "Failures and retries": Responses and Messages fail on a 5xx, 408, 425 or an
         // unreachable model, and keep waiting for a slow one.
         "fail_fast_endpoints": ["responses", "messages"],
+        // The retry model "starts over with twice the time".
+        "fallback_timeout_growth": 2,
         "routing_config": routing,
     }));
     Ok(())
