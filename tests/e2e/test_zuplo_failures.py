@@ -156,3 +156,34 @@ def test_fallback_timeout_growth_gives_each_next_target_more_time(stack):
     assert r.headers["x-switchboard-attempts"] == "2"
     assert 0.95 <= elapsed < 1.2, elapsed
     assert (len(slower.requests()), len(spare.requests())) == (1, 0)
+
+
+def test_with_fail_at_last_the_request_fails_when_the_retry_models_time_runs_out_too(stack):
+    """Zuplo: the retry model "starts over with twice the time, and the request fails if that
+    runs out too": 300 ms, then 600 ms, then a 504 in the API's shape. By default
+    (`wait`) the retry model is waited for."""
+    stack.provider("stuck", stall_ms=5_000)
+    late = stack.provider("late", stall_ms=1_200)
+    timing = {"fallback_timeout_ms": 300, "fallback_timeout_growth": 2}
+    config = {"models": [model("stuck"), model("late")],
+              "virtual_models": [zuplo_vm("vm", "stuck", "late", ["chat"], fallback_timeout_at_last="fail", **timing),
+                                 zuplo_vm("waits", "stuck", "late", ["chat"], **timing)]}
+    envoy = stack.envoy(config)
+
+    start = time.monotonic()
+    r = chat(envoy)
+    elapsed = time.monotonic() - start
+    assert r.status_code == 504, r.text
+    assert r.json()["error"]["code"] == "fallback_timeout"
+    assert r.json()["error"]["type"] == "server_error"
+    assert r.headers["x-switchboard-attempts"] == "2"
+    assert "x-switchboard-resolved-model" not in r.headers
+    assert 0.85 <= elapsed < 1.15, elapsed
+    assert len(late.requests()) == 1
+
+    start = time.monotonic()
+    w = chat(envoy, model="waits")
+    elapsed = time.monotonic() - start
+    assert w.status_code == 200, w.text
+    assert w.headers["x-switchboard-resolved-model"] == "late"
+    assert elapsed >= 1.45, elapsed

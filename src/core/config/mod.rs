@@ -463,12 +463,30 @@ pub struct TimeoutRules {
     /// `fallback_timeout_growth`: each next target's fallback timeout is the previous one's
     /// times this (default 1; Zuplo's retry model "starts over with twice the time": 2).
     pub growth: u32,
+    /// `fallback_timeout_at_last`: what the time running out does at the last target a
+    /// request may try.
+    pub at_last: AtLast,
 }
 
 impl Default for TimeoutRules {
     fn default() -> Self {
-        TimeoutRules { growth: 1 }
+        TimeoutRules {
+            growth: 1,
+            at_last: AtLast::Wait,
+        }
     }
+}
+
+/// `fallback_timeout_at_last`: when the fallback timeout of a target the request moved to
+/// runs out and no other target is left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AtLast {
+    /// `wait` (default): keep waiting for its answer.
+    Wait,
+    /// `fail`: the request fails with a 504 (Zuplo model load balancing, "Failures and
+    /// retries": the retry model's time runs out, "and the request fails if that runs out
+    /// too").
+    Fail,
 }
 
 impl TimeoutRules {

@@ -8,10 +8,10 @@
 use super::compile::{checked_header_name, header_value};
 use super::fields::{ConfigError, Fields};
 use super::{
-    name_key, Classifier, ComplexityTarget, ConditionalTarget, HashKey, HeadersOverride, Model,
-    ModelId, NameEntry, PriorityTarget, Routing, SessionIdentifier, StickyRouting, StickySource,
-    TargetConfig, TargetPolicy, Thresholds, Tier, TimeoutRules, VirtualModel, WeightedTarget,
-    DEFAULT_JWT_PAYLOAD,
+    name_key, AtLast, Classifier, ComplexityTarget, ConditionalTarget, HashKey, HeadersOverride,
+    Model, ModelId, NameEntry, PriorityTarget, Routing, SessionIdentifier, StickyRouting,
+    StickySource, TargetConfig, TargetPolicy, Thresholds, Tier, TimeoutRules, VirtualModel,
+    WeightedTarget, DEFAULT_JWT_PAYLOAD,
 };
 use crate::core::endpoint::{Api, Apis, ModelType, ModelTypes};
 use crate::core::health::sla::SlaCutoff;
@@ -206,9 +206,10 @@ fn compile_failure_rules(f: &mut Fields<'_>) -> Result<FailureRules, ConfigError
     })
 }
 
-/// `fallback_timeout_growth` (Zuplo model load balancing, "Failures and retries": the retry
-/// model "starts over with twice the time"). Refused without `fallback_timeout_ms`, which it
-/// would silently not change.
+/// `fallback_timeout_growth` and `fallback_timeout_at_last` (Zuplo model load balancing,
+/// "Failures and retries": the retry model "starts over with twice the time, and the request
+/// fails if that runs out too"). Refused without `fallback_timeout_ms`, which they would
+/// silently not change.
 fn compile_timeout_rules(
     f: &mut Fields<'_>,
     has_timeout: bool,
@@ -219,11 +220,17 @@ fn compile_timeout_rules(
         Some(growth) => rules.growth = growth as u32,
         None => {}
     }
-    if !has_timeout && f.has("fallback_timeout_growth") {
-        return Err(f.error(
-            "fallback_timeout_growth",
-            "has no effect without fallback_timeout_ms",
-        ));
+    rules.at_last = match f.opt_str("fallback_timeout_at_last")? {
+        None | Some("wait") => AtLast::Wait,
+        Some("fail") => AtLast::Fail,
+        Some(other) => {
+            let message = format!("expected `wait` or `fail`, got `{other}`");
+            return Err(f.error("fallback_timeout_at_last", message));
+        }
+    };
+    let needs_timeout = ["fallback_timeout_growth", "fallback_timeout_at_last"];
+    if let Some(field) = needs_timeout.iter().find(|k| !has_timeout && f.has(k)) {
+        return Err(f.error(field, "has no effect without fallback_timeout_ms"));
     }
     Ok(rules)
 }
@@ -837,7 +844,10 @@ mod tests {
             500,
             "default 1: every target gets the same"
         );
-        let huge = TimeoutRules { growth: 10 };
+        let huge = TimeoutRules {
+            growth: 10,
+            ..TimeoutRules::default()
+        };
         assert_eq!(huge.timeout_ms(3_600_000, 40), u64::MAX, "saturates");
         for bad in ["0", "11", "1.5", "\"2\""] {
             let e = err(&vm_with(&format!(
@@ -851,6 +861,33 @@ mod tests {
         assert_eq!(
             err(&vm_with(r#""fallback_timeout_growth": 2"#)),
             "virtual_models[0].fallback_timeout_growth: has no effect without fallback_timeout_ms"
+        );
+    }
+
+    #[test]
+    fn fallback_timeout_at_last_is_wait_or_fail() {
+        use crate::core::config::AtLast;
+        let at_last = |fields: &str| {
+            Config::parse(vm_with(fields).as_bytes())
+                .unwrap()
+                .virtual_models[0]
+                .timeout_rules
+                .at_last
+        };
+        assert_eq!(at_last(r#""fallback_timeout_ms": 500"#), AtLast::Wait);
+        let fail = r#""fallback_timeout_ms": 500, "fallback_timeout_at_last": "fail""#;
+        assert_eq!(at_last(fail), AtLast::Fail);
+        let wait = r#""fallback_timeout_ms": 500, "fallback_timeout_at_last": "wait""#;
+        assert_eq!(at_last(wait), AtLast::Wait);
+        assert_eq!(
+            err(&vm_with(
+                r#""fallback_timeout_ms": 500, "fallback_timeout_at_last": "504""#
+            )),
+            "virtual_models[0].fallback_timeout_at_last: expected `wait` or `fail`, got `504`"
+        );
+        assert_eq!(
+            err(&vm_with(r#""fallback_timeout_at_last": "fail""#)),
+            "virtual_models[0].fallback_timeout_at_last: has no effect without fallback_timeout_ms"
         );
     }
 

@@ -335,23 +335,7 @@ impl Machine {
                     self.dispatch(config, target, kind, now_ms, out);
                 }
             }
-            // The attempt in flight, the router's or a call-out, did not start answering (a
-            // call-out: did not answer) within fallback_timeout_ms. An abandoned call-out
-            // cannot be cancelled; its late answer no longer matches the state and is ignored.
-            State::Routed | State::Calling(_) => {
-                let target = if matches!(self.state, State::Routed) {
-                    self.routed_target
-                } else {
-                    self.attempts.current()
-                };
-                let outcome = AttemptOutcome::FallbackTimeout;
-                let step = self.step(config, outcome);
-                if step == Step::GiveUp {
-                    return; // nowhere else to go: keep waiting for this one
-                }
-                self.record(config, target, outcome, || None, out);
-                self.next_attempt(config, step, outcome, now_ms, out);
-            }
+            State::Routed | State::Calling(_) => self.on_fallback_timeout(config, now_ms, out),
             State::Delivering | State::Done => {}
         }
     }

@@ -456,12 +456,17 @@ fn zuplo_imports_carry_the_per_endpoint_failure_rules() {
             );
             // The retry model "starts over with twice the time".
             assert_eq!(vm["fallback_timeout_growth"], 2, "{file}: {vm}");
+            // "... and the request fails if that runs out too".
+            assert_eq!(vm["fallback_timeout_at_last"], "fail", "{file}: {vm}");
         }
         assert!(
             err.contains("fail_fast_endpoints: responses, messages"),
             "{err}"
         );
-        assert!(err.contains("fallback_timeout_growth: 2"), "{err}");
+        assert!(
+            err.contains("fallback_timeout_growth: 2, fallback_timeout_at_last: fail"),
+            "{err}"
+        );
         assert!(!err.contains("Responses and Messages failures"), "{err}");
         assert!(
             !err.contains("fallbackTimeoutSeconds on the retry model"),

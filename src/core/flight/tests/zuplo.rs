@@ -276,3 +276,135 @@ fn the_retry_model_gets_the_grown_time_whatever_moved_the_request_and_keeps_it_o
         "a retry keeps its target's 1000 ms"
     );
 }
+
+/// [`TWO`] with `fallback_timeout_ms` 500, growth 2 and `fallback_timeout_at_last: "fail"`;
+/// `extra` fields added to the virtual model.
+fn failing_at_last(extra: &str) -> Config {
+    config(&TWO.replace(
+        r#""model_types": ["chat"],"#,
+        &format!(
+            r#""model_types": ["chat"], "fallback_timeout_ms": 500, "fallback_timeout_growth": 2,
+               "fallback_timeout_at_last": "fail", {extra}"#
+        ),
+    ))
+}
+
+#[test]
+fn with_fail_at_last_the_retry_models_time_running_out_fails_the_request_with_a_504() {
+    // Zuplo model load balancing, "Failures and retries": the retry model "starts over with
+    // twice the time, and the request fails if that runs out too".
+    let config = failing_at_last("");
+    let (mut m, effects) = begin(&config, Endpoint::ChatCompletions, false);
+    let (due, token) = time_out_and_dispatch(&mut m, &config, &effects);
+    assert_eq!(due, 2500);
+    let mut fx = Effects::new();
+    m.on_timer(&config, token, due, &mut fx);
+    let effects = list(fx);
+    assert!(kinds(&effects).is_empty(), "{effects:?}");
+    assert!(matches!(
+        effects[0],
+        Effect::Record {
+            target: ModelId(1),
+            outcome: AttemptOutcome::FallbackTimeout,
+            ..
+        }
+    ));
+    let Some(Effect::Fail(f)) = effects.last() else {
+        panic!("{effects:?}")
+    };
+    assert_eq!(f.error.status, 504);
+    let body: serde_json::Value = serde_json::from_str(&f.error.body).unwrap();
+    assert_eq!(body["error"]["code"], "fallback_timeout");
+    assert!(f.error.body.contains("`vm`"), "{}", f.error.body);
+    assert_eq!(
+        f.ending,
+        Ending {
+            target: None,
+            status: 504,
+            attempts: 2,
+            gave_up: true
+        }
+    );
+    assert!(f.headers().contains(&("x-switchboard-attempts", "2")));
+    // Both late answers are ignored: the client has its answer.
+    let mut fx = Effects::new();
+    m.on_call_answer(
+        &config,
+        the_call_id(&m),
+        Some(answer("200", "{}")),
+        2600,
+        &mut fx,
+    );
+    assert!(fx.is_empty(), "{:?}", list(fx));
+}
+
+/// The id of the last call-out `m` made (calls are numbered from 1).
+fn the_call_id(m: &Machine) -> CallId {
+    m.calls
+}
+
+#[test]
+fn with_fail_at_last_errors_for_the_messages_api_come_in_anthropics_shape() {
+    let config = failing_at_last("");
+    let (mut m, effects) = begin(&config, Endpoint::Messages, false);
+    let (due, token) = time_out_and_dispatch(&mut m, &config, &effects);
+    let mut fx = Effects::new();
+    m.on_timer(&config, token, due, &mut fx);
+    let Some(Effect::Fail(f)) = list(fx).pop() else {
+        panic!()
+    };
+    let body: serde_json::Value = serde_json::from_str(&f.error.body).unwrap();
+    assert_eq!(
+        (f.error.status, &body["type"]),
+        (504, &serde_json::json!("error"))
+    );
+    assert_eq!(body["error"]["type"], "timeout_error");
+}
+
+#[test]
+fn a_request_that_never_moved_keeps_waiting_even_with_fail_at_last() {
+    // One target with a retry configured: its time is kept, but there is no retry model to
+    // have run out of time (Zuplo sets "no retry model and no timeout" then).
+    let config = config(
+        &TWO.replace(r#", {"target": "two", "weight": 0}"#, "")
+            .replace(
+                r#"{"target": "one", "weight": 100}"#,
+                r#"{"target": "one", "weight": 100, "retry_config": {"attempts": 1}}"#,
+            )
+            .replace(
+                r#""model_types": ["chat"],"#,
+                r#""model_types": ["chat"], "fallback_timeout_ms": 500,
+                   "fallback_timeout_at_last": "fail","#,
+            ),
+    );
+    let (mut m, effects) = begin_over(&config, &[0], Endpoint::ChatCompletions, false);
+    let (due, token) = the_timer(&effects);
+    let mut fx = Effects::new();
+    m.on_timer(&config, token, due, &mut fx);
+    assert!(fx.is_empty(), "{:?}", list(fx));
+    let (flow, effects) = router_answers(&mut m, &config, 200, 9000);
+    assert_eq!(flow, Flow::Continue);
+    assert!(matches!(effects.last(), Some(Effect::Deliver(d)) if d.ending.status == 200));
+}
+
+#[test]
+fn by_default_the_retry_model_is_waited_for_when_its_time_runs_out() {
+    let config = config(&TWO.replace(
+        r#""model_types": ["chat"],"#,
+        r#""model_types": ["chat"], "fallback_timeout_ms": 500, "fallback_timeout_growth": 2,"#,
+    ));
+    let (mut m, effects) = begin(&config, Endpoint::ChatCompletions, false);
+    let (due, token) = time_out_and_dispatch(&mut m, &config, &effects);
+    let mut fx = Effects::new();
+    m.on_timer(&config, token, due, &mut fx);
+    assert!(fx.is_empty(), "{:?}", list(fx));
+    let mut fx = Effects::new();
+    m.on_call_answer(
+        &config,
+        the_call_id(&m),
+        Some(answer("200", "{}")),
+        9000,
+        &mut fx,
+    );
+    assert!(matches!(list(fx).last(), Some(Effect::Reply(r)) if r.ending.status == 200));
+}

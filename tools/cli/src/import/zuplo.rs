@@ -10,7 +10,8 @@
 //! (`max_targets_per_request: 2`); on Responses and Messages a 5xx, 408, 425 or an unreachable
 //! model fails the request and a slow one is waited for (`fail_fast_endpoints`);
 //! `fallbackTimeoutSeconds` (default 60) bounds each attempt, and the retry model gets twice
-//! that (`fallback_timeout_growth: 2`);
+//! that, after which the request fails (`fallback_timeout_growth: 2`,
+//! `fallback_timeout_at_last: "fail"`);
 //! model names compare without case (`model_name_case: "insensitive"`). Models are eligible
 //! by provider and by whether they are Claude ("Endpoints"), written as each entry's `apis`.
 
@@ -56,8 +57,8 @@ pub fn import(source: &Value, out: &mut Builder) -> Result<(), String> {
             .to_string(),
     );
     out.note(
-        "fallback_timeout_growth: 2: the retry model starts over with twice \
-         fallbackTimeoutSeconds"
+        "fallback_timeout_growth: 2, fallback_timeout_at_last: fail: the retry model starts \
+         over with twice fallbackTimeoutSeconds, and the request fails if that runs out too"
             .to_string(),
     );
     out.note(
@@ -308,8 +309,10 @@ fn policy(p: &Policy<'_>, out: &mut Builder) -> Result<(), String> {
         // "Failures and retries": Responses and Messages fail on a 5xx, 408, 425 or an
         // unreachable model, and keep waiting for a slow one.
         "fail_fast_endpoints": ["responses", "messages"],
-        // The retry model "starts over with twice the time".
+        // The retry model "starts over with twice the time, and the request fails if that
+        // runs out too".
         "fallback_timeout_growth": 2,
+        "fallback_timeout_at_last": "fail",
         "routing_config": routing,
     }));
     Ok(())
