@@ -187,3 +187,78 @@ def test_with_fail_at_last_the_request_fails_when_the_retry_models_time_runs_out
     assert w.status_code == 200, w.text
     assert w.headers["x-switchboard-resolved-model"] == "late"
     assert elapsed >= 1.45, elapsed
+
+
+def test_the_mock_can_send_a_non_streamed_answers_headers_before_its_body(stack):
+    early = stack.provider("early", headers_first=True, ttft_ms=600)
+    start = time.monotonic()
+    with requests.post(f"{early.url}/v1/chat/completions", json={"model": "m", **CHAT}, stream=True,
+                       timeout=10) as r:
+        headers_after = time.monotonic() - start
+        body = r.json()
+    assert r.status_code == 200 and body["served_by"] == "early"
+    assert headers_after < 0.4, headers_after
+    assert time.monotonic() - start >= 0.6
+
+
+def test_a_non_streamed_answer_is_bounded_whole_unless_the_scope_is_answer_start(stack):
+    """Zuplo: "A request that doesn't stream gets its response only when the model finishes,
+    so on chat completions and embeddings fallbackTimeoutSeconds limits the whole response."
+    `early` sends its headers at once and its answer after 1 s: by default it is left at
+    300 ms like a call-out would be; with `answer_start` its headers stop the time."""
+    early = stack.provider("early", headers_first=True, ttft_ms=1_000)
+    spare = stack.provider("spare")
+    config = {"models": [model("early"), model("spare")],
+              "virtual_models": [zuplo_vm("vm", "early", "spare", ["chat"], fallback_timeout_ms=300),
+                                 zuplo_vm("starts", "early", "spare", ["chat"], fallback_timeout_ms=300,
+                                          fallback_timeout_scope="answer_start")]}
+    envoy = stack.envoy(config)
+
+    start = time.monotonic()
+    r = chat(envoy)
+    elapsed = time.monotonic() - start
+    assert r.status_code == 200, r.text
+    assert r.headers["x-switchboard-resolved-model"] == "spare"
+    assert r.headers["x-switchboard-attempts"] == "2"
+    assert r.json()["served_by"] == "spare"
+    assert 0.28 <= elapsed < 0.9, elapsed
+
+    start = time.monotonic()
+    s = chat(envoy, model="starts")
+    assert s.status_code == 200, s.text
+    assert s.headers["x-switchboard-resolved-model"] == "early"
+    assert s.json()["served_by"] == "early"
+    assert time.monotonic() - start >= 0.95
+    assert len(spare.requests()) == 1
+
+    # A stream is let through as it starts, whatever the scope: a long one is never cut off.
+    early.configure(ttft_ms=0, token_delay_ms=150, output_tokens=4)
+    start = time.monotonic()
+    with requests.post(f"{envoy.url}/v1/chat/completions", json={"model": "vm", "stream": True, **CHAT},
+                       stream=True, timeout=10) as streamed:
+        text = streamed.text
+    assert streamed.headers["x-switchboard-resolved-model"] == "early"
+    assert "tok4" in text and text.rstrip().endswith("data: [DONE]"), text
+    assert time.monotonic() - start >= 0.45
+    assert len(spare.requests()) == 1
+
+
+def test_an_answer_held_whole_keeps_its_body_and_gets_its_ids_minted(stack):
+    """The held answer arrives in two parts after its headers; the client gets it whole,
+    its content-length right, and on /v1/responses its id minted."""
+    stack.provider("early", headers_first=True, ttft_ms=150)
+    stack.provider("spare")
+    config = {"models": [model("early"), model("spare")],
+              "virtual_models": [zuplo_vm("vm", "early", "spare", ["chat", "responses"], fallback_timeout_ms=3_000,
+                                          fail_fast_endpoints=[])]}
+    envoy = stack.envoy(config)
+
+    c = chat(envoy)
+    assert c.status_code == 200, c.text
+    assert c.json()["served_by"] == "early"
+    assert c.headers["x-switchboard-resolved-model"] == "early"
+    r = responses(envoy)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["id"].startswith("resp_sb1-"), body["id"]
+    assert r.headers["x-switchboard-resolved-model"] == "early"

@@ -466,6 +466,8 @@ pub struct TimeoutRules {
     /// `fallback_timeout_at_last`: what the time running out does at the last target a
     /// request may try.
     pub at_last: AtLast,
+    /// `fallback_timeout_scope`: what the time bounds of a request that does not stream.
+    pub scope: TimeoutScope,
 }
 
 impl Default for TimeoutRules {
@@ -473,8 +475,25 @@ impl Default for TimeoutRules {
         TimeoutRules {
             growth: 1,
             at_last: AtLast::Wait,
+            scope: TimeoutScope::WholeAnswer,
         }
     }
+}
+
+/// `fallback_timeout_scope`: what `fallback_timeout_ms` bounds of a request that does not
+/// stream. A streamed answer is bounded until it starts, whatever the scope, so it is never
+/// cut off once streaming; a call-out's answer (every attempt after the first) arrives whole,
+/// so its whole answer is bounded, whatever the scope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeoutScope {
+    /// `whole_answer` (default): the router's answer is held until its end, and abandoned if
+    /// the time runs out first, as a call-out's is (Zuplo model load balancing, "Failures and
+    /// retries": "A request that doesn't stream gets its response only when the model
+    /// finishes, so ... fallbackTimeoutSeconds limits the whole response").
+    WholeAnswer,
+    /// `answer_start`: the router's answer is let through as soon as its headers come, and
+    /// the time stops there (a call-out's whole answer is still bounded).
+    AnswerStart,
 }
 
 /// `fallback_timeout_at_last`: when the fallback timeout of a target the request moved to

@@ -10,8 +10,8 @@ use super::fields::{ConfigError, Fields};
 use super::{
     name_key, AtLast, Classifier, ComplexityTarget, ConditionalTarget, HashKey, HeadersOverride,
     Model, ModelId, NameEntry, PriorityTarget, Routing, SessionIdentifier, StickyRouting,
-    StickySource, TargetConfig, TargetPolicy, Thresholds, Tier, TimeoutRules, VirtualModel,
-    WeightedTarget, DEFAULT_JWT_PAYLOAD,
+    StickySource, TargetConfig, TargetPolicy, Thresholds, Tier, TimeoutRules, TimeoutScope,
+    VirtualModel, WeightedTarget, DEFAULT_JWT_PAYLOAD,
 };
 use crate::core::endpoint::{Api, Apis, ModelType, ModelTypes};
 use crate::core::health::sla::SlaCutoff;
@@ -206,10 +206,11 @@ fn compile_failure_rules(f: &mut Fields<'_>) -> Result<FailureRules, ConfigError
     })
 }
 
-/// `fallback_timeout_growth` and `fallback_timeout_at_last` (Zuplo model load balancing,
-/// "Failures and retries": the retry model "starts over with twice the time, and the request
-/// fails if that runs out too"). Refused without `fallback_timeout_ms`, which they would
-/// silently not change.
+/// `fallback_timeout_growth`, `fallback_timeout_at_last` and `fallback_timeout_scope` (Zuplo
+/// model load balancing, "Failures and retries": the retry model "starts over with twice the
+/// time, and the request fails if that runs out too"; a response that doesn't stream is
+/// bounded whole). Refused without `fallback_timeout_ms`, which they would silently not
+/// change.
 fn compile_timeout_rules(
     f: &mut Fields<'_>,
     has_timeout: bool,
@@ -228,7 +229,19 @@ fn compile_timeout_rules(
             return Err(f.error("fallback_timeout_at_last", message));
         }
     };
-    let needs_timeout = ["fallback_timeout_growth", "fallback_timeout_at_last"];
+    rules.scope = match f.opt_str("fallback_timeout_scope")? {
+        None | Some("whole_answer") => TimeoutScope::WholeAnswer,
+        Some("answer_start") => TimeoutScope::AnswerStart,
+        Some(other) => {
+            let message = format!("expected `whole_answer` or `answer_start`, got `{other}`");
+            return Err(f.error("fallback_timeout_scope", message));
+        }
+    };
+    let needs_timeout = [
+        "fallback_timeout_growth",
+        "fallback_timeout_at_last",
+        "fallback_timeout_scope",
+    ];
     if let Some(field) = needs_timeout.iter().find(|k| !has_timeout && f.has(k)) {
         return Err(f.error(field, "has no effect without fallback_timeout_ms"));
     }
@@ -888,6 +901,36 @@ mod tests {
         assert_eq!(
             err(&vm_with(r#""fallback_timeout_at_last": "fail""#)),
             "virtual_models[0].fallback_timeout_at_last: has no effect without fallback_timeout_ms"
+        );
+    }
+
+    #[test]
+    fn fallback_timeout_scope_is_the_whole_answer_unless_it_says_answer_start() {
+        use crate::core::config::TimeoutScope;
+        let scope = |fields: &str| {
+            Config::parse(vm_with(fields).as_bytes())
+                .unwrap()
+                .virtual_models[0]
+                .timeout_rules
+                .scope
+        };
+        assert_eq!(
+            scope(r#""fallback_timeout_ms": 500"#),
+            TimeoutScope::WholeAnswer
+        );
+        let start = r#""fallback_timeout_ms": 500, "fallback_timeout_scope": "answer_start""#;
+        assert_eq!(scope(start), TimeoutScope::AnswerStart);
+        let whole = r#""fallback_timeout_ms": 500, "fallback_timeout_scope": "whole_answer""#;
+        assert_eq!(scope(whole), TimeoutScope::WholeAnswer);
+        assert_eq!(
+            err(&vm_with(
+                r#""fallback_timeout_ms": 500, "fallback_timeout_scope": "first_byte""#
+            )),
+            "virtual_models[0].fallback_timeout_scope: expected `whole_answer` or `answer_start`, got `first_byte`"
+        );
+        assert_eq!(
+            err(&vm_with(r#""fallback_timeout_scope": "answer_start""#)),
+            "virtual_models[0].fallback_timeout_scope: has no effect without fallback_timeout_ms"
         );
     }
 

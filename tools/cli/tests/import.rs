@@ -458,6 +458,9 @@ fn zuplo_imports_carry_the_per_endpoint_failure_rules() {
             assert_eq!(vm["fallback_timeout_growth"], 2, "{file}: {vm}");
             // "... and the request fails if that runs out too".
             assert_eq!(vm["fallback_timeout_at_last"], "fail", "{file}: {vm}");
+            // "A response that doesn't stream starts only when it's complete, so the timeout
+            // covers the whole response."
+            assert_eq!(vm["fallback_timeout_scope"], "whole_answer", "{file}: {vm}");
         }
         assert!(
             err.contains("fail_fast_endpoints: responses, messages"),

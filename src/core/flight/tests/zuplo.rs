@@ -377,7 +377,7 @@ fn a_request_that_never_moved_keeps_waiting_even_with_fail_at_last() {
                    "fallback_timeout_at_last": "fail","#,
             ),
     );
-    let (mut m, effects) = begin_over(&config, &[0], Endpoint::ChatCompletions, false);
+    let (mut m, effects) = begin_over(&config, &[0], Endpoint::ChatCompletions, true);
     let (due, token) = the_timer(&effects);
     let mut fx = Effects::new();
     m.on_timer(&config, token, due, &mut fx);
@@ -407,4 +407,212 @@ fn by_default_the_retry_model_is_waited_for_when_its_time_runs_out() {
         &mut fx,
     );
     assert!(matches!(list(fx).last(), Some(Effect::Reply(r)) if r.ending.status == 200));
+}
+
+/// A chunk of the router's answer body at `now`: `chunk` is every byte held so far, as the
+/// adapters give it.
+fn router_body<'c>(
+    m: &mut Machine,
+    config: &'c Config,
+    chunk: &str,
+    end: bool,
+    now: u64,
+) -> (Flow, Vec<Effect<'c>>) {
+    let mut fx = Effects::new();
+    let mut facts = at(now);
+    facts.chunk = chunk.as_bytes().to_vec();
+    let flow = m.on_answer_body(config, end, &mut facts, &mut fx);
+    (flow, list(fx))
+}
+
+/// [`TWO`] with `fallback_timeout_ms` 500 and `fields`.
+fn timed(fields: &str) -> Config {
+    config(&TWO.replace(
+        r#""model_types": ["chat"],"#,
+        &format!(r#""model_types": ["chat"], "fallback_timeout_ms": 500, {fields}"#),
+    ))
+}
+
+#[test]
+fn a_non_streamed_answer_is_held_whole_and_its_time_runs_until_its_end() {
+    // Zuplo model load balancing, "Failures and retries": "A request that doesn't stream gets
+    // its response only when the model finishes, so ... fallbackTimeoutSeconds limits the
+    // whole response". Its headers at 1100 neither end the time nor go to the client.
+    let config = timed("");
+    let (mut m, effects) = begin(&config, Endpoint::ChatCompletions, false);
+    let token = the_timer(&effects).1;
+    let (flow, effects) = router_answers(&mut m, &config, 200, 1100);
+    assert_eq!(flow, Flow::Hold);
+    assert!(
+        effects.is_empty(),
+        "nothing recorded or delivered yet: {effects:?}"
+    );
+    let (flow, effects) = router_body(&mut m, &config, "{\"id\":", false, 1200);
+    assert_eq!((flow, effects.len()), (Flow::Hold, 0));
+    let (flow, effects) = router_body(&mut m, &config, "{\"id\":\"x\"}", true, 1300);
+    assert_eq!(flow, Flow::Continue, "whole before its time: it goes on");
+    assert!(matches!(
+        effects[0],
+        Effect::Record {
+            target: ModelId(0),
+            outcome: AttemptOutcome::Status(200),
+            ..
+        }
+    ));
+    assert!(matches!(effects.last(), Some(Effect::Deliver(d)) if d.ending.status == 200));
+    let mut fx = Effects::new();
+    m.on_timer(&config, token, 1500, &mut fx);
+    assert!(fx.is_empty(), "its time ended with it: {:?}", list(fx));
+}
+
+#[test]
+fn a_non_streamed_answer_still_coming_when_its_time_runs_out_is_left_for_the_retry_model() {
+    let config = timed("");
+    let (mut m, effects) = begin(&config, Endpoint::ChatCompletions, false);
+    let (due, token) = the_timer(&effects);
+    router_answers(&mut m, &config, 200, 1100);
+    router_body(&mut m, &config, "{\"id\":", false, 1200);
+    let mut fx = Effects::new();
+    m.on_timer(&config, token, due, &mut fx);
+    let effects = list(fx);
+    assert!(matches!(
+        effects[0],
+        Effect::Record {
+            target: ModelId(0),
+            outcome: AttemptOutcome::FallbackTimeout,
+            ..
+        }
+    ));
+    let call = the_call(&effects).id;
+    let mut fx = Effects::new();
+    m.on_call_answer(&config, call, Some(answer("200", "{}")), 1700, &mut fx);
+    let effects = list(fx);
+    assert!(
+        matches!(effects.last(), Some(Effect::Reply(r)) if r.ending.target == Some(ModelId(1))),
+        "{effects:?}"
+    );
+    // The abandoned answer ends later: it stays held, the client has the retry model's.
+    let (flow, effects) = router_body(&mut m, &config, "{\"id\":\"x\"}", true, 1800);
+    assert_eq!((flow, effects.len()), (Flow::Hold, 0));
+}
+
+#[test]
+fn an_abandoned_non_streamed_answer_that_ends_first_is_delivered_and_the_call_ignored() {
+    let config = timed("");
+    let (mut m, effects) = begin(&config, Endpoint::ChatCompletions, false);
+    let (due, token) = the_timer(&effects);
+    let mut fx = Effects::new();
+    m.on_timer(&config, token, due, &mut fx);
+    let call = the_call(&list(fx)).id;
+    // Headers after it was abandoned: held whole too, then it ends before the call answers.
+    let (flow, effects) = router_answers(&mut m, &config, 200, 1600);
+    assert_eq!((flow, effects.len()), (Flow::Hold, 0));
+    let (flow, effects) = router_body(&mut m, &config, "{}", true, 1650);
+    assert_eq!(flow, Flow::Continue);
+    let Some(Effect::Deliver(d)) = effects.last() else {
+        panic!("{effects:?}")
+    };
+    assert_eq!((d.ending.target, d.ending.attempts), (Some(ModelId(0)), 2));
+    let mut fx = Effects::new();
+    m.on_call_answer(&config, call, Some(answer("200", "{}")), 1700, &mut fx);
+    assert!(fx.is_empty(), "{:?}", list(fx));
+}
+
+#[test]
+fn with_answer_start_a_non_streamed_answer_goes_on_at_its_headers() {
+    let config = timed(r#""fallback_timeout_scope": "answer_start","#);
+    let (mut m, effects) = begin(&config, Endpoint::ChatCompletions, false);
+    let token = the_timer(&effects).1;
+    let (flow, effects) = router_answers(&mut m, &config, 200, 1100);
+    assert_eq!(flow, Flow::Continue);
+    assert!(matches!(effects.last(), Some(Effect::Deliver(_))));
+    let mut fx = Effects::new();
+    m.on_timer(&config, token, 1500, &mut fx);
+    assert!(fx.is_empty(), "{:?}", list(fx));
+}
+
+#[test]
+fn a_streamed_answer_or_one_without_a_body_goes_on_at_its_headers_whatever_the_scope() {
+    // Zuplo: "The timeout ends when the response starts, so it doesn't cut off a long
+    // streaming response".
+    let config = timed("");
+    let (mut m, _) = begin(&config, Endpoint::ChatCompletions, true);
+    let (flow, _) = router_answers(&mut m, &config, 200, 1100);
+    assert_eq!(flow, Flow::Continue);
+    let (mut m, _) = begin(&config, Endpoint::ChatCompletions, false);
+    let mut fx = Effects::new();
+    let mut facts = at(1100);
+    facts.ends = true;
+    assert_eq!(
+        m.on_answer_headers(&config, 200, &mut facts, &mut fx),
+        Flow::Continue,
+        "nothing more would come to end it"
+    );
+    // A failed answer is held as before, whatever the scope.
+    let (mut m, _) = begin(&config, Endpoint::ChatCompletions, false);
+    assert_eq!(router_answers(&mut m, &config, 503, 1100).0, Flow::Hold);
+}
+
+#[test]
+fn trailers_end_an_answer_held_whole() {
+    let config = timed("");
+    let (mut m, _) = begin(&config, Endpoint::ChatCompletions, false);
+    router_answers(&mut m, &config, 200, 1100);
+    assert_eq!(
+        router_body(&mut m, &config, "{}", false, 1200).0,
+        Flow::Hold
+    );
+    let mut fx = Effects::new();
+    assert_eq!(m.on_answer_trailers(&config, &mut fx), Flow::Continue);
+    assert!(matches!(list(fx).last(), Some(Effect::Deliver(_))));
+}
+
+#[test]
+fn a_responses_answer_held_whole_gets_its_ids_minted_at_its_end() {
+    let config = timed("");
+    let start = Start {
+        mint_ids: true,
+        ..Start::routed(
+            Endpoint::Responses,
+            crate::core::routing::Plan {
+                candidates: vec![ModelId(0), ModelId(1)],
+                virtual_model: Some(0),
+                sticky: None,
+                pinned: false,
+            },
+            false,
+            false,
+        )
+    };
+    let replay = Replay {
+        endpoint: Endpoint::Responses,
+        body: BODY.to_vec(),
+        layout: inspect(BODY).unwrap().layout(false),
+        headers: Headers::from_pairs([(":method", "POST"), (":path", "/v1/responses")]),
+        stored_path: None,
+    };
+    let mut fx = Effects::new();
+    let mut m = Machine::start(&config, start, replay, 1000, &mut fx);
+    router_answers(&mut m, &config, 200, 1100);
+    let half = r#"{"id":"resp_12"#;
+    assert_eq!(
+        router_body(&mut m, &config, half, false, 1200).0,
+        Flow::Hold
+    );
+    let whole = r#"{"id":"resp_123","object":"response","output":[]}"#;
+    let (flow, effects) = router_body(&mut m, &config, whole, true, 1300);
+    assert_eq!(flow, Flow::Continue);
+    let replaced = effects.iter().find_map(|e| match e {
+        Effect::ReplaceBody { len, with } => Some((*len, String::from_utf8_lossy(with))),
+        _ => None,
+    });
+    let Some((len, with)) = replaced else {
+        panic!("{effects:?}")
+    };
+    assert_eq!(len, whole.len(), "the whole body held is replaced");
+    assert!(with.starts_with(r#"{"id":"resp_sb1-"#), "{with}");
+    assert!(
+        matches!(effects.iter().find(|e| matches!(e, Effect::Deliver(_))),
+        Some(Effect::Deliver(d)) if d.drop_content_length)
+    );
 }

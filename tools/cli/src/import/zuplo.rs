@@ -9,8 +9,9 @@
 //! (`fallback_status_codes`, `on_connection_failure: false`); at most two models are tried
 //! (`max_targets_per_request: 2`); on Responses and Messages a 5xx, 408, 425 or an unreachable
 //! model fails the request and a slow one is waited for (`fail_fast_endpoints`);
-//! `fallbackTimeoutSeconds` (default 60) bounds each attempt, and the retry model gets twice
-//! that, after which the request fails (`fallback_timeout_growth: 2`,
+//! `fallbackTimeoutSeconds` (default 60) bounds each attempt (the whole answer of a request
+//! that does not stream: `fallback_timeout_scope: "whole_answer"`), and the retry model gets
+//! twice that, after which the request fails (`fallback_timeout_growth: 2`,
 //! `fallback_timeout_at_last: "fail"`);
 //! model names compare without case (`model_name_case: "insensitive"`). Models are eligible
 //! by provider and by whether they are Claude ("Endpoints"), written as each entry's `apis`.
@@ -313,6 +314,9 @@ fn policy(p: &Policy<'_>, out: &mut Builder) -> Result<(), String> {
         // runs out too".
         "fallback_timeout_growth": 2,
         "fallback_timeout_at_last": "fail",
+        // "A response that doesn't stream starts only when it's complete, so the timeout
+        // covers the whole response."
+        "fallback_timeout_scope": "whole_answer",
         "routing_config": routing,
     }));
     Ok(())
