@@ -17,7 +17,11 @@ use std::rc::Rc;
 /// The router's answer in hand, read from the host only when the machine asks.
 struct RouterAnswer<'a> {
     clock: &'a Clock,
+    /// The body held so far: after the filter paused the answer, Envoy's buffered body with
+    /// the chunk just received.
     body_size: usize,
+    /// It ended with the headers in hand.
+    ends: bool,
 }
 
 impl AnswerFacts for RouterAnswer<'_> {
@@ -39,6 +43,10 @@ impl AnswerFacts for RouterAnswer<'_> {
         } else {
             Vec::new()
         }
+    }
+
+    fn ends_with_headers(&mut self) -> bool {
+        self.ends
     }
 }
 
@@ -75,7 +83,7 @@ pub fn start(
 fn answer_event(
     rt: &Runtime,
     context_id: u32,
-    body_size: usize,
+    (body_size, ends): (usize, bool),
     event: impl for<'c> FnOnce(
         &mut Machine,
         &'c Config,
@@ -88,6 +96,7 @@ fn answer_event(
         let mut facts = RouterAnswer {
             clock: &clock,
             body_size,
+            ends,
         };
         let mut fx = Effects::new();
         let config = &*slot.config;
@@ -99,28 +108,29 @@ fn answer_event(
     action(flow.unwrap_or(Flow::Continue))
 }
 
-/// The router's response headers arrived.
-pub fn on_answer_headers(rt: &Runtime, context_id: u32) -> Action {
+/// The router's response headers arrived (`end`: with no body after them).
+pub fn on_answer_headers(rt: &Runtime, context_id: u32, end: bool) -> Action {
     // One host call for the status; the rest only if the machine asks.
     let status = host::response_header(":status")
         .and_then(|s| std::str::from_utf8(&s).ok()?.parse::<u16>().ok())
         .unwrap_or(502);
-    answer_event(rt, context_id, 0, |m, config, facts, fx| {
+    answer_event(rt, context_id, (0, end), |m, config, facts, fx| {
         m.on_answer_headers(config, status, facts, fx)
     })
 }
 
-/// A chunk of the router's response body.
+/// A chunk of the router's response body (`size`: the body held so far).
 pub fn on_answer_body(rt: &Runtime, context_id: u32, size: usize, end: bool) -> Action {
-    answer_event(rt, context_id, size, |m, config, facts, fx| {
+    answer_event(rt, context_id, (size, end), |m, config, facts, fx| {
         m.on_answer_body(config, end, facts, fx)
     })
 }
 
 /// The router's response trailers.
 pub fn on_answer_trailers(rt: &Runtime, context_id: u32) -> Action {
-    let flow = rt.with_flight(context_id, |slot| slot.machine.on_answer_trailers());
-    action(flow.unwrap_or(Flow::Continue))
+    answer_event(rt, context_id, (0, true), |m, config, _, fx| {
+        m.on_answer_trailers(config, fx)
+    })
 }
 
 /// A timer of stream `context_id` fired (on the root's tick, with the stream made effective).

@@ -445,10 +445,12 @@ impl HttpContext for Http {
         }
     }
 
-    fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+    fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
         let _span = super::profile::span("on_http_response_headers");
         match &self.phase {
-            Phase::Forwarded => flight::on_answer_headers(&self.runtime, self.context_id),
+            Phase::Forwarded => {
+                flight::on_answer_headers(&self.runtime, self.context_id, end_of_stream)
+            }
             _ => Action::Continue,
         }
     }

@@ -84,6 +84,7 @@ impl ErrorReply {
             404 => "not_found_error",
             413 => "request_too_large",
             429 => "rate_limit_error",
+            504 => "timeout_error",
             529 => "overloaded_error",
             s if s >= 500 => "api_error",
             _ => "invalid_request_error",
@@ -494,6 +495,16 @@ impl ErrorReply {
         let message = format!("No target of `{model}` is available.");
         Self::new(503, "server_error", "no_target_available", None, &message)
     }
+
+    /// 504: the last target a request of virtual model `model` could try did not answer
+    /// within its fallback timeout (`fallback_timeout_at_last: "fail"`; Zuplo model load
+    /// balancing, "Failures and retries": "the request fails if that runs out too"). A gateway
+    /// that got no timely answer upstream is RFC 9110's 504 (section 15.6.5).
+    pub fn fallback_timed_out(model: &str) -> Self {
+        let model = clip(model);
+        let message = format!("No target of `{model}` answered within its fallback timeout.");
+        Self::new(504, "server_error", "fallback_timeout", None, &message)
+    }
 }
 
 #[cfg(test)]
@@ -518,6 +529,16 @@ mod tests {
         )
         .unwrap();
         assert_eq!(v["error"]["type"], "api_error");
+        let timed_out = ErrorReply::fallback_timed_out("vm");
+        assert_eq!(timed_out.status, 504);
+        let v: serde_json::Value = serde_json::from_str(&timed_out.body).unwrap();
+        assert_eq!(v["error"]["code"], "fallback_timeout");
+        let v: serde_json::Value =
+            serde_json::from_str(&timed_out.in_anthropic_shape().body).unwrap();
+        assert_eq!(
+            v["error"]["type"], "timeout_error",
+            "Anthropic's type for a 504"
+        );
     }
 
     #[test]
@@ -573,6 +594,7 @@ mod tests {
             ErrorReply::no_condition_matched(&huge),
             ErrorReply::no_capable_target(&huge, &huge),
             ErrorReply::no_target_available(&huge),
+            ErrorReply::fallback_timed_out(&huge),
         ];
         for reply in replies {
             for body in [&reply.body, &reply.in_anthropic_shape().body] {

@@ -14,6 +14,11 @@
 //! `fallback_status_codes` (it falls back once retries are spent, or at once with 0). An
 //! attempt that has not answered within `fallback_timeout_ms` moves to the next candidate
 //! without a retry (Zuplo seed, "Failures and retries": it "moves to the retry model").
+//!
+//! On a `fail_fast_endpoints` endpoint (Zuplo model load balancing, "Failures and retries":
+//! Responses and Messages) a 5xx, 408, 425 or a target that cannot be reached "fails the
+//! request": it is neither retried nor moved on, while a 429 is still retried and then moved
+//! to the retry model by the target's own rules.
 
 use crate::core::config::{ModelId, TargetPolicy};
 
@@ -31,6 +36,19 @@ pub enum AttemptOutcome {
 }
 
 impl AttemptOutcome {
+    /// What fails the request at once on a `fail_fast_endpoints` endpoint (Zuplo model load
+    /// balancing, "Failures and retries": "Returns a 5xx, 408, or 425 status, or can't be
+    /// reached": "Fails the request" on Responses and Messages). An upstream timeout is no
+    /// answer at all, like an unreachable target.
+    pub fn fails_fast(self) -> bool {
+        match self {
+            AttemptOutcome::Status(s) => (500..600).contains(&s) || s == 408 || s == 425,
+            AttemptOutcome::ConnectFailure | AttemptOutcome::Timeout => true,
+            // No fallback timeout applies on those endpoints ("Keeps waiting").
+            AttemptOutcome::FallbackTimeout => false,
+        }
+    }
+
     /// A failure of the target itself: a 5xx, or no answer at all. A pinned conversation's
     /// origin failing so gets a 409 rather than its error (TrueFoundry virtual models,
     /// "Responses API conversations").
@@ -72,7 +90,11 @@ pub struct Attempts {
     current: usize,
     retries_here: u32,
     total: u32,
+    /// Moves to another target so far.
+    fallbacks: u32,
     pinned: bool,
+    /// The request's endpoint is one of `fail_fast_endpoints`.
+    fail_fast: bool,
 }
 
 impl Attempts {
@@ -83,8 +105,16 @@ impl Attempts {
             current: 0,
             retries_here: 0,
             total: 1,
+            fallbacks: 0,
             pinned,
+            fail_fast: false,
         }
+    }
+
+    /// The same, on an endpoint where [`AttemptOutcome::fails_fast`] outcomes end the request.
+    pub fn with_fail_fast(mut self, fail_fast: bool) -> Self {
+        self.fail_fast = fail_fast;
+        self
     }
 
     /// The target of the attempt in flight.
@@ -100,6 +130,12 @@ impl Attempts {
     /// Attempts made so far, the one in flight included.
     pub fn total(&self) -> u32 {
         self.total
+    }
+
+    /// How many times the request moved to another target: the attempt in flight is at the
+    /// request's (n+1)-th target.
+    pub fn fallbacks(&self) -> u32 {
+        self.fallbacks
     }
 
     /// Whether any later step could make another attempt (so the request must be kept).
@@ -123,6 +159,9 @@ impl Attempts {
         let Some(target) = self.current() else {
             return Step::GiveUp;
         };
+        if self.fail_fast && outcome.fails_fast() {
+            return Step::GiveUp;
+        }
         let p = policy(target);
         let (retryable, fallbackable) = match outcome {
             AttemptOutcome::Status(s) => (p.retry_on.contains(s), p.fallback_on.contains(s)),
@@ -161,6 +200,7 @@ impl Attempts {
                 self.current = index;
                 self.retries_here = 0;
                 self.total += 1;
+                self.fallbacks += 1;
                 Step::Fallback { target: *model }
             }
             None => Step::GiveUp,
@@ -211,7 +251,7 @@ mod tests {
             Step::Fallback { target: ModelId(2) }
         );
         assert_eq!(run(&p, &mut a, AttemptOutcome::Status(429)), Step::GiveUp);
-        assert_eq!(a.total(), 3);
+        assert_eq!((a.total(), a.fallbacks()), (3, 2));
         let mut a = Attempts::new(ids(2), false);
         assert_eq!(
             run(&p, &mut a, AttemptOutcome::Status(504)),
@@ -238,7 +278,11 @@ mod tests {
             run(&p, &mut a, AttemptOutcome::Status(500)),
             Step::Fallback { target: ModelId(1) }
         );
-        assert_eq!(a.total(), 4);
+        assert_eq!(
+            (a.total(), a.fallbacks()),
+            (4, 1),
+            "retries are not fallbacks"
+        );
     }
 
     #[test]
@@ -388,6 +432,48 @@ mod tests {
                 Step::Fallback { target: ModelId(1) }
             );
         }
+    }
+
+    #[test]
+    fn on_a_fail_fast_endpoint_a_5xx_408_425_or_no_answer_fails_but_a_429_still_moves_on() {
+        // Zuplo model load balancing, "Failures and retries", Responses and Messages: a 429 is
+        // retried twice then moves to the retry model; a 5xx, 408, 425 or an unreachable model
+        // fails the request. Without fail_fast every one of these would be retried or moved.
+        let mut p = policies();
+        p[0].retry_attempts = 2;
+        p[0].retry_on = StatusSet::of(&[429, 503]);
+        p[0].fallback_on = StatusSet::of(&[408, 425, 429, 500, 502, 503, 504]);
+        let failing = [
+            AttemptOutcome::Status(500),
+            AttemptOutcome::Status(503),
+            AttemptOutcome::Status(504),
+            AttemptOutcome::Status(408),
+            AttemptOutcome::Status(425),
+            AttemptOutcome::ConnectFailure,
+            AttemptOutcome::Timeout,
+        ];
+        for outcome in failing {
+            let mut a = Attempts::new(ids(2), false).with_fail_fast(true);
+            assert_eq!(run(&p, &mut a, outcome), Step::GiveUp, "{outcome:?}");
+            assert_eq!(a.total(), 1);
+            let mut a = Attempts::new(ids(2), false);
+            assert_ne!(run(&p, &mut a, outcome), Step::GiveUp, "{outcome:?}");
+        }
+        let mut a = Attempts::new(ids(2), false).with_fail_fast(true);
+        let retry = Step::Retry {
+            target: ModelId(0),
+            delay_ms: 100,
+        };
+        assert_eq!(run(&p, &mut a, AttemptOutcome::Status(429)), retry);
+        assert_eq!(run(&p, &mut a, AttemptOutcome::Status(429)), retry);
+        assert_eq!(
+            run(&p, &mut a, AttemptOutcome::Status(429)),
+            Step::Fallback { target: ModelId(1) }
+        );
+        // On the retry model too, a 5xx ends the request; a 400 is its own answer.
+        assert_eq!(run(&p, &mut a, AttemptOutcome::Status(502)), Step::GiveUp);
+        let mut a = Attempts::new(ids(2), false).with_fail_fast(true);
+        assert_eq!(run(&p, &mut a, AttemptOutcome::Status(400)), Step::Deliver);
     }
 
     #[test]

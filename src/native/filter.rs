@@ -453,11 +453,11 @@ impl Filter {
         self.start_flight(s, plugin, (route.start, replay), now)
     }
 
-    /// The response headers arrived.
-    pub fn on_response_headers(&mut self, s: &mut Stream) -> Verdict {
+    /// The response headers arrived (`end`: with no body after them).
+    pub fn on_response_headers(&mut self, s: &mut Stream, end: bool) -> Verdict {
         match &mut self.phase {
             Phase::Forwarded(flight) => {
-                flight.on_response_headers(s, &self.plugin, &mut self.after)
+                flight.on_response_headers(s, &self.plugin, end, &mut self.after)
             }
             _ => Verdict::Continue,
         }
@@ -474,9 +474,11 @@ impl Filter {
     }
 
     /// The response trailers arrived.
-    pub fn on_response_trailers(&mut self) -> Verdict {
-        match &self.phase {
-            Phase::Forwarded(flight) => flight.on_response_trailers(),
+    pub fn on_response_trailers(&mut self, s: &mut Stream) -> Verdict {
+        match &mut self.phase {
+            Phase::Forwarded(flight) => {
+                flight.on_response_trailers(s, &self.plugin, &mut self.after)
+            }
             _ => Verdict::Continue,
         }
     }

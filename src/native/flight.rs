@@ -7,7 +7,7 @@
 //! stream's scheduler ([`super::timer`]); a held answer is replaced with a local reply.
 
 use super::filter::{After, Verdict};
-use super::host::{Side, Stream};
+use super::host::{BodyAt, Side, Stream};
 use super::plugin::Plugin;
 use super::store::{self, Shared};
 use super::timer::{self, Wake};
@@ -38,6 +38,8 @@ pub struct Flight {
 struct Facts<'s> {
     stream: &'s Stream,
     now: Option<u64>,
+    /// The answer ended with the headers in hand.
+    ends: bool,
 }
 
 impl AnswerFacts for Facts<'_> {
@@ -54,7 +56,12 @@ impl AnswerFacts for Facts<'_> {
     }
 
     fn chunk(&mut self) -> Vec<u8> {
-        self.stream.chunk(Side::Response)
+        // After the machine held the answer, the earlier chunks wait in Envoy's buffer.
+        self.stream.body(Side::Response, BodyAt::BufferAndChunk)
+    }
+
+    fn ends_with_headers(&mut self) -> bool {
+        self.ends
     }
 }
 
@@ -88,18 +95,19 @@ impl Flight {
         flight
     }
 
-    /// The router's response headers arrived.
+    /// The router's response headers arrived (`end`: with no body after them).
     pub fn on_response_headers(
         &mut self,
         s: &mut Stream,
         plugin: &Plugin,
+        end: bool,
         after: &mut Vec<After>,
     ) -> Verdict {
         let status = s
             .header(Side::Response, ":status")
             .and_then(|v| std::str::from_utf8(v).ok()?.parse::<u16>().ok())
             .unwrap_or(502);
-        self.answer_event(s, plugin, after, |m, config, facts, out| {
+        self.answer_event(s, plugin, end, after, |m, config, facts, out| {
             m.on_answer_headers(config, status, facts, out)
         })
     }
@@ -112,7 +120,7 @@ impl Flight {
         end: bool,
         after: &mut Vec<After>,
     ) -> Verdict {
-        self.answer_event(s, plugin, after, |m, config, facts, out| {
+        self.answer_event(s, plugin, end, after, |m, config, facts, out| {
             m.on_answer_body(config, end, facts, out)
         })
     }
@@ -123,6 +131,7 @@ impl Flight {
         &mut self,
         s: &mut Stream,
         plugin: &'c Plugin,
+        ends: bool,
         after: &mut Vec<After>,
         event: impl FnOnce(&mut Machine, &'c Config, &mut Facts<'_>, &mut Effects<'c>) -> Flow,
     ) -> Verdict {
@@ -130,6 +139,7 @@ impl Flight {
         let mut facts = Facts {
             stream: s,
             now: None,
+            ends,
         };
         let flow = event(&mut self.machine, &plugin.config, &mut facts, &mut out);
         self.apply(s, plugin, out, after);
@@ -137,8 +147,15 @@ impl Flight {
     }
 
     /// The router's answer's trailers arrived.
-    pub fn on_response_trailers(&self) -> Verdict {
-        verdict(self.machine.on_answer_trailers())
+    pub fn on_response_trailers(
+        &mut self,
+        s: &mut Stream,
+        plugin: &Plugin,
+        after: &mut Vec<After>,
+    ) -> Verdict {
+        self.answer_event(s, plugin, true, after, |m, config, _, out| {
+            m.on_answer_trailers(config, out)
+        })
     }
 
     /// A call-out finished: `answer` is `None` when it got none (reset, timeout, refused).
@@ -287,7 +304,9 @@ impl Flight {
                     headers: owned(failure.headers()).into_iter().chain(trace).collect(),
                     body: failure.error.body.into_bytes(),
                 }),
-                Effect::ReplaceBody { with, .. } => s.replace_chunk(Side::Response, &with),
+                Effect::ReplaceBody { with, .. } => {
+                    s.replace_body(Side::Response, BodyAt::BufferAndChunk, [with.as_slice()]);
+                }
             }
         }
     }

@@ -361,12 +361,12 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_request_trailers(
 pub extern "C" fn envoy_dynamic_module_on_http_filter_response_headers(
     envoy: FilterEnvoyPtr,
     filter: *const c_void,
-    _end_of_stream: bool,
+    end_of_stream: bool,
 ) -> u32 {
     // SAFETY: as above.
     unsafe {
         on_filter(envoy, filter, Hook::Response, |f, s| {
-            f.on_response_headers(s)
+            f.on_response_headers(s, end_of_stream)
         })
     }
 }
@@ -392,8 +392,8 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_response_trailers(
 ) -> u32 {
     // SAFETY: as above.
     unsafe {
-        on_filter(envoy, filter, Hook::Response, |f, _| {
-            f.on_response_trailers()
+        on_filter(envoy, filter, Hook::Response, |f, s| {
+            f.on_response_trailers(s)
         })
     }
 }

@@ -231,13 +231,6 @@ impl Stream {
         }
     }
 
-    /// The chunk a body hook just received.
-    pub fn chunk(&self, side: Side) -> Vec<u8> {
-        let mut out = Vec::new();
-        self.append_chunks(side.received(), &mut out);
-        out
-    }
-
     /// Replaces a whole body with `parts`, in order. Envoy can only drain from the start and
     /// append, so every byte goes: what the client sent, then the new body.
     pub fn replace_body<'p>(
@@ -270,18 +263,6 @@ impl Stream {
                 .into_iter()
                 .filter(|part| !part.is_empty())
                 .all(|part| (api.http_append_body)(ptr, target, ModuleBuffer::of(part)))
-        }
-    }
-
-    /// Replaces the response chunk just received with `with`.
-    pub fn replace_chunk(&mut self, side: Side, with: &[u8]) {
-        // SAFETY: as in `replace_body`.
-        unsafe {
-            let held = (self.api.http_get_body_size)(self.ptr, side.received());
-            (self.api.http_drain_body)(self.ptr, side.received(), held);
-            if !with.is_empty() {
-                (self.api.http_append_body)(self.ptr, side.received(), ModuleBuffer::of(with));
-            }
         }
     }
 

@@ -17,7 +17,7 @@ pub use fields::ConfigError;
 pub use upstream::Upstream;
 pub use version::ConfigVersion;
 
-use crate::core::endpoint::ModelTypes;
+use crate::core::endpoint::{Apis, ModelTypes};
 use crate::core::health::policy::{FailureWindow, HealthPolicy};
 use crate::core::health::sla::SlaCutoff;
 use crate::core::status_set::StatusSet;
@@ -431,6 +431,13 @@ pub struct VirtualModel {
     /// `max_targets_per_request`: how many targets one request may try, the first included
     /// (Zuplo seed, "Failures and retries": "each request tries at most two models").
     pub max_targets: Option<usize>,
+    /// How `fallback_timeout_ms` grows from target to target (and, with the options below,
+    /// what it covers and how it ends).
+    pub timeout_rules: TimeoutRules,
+    /// `fail_fast_endpoints`: the APIs on which a 5xx, 408, 425 or a target that cannot be
+    /// reached fails the request instead of moving on, and no fallback timeout applies (Zuplo
+    /// model load balancing, "Failures and retries": Responses and Messages). Default: none.
+    pub fail_fast: Apis,
     /// Whether any target has an SLA cutoff (so routing needs latency samples).
     pub has_sla: bool,
     /// Whether any target has a `metadata_match` (so targets are filtered first).
@@ -453,6 +460,65 @@ impl VirtualModel {
     /// The settings of one of its targets.
     pub fn target(&self, model: ModelId) -> Option<&TargetConfig> {
         self.targets.iter().find(|t| t.model == model)
+    }
+}
+
+/// How `fallback_timeout_ms` applies beyond the first target (Zuplo model load balancing,
+/// "Failures and retries").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeoutRules {
+    /// `fallback_timeout_growth`: each next target's fallback timeout is the previous one's
+    /// times this (default 1; Zuplo's retry model "starts over with twice the time": 2).
+    pub growth: u32,
+    /// `fallback_timeout_at_last`: what the time running out does at the last target a
+    /// request may try.
+    pub at_last: AtLast,
+    /// `fallback_timeout_scope`: what the time bounds of a request that does not stream.
+    pub scope: TimeoutScope,
+}
+
+impl Default for TimeoutRules {
+    fn default() -> Self {
+        TimeoutRules {
+            growth: 1,
+            at_last: AtLast::Wait,
+            scope: TimeoutScope::WholeAnswer,
+        }
+    }
+}
+
+/// `fallback_timeout_scope`: what `fallback_timeout_ms` bounds of a request that does not
+/// stream. A streamed answer is bounded until it starts, whatever the scope, so it is never
+/// cut off once streaming; a call-out's answer (every attempt after the first) arrives whole,
+/// so its whole answer is bounded, whatever the scope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeoutScope {
+    /// `whole_answer` (default): the router's answer is held until its end, and abandoned if
+    /// the time runs out first, as a call-out's is (Zuplo model load balancing, "Failures and
+    /// retries": "A request that doesn't stream gets its response only when the model
+    /// finishes, so ... fallbackTimeoutSeconds limits the whole response").
+    WholeAnswer,
+    /// `answer_start`: the router's answer is let through as soon as its headers come, and
+    /// the time stops there (a call-out's whole answer is still bounded).
+    AnswerStart,
+}
+
+/// `fallback_timeout_at_last`: when the fallback timeout of a target the request moved to
+/// runs out and no other target is left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AtLast {
+    /// `wait` (default): keep waiting for its answer.
+    Wait,
+    /// `fail`: the request fails with a 504 (Zuplo model load balancing, "Failures and
+    /// retries": the retry model's time runs out, "and the request fails if that runs out
+    /// too").
+    Fail,
+}
+
+impl TimeoutRules {
+    /// The fallback timeout of an attempt after `fallbacks` moves to another target.
+    pub fn timeout_ms(&self, base_ms: u64, fallbacks: u32) -> u64 {
+        base_ms.saturating_mul(u64::from(self.growth).saturating_pow(fallbacks))
     }
 }
 

@@ -8,12 +8,12 @@
 use super::compile::{checked_header_name, header_value};
 use super::fields::{ConfigError, Fields};
 use super::{
-    name_key, Classifier, ComplexityTarget, ConditionalTarget, HashKey, HeadersOverride, Model,
-    ModelId, NameEntry, PriorityTarget, Routing, SessionIdentifier, StickyRouting, StickySource,
-    TargetConfig, TargetPolicy, Thresholds, Tier, VirtualModel, WeightedTarget,
-    DEFAULT_JWT_PAYLOAD,
+    name_key, AtLast, Classifier, ComplexityTarget, ConditionalTarget, HashKey, HeadersOverride,
+    Model, ModelId, NameEntry, PriorityTarget, Routing, SessionIdentifier, StickyRouting,
+    StickySource, TargetConfig, TargetPolicy, Thresholds, Tier, TimeoutRules, TimeoutScope,
+    VirtualModel, WeightedTarget, DEFAULT_JWT_PAYLOAD,
 };
-use crate::core::endpoint::{ModelType, ModelTypes};
+use crate::core::endpoint::{Api, Apis, ModelType, ModelTypes};
 use crate::core::health::sla::SlaCutoff;
 use crate::core::routing::condition::Condition;
 use hashbrown::HashMap;
@@ -150,14 +150,7 @@ pub(super) fn compile_virtual_model(
         None => None,
     };
     rc.finish(&[])?;
-    let fallback_timeout_ms = match f.opt_u64("fallback_timeout_ms", 3_600_000)? {
-        Some(0) => return Err(f.error("fallback_timeout_ms", "must be greater than 0")),
-        other => other,
-    };
-    let max_targets = match f.opt_u64("max_targets_per_request", 1_000)? {
-        Some(0) => return Err(f.error("max_targets_per_request", "must be at least 1")),
-        other => other.map(|n| n as usize),
-    };
+    let failures = compile_failure_rules(&mut f)?;
     f.finish(&[])?;
     let has_sla = targets.iter().any(|t| t.policy.sla.is_some());
     let has_metadata_match = targets.iter().any(|t| !t.metadata_match.is_empty());
@@ -166,12 +159,93 @@ pub(super) fn compile_virtual_model(
         model_types,
         routing,
         targets,
-        fallback_timeout_ms,
-        max_targets,
+        fallback_timeout_ms: failures.fallback_timeout_ms,
+        max_targets: failures.max_targets,
+        timeout_rules: failures.timeout_rules,
+        fail_fast: failures.fail_fast,
         has_sla,
         has_metadata_match,
         sticky,
     })
+}
+
+/// A virtual model's own failure rules, beside each target's `retry_config` and fallback
+/// fields (Zuplo model load balancing, "Failures and retries").
+struct FailureRules {
+    fallback_timeout_ms: Option<u64>,
+    max_targets: Option<usize>,
+    timeout_rules: TimeoutRules,
+    fail_fast: Apis,
+}
+
+/// Reads `fallback_timeout_ms` and the options that shape it, `max_targets_per_request` and
+/// `fail_fast_endpoints`.
+fn compile_failure_rules(f: &mut Fields<'_>) -> Result<FailureRules, ConfigError> {
+    let fallback_timeout_ms = match f.opt_u64("fallback_timeout_ms", 3_600_000)? {
+        Some(0) => return Err(f.error("fallback_timeout_ms", "must be greater than 0")),
+        other => other,
+    };
+    let timeout_rules = compile_timeout_rules(f, fallback_timeout_ms.is_some())?;
+    let max_targets = match f.opt_u64("max_targets_per_request", 1_000)? {
+        Some(0) => return Err(f.error("max_targets_per_request", "must be at least 1")),
+        other => other.map(|n| n as usize),
+    };
+    let mut fail_fast = Apis::default();
+    for (path, value) in f.opt_array("fail_fast_endpoints")?.unwrap_or_default() {
+        let api = value.as_str().and_then(Api::from_name).ok_or_else(|| {
+            let known: Vec<&str> = Api::ALL.iter().map(|(_, n)| *n).collect();
+            ConfigError::new(path, format!("expected one of: {}", known.join(", ")))
+        })?;
+        fail_fast.insert(api);
+    }
+    Ok(FailureRules {
+        fallback_timeout_ms,
+        max_targets,
+        timeout_rules,
+        fail_fast,
+    })
+}
+
+/// `fallback_timeout_growth`, `fallback_timeout_at_last` and `fallback_timeout_scope` (Zuplo
+/// model load balancing, "Failures and retries": the retry model "starts over with twice the
+/// time, and the request fails if that runs out too"; a response that doesn't stream is
+/// bounded whole). Refused without `fallback_timeout_ms`, which they would silently not
+/// change.
+fn compile_timeout_rules(
+    f: &mut Fields<'_>,
+    has_timeout: bool,
+) -> Result<TimeoutRules, ConfigError> {
+    let mut rules = TimeoutRules::default();
+    match f.opt_u64("fallback_timeout_growth", 10)? {
+        Some(0) => return Err(f.error("fallback_timeout_growth", "must be from 1 to 10")),
+        Some(growth) => rules.growth = growth as u32,
+        None => {}
+    }
+    rules.at_last = match f.opt_str("fallback_timeout_at_last")? {
+        None | Some("wait") => AtLast::Wait,
+        Some("fail") => AtLast::Fail,
+        Some(other) => {
+            let message = format!("expected `wait` or `fail`, got `{other}`");
+            return Err(f.error("fallback_timeout_at_last", message));
+        }
+    };
+    rules.scope = match f.opt_str("fallback_timeout_scope")? {
+        None | Some("whole_answer") => TimeoutScope::WholeAnswer,
+        Some("answer_start") => TimeoutScope::AnswerStart,
+        Some(other) => {
+            let message = format!("expected `whole_answer` or `answer_start`, got `{other}`");
+            return Err(f.error("fallback_timeout_scope", message));
+        }
+    };
+    let needs_timeout = [
+        "fallback_timeout_growth",
+        "fallback_timeout_at_last",
+        "fallback_timeout_scope",
+    ];
+    if let Some(field) = needs_timeout.iter().find(|k| !has_timeout && f.has(k)) {
+        return Err(f.error(field, "has no effect without fallback_timeout_ms"));
+    }
+    Ok(rules)
 }
 
 /// The names a target may refer to.
@@ -579,7 +653,7 @@ fn resolve_target(t: &mut Fields<'_>, catalog: &Catalog<'_>) -> Result<ModelId, 
 
 #[cfg(test)]
 mod tests {
-    use crate::core::config::Config;
+    use crate::core::config::{Config, TimeoutRules};
 
     fn err(json: &str) -> String {
         Config::parse(json.as_bytes()).unwrap_err().to_string()
@@ -733,6 +807,142 @@ mod tests {
                 r#"{"name": "vm", "model_types": ["chat"], "max_targets_per_request": 0, "routing_config": {"type": "weight-based-routing", "load_balance_targets": [{"target": "a", "weight": 100}]}}"#
             )),
             "virtual_models[0].max_targets_per_request: must be at least 1"
+        );
+    }
+
+    /// A virtual model over `a` with `fields` added.
+    fn vm_with(fields: &str) -> String {
+        with_vm(&format!(
+            r#"{{"name": "vm", "model_types": ["chat"], {fields},
+                "routing_config": {{"type": "weight-based-routing",
+                  "load_balance_targets": [{{"target": "a", "weight": 100}}]}}}}"#
+        ))
+    }
+
+    #[test]
+    fn fail_fast_endpoints_name_apis_and_default_to_none() {
+        use crate::core::endpoint::Api;
+        let c = Config::parse(
+            vm_with(r#""fail_fast_endpoints": ["responses", "messages"]"#).as_bytes(),
+        )
+        .unwrap();
+        let fast = c.virtual_models[0].fail_fast;
+        assert!(fast.contains(Api::Responses) && fast.contains(Api::Messages));
+        assert!(!fast.contains(Api::ChatCompletions) && !fast.contains(Api::Embeddings));
+        let c = Config::parse(vm_with(r#""fail_fast_endpoints": []"#).as_bytes()).unwrap();
+        assert!(c.virtual_models[0].fail_fast.is_empty());
+        assert!(
+            Config::parse(weighted(r#"{"target": "a", "weight": 100}"#).as_bytes())
+                .unwrap()
+                .virtual_models[0]
+                .fail_fast
+                .is_empty()
+        );
+        assert_eq!(
+            err(&vm_with(
+                r#""fail_fast_endpoints": ["responses", "/v1/messages"]"#
+            )),
+            "virtual_models[0].fail_fast_endpoints[1]: expected one of: chat_completions, \
+             completions, embeddings, responses, messages, rerank, moderations, images, audio"
+        );
+        assert_eq!(
+            err(&vm_with(r#""fail_fast_endpoints": "responses""#)),
+            "virtual_models[0].fail_fast_endpoints: expected an array, got a string"
+        );
+    }
+
+    #[test]
+    fn fallback_timeout_growth_multiplies_each_next_targets_timeout() {
+        let c = Config::parse(
+            vm_with(r#""fallback_timeout_ms": 500, "fallback_timeout_growth": 2"#).as_bytes(),
+        )
+        .unwrap();
+        let rules = c.virtual_models[0].timeout_rules;
+        assert_eq!(rules.growth, 2);
+        let times: Vec<u64> = (0..4).map(|n| rules.timeout_ms(500, n)).collect();
+        assert_eq!(times, [500, 1000, 2000, 4000]);
+        let flat = Config::parse(vm_with(r#""fallback_timeout_ms": 500"#).as_bytes()).unwrap();
+        let flat = flat.virtual_models[0].timeout_rules;
+        assert_eq!(flat, TimeoutRules::default());
+        assert_eq!(
+            flat.timeout_ms(500, 3),
+            500,
+            "default 1: every target gets the same"
+        );
+        let huge = TimeoutRules {
+            growth: 10,
+            ..TimeoutRules::default()
+        };
+        assert_eq!(huge.timeout_ms(3_600_000, 40), u64::MAX, "saturates");
+        for bad in ["0", "11", "1.5", "\"2\""] {
+            let e = err(&vm_with(&format!(
+                r#""fallback_timeout_ms": 500, "fallback_timeout_growth": {bad}"#
+            )));
+            assert!(
+                e.starts_with("virtual_models[0].fallback_timeout_growth: "),
+                "{e}"
+            );
+        }
+        assert_eq!(
+            err(&vm_with(r#""fallback_timeout_growth": 2"#)),
+            "virtual_models[0].fallback_timeout_growth: has no effect without fallback_timeout_ms"
+        );
+    }
+
+    #[test]
+    fn fallback_timeout_at_last_is_wait_or_fail() {
+        use crate::core::config::AtLast;
+        let at_last = |fields: &str| {
+            Config::parse(vm_with(fields).as_bytes())
+                .unwrap()
+                .virtual_models[0]
+                .timeout_rules
+                .at_last
+        };
+        assert_eq!(at_last(r#""fallback_timeout_ms": 500"#), AtLast::Wait);
+        let fail = r#""fallback_timeout_ms": 500, "fallback_timeout_at_last": "fail""#;
+        assert_eq!(at_last(fail), AtLast::Fail);
+        let wait = r#""fallback_timeout_ms": 500, "fallback_timeout_at_last": "wait""#;
+        assert_eq!(at_last(wait), AtLast::Wait);
+        assert_eq!(
+            err(&vm_with(
+                r#""fallback_timeout_ms": 500, "fallback_timeout_at_last": "504""#
+            )),
+            "virtual_models[0].fallback_timeout_at_last: expected `wait` or `fail`, got `504`"
+        );
+        assert_eq!(
+            err(&vm_with(r#""fallback_timeout_at_last": "fail""#)),
+            "virtual_models[0].fallback_timeout_at_last: has no effect without fallback_timeout_ms"
+        );
+    }
+
+    #[test]
+    fn fallback_timeout_scope_is_the_whole_answer_unless_it_says_answer_start() {
+        use crate::core::config::TimeoutScope;
+        let scope = |fields: &str| {
+            Config::parse(vm_with(fields).as_bytes())
+                .unwrap()
+                .virtual_models[0]
+                .timeout_rules
+                .scope
+        };
+        assert_eq!(
+            scope(r#""fallback_timeout_ms": 500"#),
+            TimeoutScope::WholeAnswer
+        );
+        let start = r#""fallback_timeout_ms": 500, "fallback_timeout_scope": "answer_start""#;
+        assert_eq!(scope(start), TimeoutScope::AnswerStart);
+        let whole = r#""fallback_timeout_ms": 500, "fallback_timeout_scope": "whole_answer""#;
+        assert_eq!(scope(whole), TimeoutScope::WholeAnswer);
+        assert_eq!(
+            err(&vm_with(
+                r#""fallback_timeout_ms": 500, "fallback_timeout_scope": "first_byte""#
+            )),
+            "virtual_models[0].fallback_timeout_scope: expected `whole_answer` or `answer_start`, got `first_byte`"
+        );
+        assert_eq!(
+            err(&vm_with(r#""fallback_timeout_scope": "answer_start""#)),
+            "virtual_models[0].fallback_timeout_scope: has no effect without fallback_timeout_ms"
         );
     }
 

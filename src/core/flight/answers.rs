@@ -230,6 +230,21 @@ impl Machine {
         } else {
             ErrorReply::no_target_available(name.unwrap_or("the requested model"))
         };
+        self.fail(config, error, out);
+    }
+
+    /// Answers 504 when the fallback timeout of the last target the request moved to ran out
+    /// (`fallback_timeout_at_last: "fail"`).
+    pub(super) fn reply_timed_out<'c>(&mut self, config: &'c Config, out: &mut Effects<'c>) {
+        let vm = self
+            .virtual_model
+            .and_then(|i| config.virtual_models.get(i));
+        let name = vm.map_or("the requested model", |vm| vm.name.as_str());
+        self.fail(config, ErrorReply::fallback_timed_out(name), out);
+    }
+
+    /// Ends the request with an error Switchboard makes, in the client's API shape.
+    fn fail<'c>(&mut self, config: &'c Config, error: ErrorReply, out: &mut Effects<'c>) {
         let error = if self.anthropic_errors {
             error.in_anthropic_shape()
         } else {

@@ -2,18 +2,56 @@
 //! connection failure and move on; each attempt's call-out built by [`outbound`].
 
 use super::*;
+use crate::core::config::AtLast;
 use crate::core::fallback::Step;
 use crate::core::outbound::{outbound, ClientRequest};
 
 impl Machine {
+    /// Times the attempt in flight, from `from_ms`: each next target gets the previous one's
+    /// time times `fallback_timeout_growth` (Zuplo model load balancing, "Failures and
+    /// retries": the retry model "starts over with twice the time"); a retry keeps its
+    /// target's time.
     pub(super) fn arm_fallback_timeout<'c>(&mut self, from_ms: u64, out: &mut Effects<'c>) {
         self.seq += 1;
         if let Some(ms) = self.fallback_timeout_ms {
+            let ms = self.timeout_rules.timeout_ms(ms, self.attempts.fallbacks());
             out.push(Effect::ArmTimer {
                 due_ms: from_ms.saturating_add(ms),
                 token: self.seq,
             });
         }
+    }
+
+    /// The attempt in flight, the router's or a call-out, did not start answering (a
+    /// call-out: did not answer) within its fallback timeout: the next target gets the
+    /// request. An abandoned call-out cannot be cancelled; its late answer no longer matches
+    /// the state and is ignored. With nowhere else to go the request keeps waiting, or, with
+    /// `fallback_timeout_at_last: "fail"` at a target it moved to, fails (Zuplo model load
+    /// balancing, "Failures and retries": "the request fails if that runs out too"; a request
+    /// with no retry model has no timeout there, so its only target is waited for).
+    pub(super) fn on_fallback_timeout<'c>(
+        &mut self,
+        config: &'c Config,
+        now_ms: u64,
+        out: &mut Effects<'c>,
+    ) {
+        let target = if matches!(self.state, State::Routed) {
+            self.routed_target
+        } else {
+            self.attempts.current()
+        };
+        let moved = self.attempts.fallbacks() > 0;
+        let outcome = AttemptOutcome::FallbackTimeout;
+        let step = self.step(config, outcome);
+        if step == Step::GiveUp {
+            if moved && self.timeout_rules.at_last == AtLast::Fail {
+                self.record(config, target, outcome, || None, out);
+                self.reply_timed_out(config, out);
+            }
+            return;
+        }
+        self.record(config, target, outcome, || None, out);
+        self.next_attempt(config, step, outcome, now_ms, out);
     }
 
     /// The next step after the attempt in flight ended with `outcome`.

@@ -291,9 +291,9 @@ pub enum Effect<'c> {
     Reply(Box<Reply<'c>>),
     /// Answer with an error Switchboard makes.
     Fail(Box<Failure<'c>>),
-    /// Replace the `len` bytes of the body chunk in hand with `with`.
+    /// Replace the `len` bytes of the body in hand (every byte held so far) with `with`.
     ReplaceBody {
-        /// Bytes of the chunk replaced (all of it).
+        /// Bytes replaced (all of them).
         len: usize,
         /// The new bytes.
         with: Vec<u8>,

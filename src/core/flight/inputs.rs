@@ -18,8 +18,12 @@ pub trait AnswerFacts {
     fn code_details(&mut self) -> Option<String>;
     /// Every header of the router's answer.
     fn headers(&mut self) -> Headers;
-    /// The body chunk in hand.
+    /// The body in hand: every byte of the answer's body held so far (after the machine held
+    /// the answer, Envoy's buffer and the chunk just received; otherwise that chunk).
     fn chunk(&mut self) -> Vec<u8>;
+    /// Whether the answer ended with its headers (no body follows): read only when a good
+    /// answer could be held until its end.
+    fn ends_with_headers(&mut self) -> bool;
 }
 
 /// How a request was routed, as its flight starts.

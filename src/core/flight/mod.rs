@@ -12,7 +12,9 @@
 //! - [`Machine::start`]: the request was routed (its first attempt written into the request).
 //! - [`Machine::on_answer_headers`]: the router's answer headers (status; Envoy's response
 //!   code details read through [`AnswerFacts`] only for a 5xx).
-//! - [`Machine::on_answer_body`], [`Machine::on_answer_trailers`]: the router's answer streams.
+//! - [`Machine::on_answer_body`], [`Machine::on_answer_trailers`]: the router's answer streams
+//!   (the body chunk a body event reads through [`AnswerFacts::chunk`] is every byte held so
+//!   far: after [`Flow::Hold`], Envoy's buffer and the chunk just received).
 //! - [`Machine::on_dispatched`] / [`Machine::on_dispatch_refused`]: what became of an
 //!   [`Effect::Attempt`]'s call-out.
 //! - [`Machine::on_call_answer`]: a call-out answered (or failed without an answer).
@@ -36,7 +38,10 @@
 //!   the health store and the worker's view (a success on a clean record is skipped).
 //! - [`Effect::Deliver`]: set its headers on the router's answer before it goes on.
 //!   [`Effect::Reply`] / [`Effect::Fail`]: a local reply replacing the held answer.
-//!   [`Effect::ReplaceBody`]: edit the body chunk in hand.
+//!   [`Effect::ReplaceBody`]: replace the body in hand (every byte held so far, as
+//!   [`AnswerFacts::chunk`] read it).
+//! - Tell the machine whether the answer's headers end it ([`AnswerFacts::ends_with_headers`]):
+//!   a good answer to a request that does not stream may be held until its end (see `whole`).
 //! - When the stream goes away, [`Machine::on_destroyed`] (its [`Summary`] is the
 //!   access-log's) and forget the stream's calls and timers.
 
@@ -46,6 +51,7 @@ mod effects;
 mod inputs;
 mod outcome;
 mod records;
+mod whole;
 
 pub use effects::{
     AnswerHeaders, Attempt, AttemptKind, Call, CallId, CallRequest, Delivery, Effect, Effects,
@@ -55,7 +61,9 @@ pub use inputs::{AnswerFacts, CallAnswer, Replay, Start};
 pub use outcome::{call_outcome, health_outcome, hint_ms, router_outcome};
 pub use records::apply_health;
 
-use crate::core::config::{Config, HeaderNames, ModelId, TargetPolicy, DIRECT_POLICY};
+use crate::core::config::{
+    Config, HeaderNames, ModelId, TargetPolicy, TimeoutRules, DIRECT_POLICY,
+};
 use crate::core::fallback::{AttemptOutcome, Attempts, Step};
 use crate::core::responses::rewrite::AnswerRewriter;
 use crate::core::routing::sticky::Session;
@@ -102,12 +110,17 @@ pub struct Machine {
     calls: CallId,
     /// The router's failed answer is held, waiting to be replaced.
     holding: bool,
+    /// The router's good answer is held until its end, with this status: the fallback
+    /// timeout covers the whole answer (`fallback_timeout_scope`).
+    buffering: Option<u16>,
     /// The client asked for a streamed answer.
     stream: bool,
     /// Start of the call-out in flight.
     started_ms: u64,
     /// `fallback_timeout_ms`, when another attempt is possible.
     fallback_timeout_ms: Option<u64>,
+    /// How it grows from target to target.
+    timeout_rules: TimeoutRules,
     /// Whether answers feed latency samples into health (only when routing uses them).
     needs_latency: bool,
     /// Whether successful answers are timed and their usage read: for the latency samples,
@@ -152,11 +165,14 @@ impl Machine {
         out: &mut Effects<'c>,
     ) -> Machine {
         let vm_index = start.virtual_model;
-        let attempts = Attempts::new(start.candidates, start.pinned);
+        let vm = vm_index.and_then(|i| config.virtual_models.get(i));
+        // Zuplo model load balancing, "Failures and retries": on these endpoints a failed
+        // model fails the request, and a slow one is waited for ("Keeps waiting").
+        let fail_fast = vm.is_some_and(|vm| vm.fail_fast.contains(replay.endpoint.api()));
+        let attempts = Attempts::new(start.candidates, start.pinned).with_fail_fast(fail_fast);
         let replay = attempts
             .may_try_again(|m| policy(config, vm_index, m))
             .then_some(replay);
-        let vm = vm_index.and_then(|i| config.virtual_models.get(i));
         let mut m = Machine {
             virtual_model: vm_index,
             routed_target: attempts.current(),
@@ -164,12 +180,14 @@ impl Machine {
             routed_ms: now_ms,
             fallback_timeout_ms: vm
                 .and_then(|vm| vm.fallback_timeout_ms)
-                .filter(|_| replay.is_some()),
+                .filter(|_| replay.is_some() && !fail_fast),
+            timeout_rules: vm.map(|vm| vm.timeout_rules).unwrap_or_default(),
             replay,
             state: State::Routed,
             seq: 0,
             calls: 0,
             holding: false,
+            buffering: None,
             stream: start.stream,
             started_ms: now_ms,
             needs_latency: vm.is_some_and(|vm| vm.needs_latency()),
@@ -222,18 +240,14 @@ impl Machine {
         out: &mut Effects<'c>,
     ) -> Flow {
         match self.state {
-            State::Routed => {}
-            // Abandoned after a timeout, yet it answered well first: deliver it, drop the rest.
-            State::Waiting(_) | State::Calling(_) if (200..300).contains(&status) => {
-                let routed = self.routed_target;
-                self.record(config, routed, AttemptOutcome::Status(status), || None, out);
-                self.deliver(config, routed, status, false, out);
-                return Flow::Continue;
-            }
-            // Abandoned and failed (already counted as a timeout): keep it from the client.
-            State::Waiting(_) | State::Calling(_) => {
-                self.holding = true;
+            // The time covers the whole answer: held, and still timed, until its end.
+            State::Routed if self.holds_whole(status, facts) => {
+                self.buffering = Some(status);
                 return Flow::Hold;
+            }
+            State::Routed => {}
+            State::Waiting(_) | State::Calling(_) => {
+                return self.on_late_answer_headers(config, status, facts, out)
             }
             State::Delivering | State::Done => return Flow::Continue,
         }
@@ -276,7 +290,12 @@ impl Machine {
         facts: &mut dyn AnswerFacts,
         out: &mut Effects<'c>,
     ) -> Flow {
-        if self.holding {
+        if let Some(status) = self.buffering.filter(|_| end) {
+            self.buffering = None;
+            if !self.whole_answer_ended(config, status, out) {
+                return Flow::Hold;
+            }
+        } else if self.holding || self.buffering.is_some() {
             return Flow::Hold;
         }
         if self.measure.is_none() && self.rewriter.is_none() {
@@ -301,8 +320,15 @@ impl Machine {
         Flow::Continue
     }
 
-    /// Trailers of the router's answer: a held failed answer stays held.
-    pub fn on_answer_trailers(&self) -> Flow {
+    /// Trailers of the router's answer: a held failed answer stays held; an answer held
+    /// whole ends here (its body is no longer in hand: its ids and usage are not read).
+    pub fn on_answer_trailers<'c>(&mut self, config: &'c Config, out: &mut Effects<'c>) -> Flow {
+        if let Some(status) = self.buffering.take() {
+            if self.whole_answer_ended(config, status, out) {
+                return Flow::Continue;
+            }
+            return Flow::Hold;
+        }
         if self.holding {
             Flow::Hold
         } else {
@@ -327,23 +353,7 @@ impl Machine {
                     self.dispatch(config, target, kind, now_ms, out);
                 }
             }
-            // The attempt in flight, the router's or a call-out, did not start answering (a
-            // call-out: did not answer) within fallback_timeout_ms. An abandoned call-out
-            // cannot be cancelled; its late answer no longer matches the state and is ignored.
-            State::Routed | State::Calling(_) => {
-                let target = if matches!(self.state, State::Routed) {
-                    self.routed_target
-                } else {
-                    self.attempts.current()
-                };
-                let outcome = AttemptOutcome::FallbackTimeout;
-                let step = self.step(config, outcome);
-                if step == Step::GiveUp {
-                    return; // nowhere else to go: keep waiting for this one
-                }
-                self.record(config, target, outcome, || None, out);
-                self.next_attempt(config, step, outcome, now_ms, out);
-            }
+            State::Routed | State::Calling(_) => self.on_fallback_timeout(config, now_ms, out),
             State::Delivering | State::Done => {}
         }
     }

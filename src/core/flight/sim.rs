@@ -30,6 +30,8 @@ pub struct Behaviour {
     pub token_delay_ms: u64,
     /// Output tokens (the mock's default is 3 here).
     pub tokens: Option<u64>,
+    /// A non-streamed answer's headers go at once, its body (in two parts) when it is done.
+    pub headers_first: bool,
 }
 
 /// A request a provider received.
@@ -129,6 +131,10 @@ impl AnswerFacts for Facts<'_> {
         self.asked.push("chunk");
         std::mem::take(&mut self.chunk)
     }
+    fn ends_with_headers(&mut self) -> bool {
+        self.asked.push("ends");
+        false
+    }
 }
 
 /// The simulated worker.
@@ -157,6 +163,8 @@ struct Flight {
     head: Option<(u16, Vec<(String, String)>)>,
     answer: Option<Answer>,
     done: bool,
+    /// The router's body Envoy buffered while the filter held the answer.
+    held: Vec<u8>,
 }
 
 impl Flight {
@@ -272,6 +280,7 @@ impl Sim {
             head: None,
             answer: None,
             done: false,
+            held: Vec::new(),
         };
         self.route(&mut flight, &cluster, &routed_body);
         self.apply(&config, &mut flight, fx);
@@ -324,28 +333,7 @@ impl Sim {
                     });
                 }
             }
-            Ev::RouterChunk { bytes, end } => {
-                let mut facts = self.facts("", &[], bytes.clone());
-                let flow = flight
-                    .machine
-                    .on_answer_body(config, end, &mut facts, &mut fx);
-                self.asked.append(&mut facts.asked);
-                let mut chunk = bytes;
-                for e in fx.take() {
-                    match e {
-                        Effect::ReplaceBody { len, with } => {
-                            assert_eq!(len, chunk.len());
-                            chunk = with;
-                        }
-                        other => self.apply_one(config, flight, other),
-                    }
-                }
-                let delivered = flow == Flow::Continue && !flight.done;
-                if let (true, Some(a)) = (delivered, flight.answer.as_mut()) {
-                    a.body.extend_from_slice(&chunk);
-                    flight.done = end;
-                }
-            }
+            Ev::RouterChunk { bytes, end } => self.router_chunk(config, flight, bytes, end),
             Ev::RouterReset => {
                 if let Some(a) = flight.answer.as_mut() {
                     a.cut = true;
@@ -362,6 +350,49 @@ impl Sim {
                 flight.machine.on_timer(config, token, self.now, &mut fx);
                 self.apply(config, flight, fx);
             }
+        }
+    }
+
+    /// A chunk of the router's answer: as Envoy does, the body buffered while the filter held
+    /// the answer comes with it, and goes on with it once the filter lets it through.
+    fn router_chunk(&mut self, config: &Config, flight: &mut Flight, bytes: Vec<u8>, end: bool) {
+        let mut chunk = std::mem::take(&mut flight.held);
+        chunk.extend_from_slice(&bytes);
+        let mut fx = Effects::new();
+        let mut facts = self.facts("", &[], chunk.clone());
+        let flow = flight
+            .machine
+            .on_answer_body(config, end, &mut facts, &mut fx);
+        self.asked.append(&mut facts.asked);
+        for e in fx.take() {
+            match e {
+                Effect::ReplaceBody { len, with } => {
+                    assert_eq!(len, chunk.len());
+                    chunk = with;
+                }
+                other => self.apply_one(config, flight, other),
+            }
+        }
+        if flow == Flow::Hold {
+            flight.held = chunk;
+            return;
+        }
+        if flight.done {
+            return;
+        }
+        if flight.answer.is_none() {
+            // Its headers were held with the body: they go on now.
+            if let Some((status, headers)) = flight.head.take() {
+                flight.answer = Some(Answer {
+                    status,
+                    headers,
+                    ..Answer::default()
+                });
+            }
+        }
+        if let Some(a) = flight.answer.as_mut() {
+            a.body.extend_from_slice(&chunk);
+            flight.done = end;
         }
     }
 
@@ -564,21 +595,31 @@ impl Sim {
             ("content-length".into(), body.len().to_string()),
             ("x-mock-provider".into(), cluster.to_string()),
         ];
+        let status = 200;
+        let details = "via_upstream";
+        let head = if b.headers_first { at } else { done };
         flight.at(
-            done,
+            head,
             Ev::RouterHeaders {
-                status: 200,
-                details: "via_upstream",
+                status,
+                details,
                 headers,
             },
         );
-        flight.at(
-            done,
-            Ev::RouterChunk {
-                bytes: body,
-                end: true,
-            },
-        );
+        if !b.headers_first {
+            return flight.at(
+                done,
+                Ev::RouterChunk {
+                    bytes: body,
+                    end: true,
+                },
+            );
+        }
+        let (first, rest) = body.split_at(body.len() / 2);
+        let bytes = first.to_vec();
+        flight.at(done, Ev::RouterChunk { bytes, end: false });
+        let bytes = rest.to_vec();
+        flight.at(done, Ev::RouterChunk { bytes, end: true });
     }
 
     /// A call-out to `cluster`: (when it ends, its answer or `None`).

@@ -686,3 +686,5 @@ fn a_fallback_that_does_not_answer_within_fallback_timeout_is_abandoned_too() {
     s.configure("stalled", |b| b.stall_ms = 0);
     assert!((0..5).all(|_| post(&mut s).status == 200));
 }
+
+mod zuplo;

@@ -1154,3 +1154,54 @@ fn bad_input_is_an_error_naming_the_file_and_field() {
     let (ok, _, err) = run(&["import", "--from", "kong", "x.yaml"]);
     assert!(!ok && err.contains("x.yaml"), "{err}");
 }
+
+/// Every virtual model of a Zuplo import, from the config it wrote.
+fn zuplo_virtual_models(file: &str) -> (Vec<serde_json::Value>, String) {
+    let src = format!("{FIXTURES}/zuplo/{file}");
+    let (ok, out, err) = run(&["import", "--from", "zuplo", &src, "--name", "vm"]);
+    assert!(ok, "{src}: {err}");
+    // A file of its own: tests run in parallel.
+    let written = temp(&format!("zuplo-failures-{file}"), &out);
+    let (ok, _, check) = run(&["check", written.to_str().unwrap()]);
+    assert!(ok, "{src}: {check}");
+    let config: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let vms = config["virtual_models"].as_array().unwrap().clone();
+    assert!(!vms.is_empty());
+    (vms, err)
+}
+
+#[test]
+fn zuplo_imports_carry_the_per_endpoint_failure_rules() {
+    // Zuplo model load balancing, "Failures and retries": Responses and Messages fail on a
+    // 5xx, 408, 425 or an unreachable model, and keep waiting for a slow one.
+    for file in ["policy-entry.json", "configure-lists-per-app.json"] {
+        let (vms, err) = zuplo_virtual_models(file);
+        for vm in &vms {
+            assert_eq!(
+                vm["fail_fast_endpoints"],
+                serde_json::json!(["responses", "messages"]),
+                "{file}: {vm}"
+            );
+            // The retry model "starts over with twice the time".
+            assert_eq!(vm["fallback_timeout_growth"], 2, "{file}: {vm}");
+            // "... and the request fails if that runs out too".
+            assert_eq!(vm["fallback_timeout_at_last"], "fail", "{file}: {vm}");
+            // "A response that doesn't stream starts only when it's complete, so the timeout
+            // covers the whole response."
+            assert_eq!(vm["fallback_timeout_scope"], "whole_answer", "{file}: {vm}");
+        }
+        assert!(
+            err.contains("fail_fast_endpoints: responses, messages"),
+            "{err}"
+        );
+        assert!(
+            err.contains("fallback_timeout_growth: 2, fallback_timeout_at_last: fail"),
+            "{err}"
+        );
+        assert!(!err.contains("Responses and Messages failures"), "{err}");
+        assert!(
+            !err.contains("fallbackTimeoutSeconds on the retry model"),
+            "{err}"
+        );
+    }
+}

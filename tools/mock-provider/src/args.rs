@@ -10,12 +10,15 @@ usage: mock-provider [--host 127.0.0.1] [--port 0] [--name NAME]
                      [--ttft-ms N] [--token-delay-ms N] [--output-tokens N]
                      [--fail-status CODE] [--fail-rate F] [--retry-after VALUE]
                      [--drop before-response|mid-stream] [--stall-ms N]
-                     [--error-body-on-200] [--max-records N (10000; 0 counts only)] [--reply TEXT]
+                     [--error-body-on-200] [--headers-first]
+                     [--max-records N (10000; 0 counts only)] [--reply TEXT]
                      [--tls-cert PEM --tls-key PEM]
                      [--strict openai|azure|anthropic|openai-compatible
                       --host-name NAME[:PORT] --api-key KEY
                       [--deployment NAME --api-version VERSION] [--base-path PATH (/v1)]]
 
+--headers-first       a non-streamed answer sends its headers at once and its
+                      body (in two parts) after its delay.
 --tls-cert/--tls-key  serve TLS (PEM chain, PEM key), ALPN h2 and http/1.1.
 --strict KIND         refuse API requests as that hosted service would, in its
                       error shape: TLS SNI other than NAME's host or a Host /
@@ -82,12 +85,17 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Option<Args>, St
         };
         match flag.as_str() {
             "-h" | "--help" => return Ok(None),
-            "--error-body-on-200" => {
-                b.error_body_on_200 = match inline.as_deref() {
+            "--error-body-on-200" | "--headers-first" => {
+                let on = match inline.as_deref() {
                     None | Some("true") => true,
                     Some("false") => false,
-                    Some(v) => return Err(format!("--error-body-on-200: bad value {v:?}")),
+                    Some(v) => return Err(format!("{flag}: bad value {v:?}")),
                 };
+                if flag == "--headers-first" {
+                    b.headers_first = on;
+                } else {
+                    b.error_body_on_200 = on;
+                }
                 continue;
             }
             _ => {}
@@ -257,6 +265,7 @@ mod tests {
             "--stall-ms",
             "7",
             "--error-body-on-200",
+            "--headers-first",
         ])
         .unwrap()
         .unwrap();
@@ -271,6 +280,7 @@ mod tests {
         assert_eq!(b.drop, Some(DropMode::MidStream));
         assert_eq!(b.stall_ms, 7);
         assert!(b.error_body_on_200);
+        assert!(b.headers_first);
     }
 
     #[test]

@@ -43,6 +43,9 @@ pub struct Behaviour {
     pub drop: Option<DropMode>,
     pub stall_ms: u64,
     pub error_body_on_200: bool,
+    /// A non-streamed answer sends its status and headers at once and its body when it is
+    /// done (in two parts), as a server that flushes its headers before it has the answer.
+    pub headers_first: bool,
     /// Fixed answer text (one token) instead of `tok1 tok2 ...`, e.g. a classifier's verdict.
     pub reply: Option<String>,
 }
@@ -60,6 +63,7 @@ impl Default for Behaviour {
             drop: None,
             stall_ms: 0,
             error_body_on_200: false,
+            headers_first: false,
             reply: None,
         }
     }
@@ -136,6 +140,11 @@ impl Behaviour {
                 }
                 "error_body_on_200" => {
                     next.error_body_on_200 = value
+                        .as_bool()
+                        .ok_or_else(|| format!("{key} must be a boolean"))?;
+                }
+                "headers_first" => {
+                    next.headers_first = value
                         .as_bool()
                         .ok_or_else(|| format!("{key} must be a boolean"))?;
                 }

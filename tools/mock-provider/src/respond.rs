@@ -96,6 +96,22 @@ pub fn text(status: StatusCode, body: &'static str) -> Response<Body> {
     with_type(status, "text/plain; charset=utf-8", full(body))
 }
 
+/// JSON whose headers go at once and whose body follows after `delay`, in two parts 20 ms
+/// apart (`Content-Length` announces all of it): a server that flushes its headers first.
+pub fn json_later(value: &Value, delay: Duration) -> Response<Body> {
+    let bytes = Bytes::from(value.to_string());
+    let len = bytes.len();
+    let (first, rest) = (bytes.slice(..len / 2), bytes.slice(len / 2..));
+    let steps = vec![
+        Step::after(delay, first),
+        Step::after(Duration::from_millis(20), rest),
+    ];
+    let mut resp = with_type(StatusCode::OK, "application/json", timed(steps, None));
+    resp.headers_mut()
+        .insert(CONTENT_LENGTH, HeaderValue::from(len));
+    resp
+}
+
 /// JSON whose body stops halfway (the `Content-Length` announces all of it).
 pub fn json_cut(value: &Value) -> Response<Body> {
     let bytes = Bytes::from(value.to_string());

@@ -393,6 +393,9 @@ async fn api(
     };
     let cut = cfg.drop == Some(DropMode::MidStream);
     Ok(match reply {
+        Reply::Json { body, delay } if cfg.headers_first && !cut => {
+            respond::json_later(&body, delay)
+        }
         Reply::Json { body, delay } => {
             tokio::time::sleep(delay).await;
             if cut {

@@ -7,7 +7,12 @@
 //! is retried twice, after 250 ms then 500 ms (`retry_config` with `backoff_multiplier: 2`);
 //! a 5xx, 408 or 425, or a model that can't be reached, moves to the retry model at once
 //! (`fallback_status_codes`, `on_connection_failure: false`); at most two models are tried
-//! (`max_targets_per_request: 2`); `fallbackTimeoutSeconds` (default 60) bounds each attempt;
+//! (`max_targets_per_request: 2`); on Responses and Messages a 5xx, 408, 425 or an unreachable
+//! model fails the request and a slow one is waited for (`fail_fast_endpoints`);
+//! `fallbackTimeoutSeconds` (default 60) bounds each attempt (the whole answer of a request
+//! that does not stream: `fallback_timeout_scope: "whole_answer"`), and the retry model gets
+//! twice that, after which the request fails (`fallback_timeout_growth: 2`,
+//! `fallback_timeout_at_last: "fail"`);
 //! model names compare without case (`model_name_case: "insensitive"`). Models are eligible
 //! by provider and by whether they are Claude ("Endpoints"), written as each entry's `apis`.
 //! "The policy doesn't remember failures between requests" ("Failures and retries"), so no
@@ -63,15 +68,15 @@ pub fn import(source: &Value, out: &mut Builder) -> Result<(), String> {
          connection failure moves to the retry model; at most two models per request"
             .to_string(),
     );
-    out.dropped(
-        "(Responses and Messages failures)",
-        "Zuplo fails /v1/responses and /v1/messages requests on a 5xx or a timeout instead \
-         of moving them to the retry model; Switchboard applies one policy to every endpoint",
+    out.note(
+        "fail_fast_endpoints: responses, messages: there a 5xx, 408, 425 or an unreachable \
+         model fails the request, and a slow model is waited for"
+            .to_string(),
     );
-    out.dropped(
-        "(fallbackTimeoutSeconds on the retry model)",
-        "Zuplo gives the retry model twice the time; Switchboard gives every attempt \
-         fallback_timeout_ms",
+    out.note(
+        "fallback_timeout_growth: 2, fallback_timeout_at_last: fail: the retry model starts \
+         over with twice fallbackTimeoutSeconds, and the request fails if that runs out too"
+            .to_string(),
     );
     out.note(
         "clients must call the virtual model by its name; Zuplo accepts any `model` value"
@@ -337,6 +342,16 @@ fn policy(p: &Policy<'_>, out: &mut Builder) -> Result<Option<String>, String> {
         "model_types": model_types,
         "max_targets_per_request": 2,
         "fallback_timeout_ms": timeout_s * 1000,
+        // "Failures and retries": Responses and Messages fail on a 5xx, 408, 425 or an
+        // unreachable model, and keep waiting for a slow one.
+        "fail_fast_endpoints": ["responses", "messages"],
+        // The retry model "starts over with twice the time, and the request fails if that
+        // runs out too".
+        "fallback_timeout_growth": 2,
+        "fallback_timeout_at_last": "fail",
+        // "A response that doesn't stream starts only when it's complete, so the timeout
+        // covers the whole response."
+        "fallback_timeout_scope": "whole_answer",
         "routing_config": routing,
     }));
     Ok(responses.then_some(name))
