@@ -26,5 +26,6 @@ pub mod request;
 pub mod responses;
 pub mod routing;
 pub mod status_set;
+pub mod stream;
 pub mod trace;
 pub mod usage;

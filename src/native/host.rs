@@ -80,11 +80,6 @@ impl Stream {
         (found && !out.ptr.is_null()).then(|| unsafe { out.bytes() })
     }
 
-    /// Whether a header is present, with any value (an empty one too).
-    pub fn has_header(&self, side: Side, name: &str) -> bool {
-        self.first_value(side, name).0
-    }
-
     /// Envoy's lookup of a header's first value: whether it has one, and the value.
     fn first_value(&self, side: Side, name: &str) -> (bool, EnvoyBuffer) {
         let mut out = EnvoyBuffer::NULL;

@@ -9,7 +9,6 @@
 
 mod ffi;
 mod filter;
-mod flight;
 mod hooks;
 mod host;
 mod logger;
@@ -34,4 +33,11 @@ fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Microseconds on the wall clock, for timing a decision.
+fn now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }

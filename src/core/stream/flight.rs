@@ -1,0 +1,330 @@
+//! A forwarded stream: the flight machine ([`crate::core::flight`]) fed the router's answer,
+//! call-out answers and timers, and the one interpreter of its effects ([`Flight::apply`]).
+
+use super::{Host, Phase, Stream, Verdict};
+use crate::core::access_log;
+use crate::core::config::Config;
+use crate::core::flight::{
+    AnswerFacts, Attempt, CallAnswer, CallId, Effect, Effects, Flow, Machine, Replay, Start,
+    Summary,
+};
+use crate::core::headers::Headers;
+use crate::core::report::{self, Report};
+use crate::core::trace::Trace;
+use std::collections::VecDeque;
+
+/// The state of one forwarded request.
+pub(super) struct Flight {
+    machine: Machine,
+    /// The host's ids of the call-outs in flight, with the machine's.
+    calls: Vec<(u64, CallId)>,
+    /// Its metrics' and trace's bookkeeping.
+    report: Report,
+}
+
+/// What the machine may ask about the router's answer, read from the host only when asked.
+struct Facts<'h, H> {
+    host: &'h mut H,
+    now: Option<u64>,
+    /// The answer ended with the headers in hand.
+    ends: bool,
+}
+
+impl<H: Host> AnswerFacts for Facts<'_, H> {
+    fn now_ms(&mut self) -> u64 {
+        *self.now.get_or_insert_with(|| self.host.now_ms())
+    }
+
+    fn code_details(&mut self) -> Option<String> {
+        self.host.answer_code_details()
+    }
+
+    fn headers(&mut self) -> Headers {
+        self.host.answer_headers()
+    }
+
+    fn chunk(&mut self) -> Vec<u8> {
+        self.host.answer_body()
+    }
+
+    fn ends_with_headers(&mut self) -> bool {
+        self.ends
+    }
+}
+
+fn verdict(flow: Flow) -> Verdict {
+    match flow {
+        Flow::Continue => Verdict::Continue,
+        Flow::Hold => Verdict::Stop,
+    }
+}
+
+impl Flight {
+    /// The flight of a request whose first attempt was just written into it, at `now_ms`,
+    /// with its routing trace if it asked for one.
+    pub(super) fn start(
+        config: &Config,
+        host: &mut impl Host,
+        (start, replay): (Start, Replay),
+        trace: Option<Box<Trace>>,
+        now_ms: u64,
+    ) -> Flight {
+        let mut out = Effects::new();
+        let report = Report::new(start.virtual_model, trace);
+        let machine = Machine::start(config, start, replay, now_ms, &mut out);
+        let mut flight = Flight {
+            machine,
+            calls: Vec::new(),
+            report,
+        };
+        flight.apply(config, host, out);
+        flight
+    }
+
+    /// Runs an event of the router's answer on the machine, with the answer's facts read
+    /// from the host only if it asks, and applies its effects.
+    fn answer_event<'c, H: Host>(
+        &mut self,
+        config: &'c Config,
+        host: &mut H,
+        ends: bool,
+        event: impl FnOnce(&mut Machine, &'c Config, &mut Facts<'_, H>, &mut Effects<'c>) -> Flow,
+    ) -> Verdict {
+        let mut out = Effects::new();
+        let mut facts = Facts {
+            host,
+            now: None,
+            ends,
+        };
+        let flow = event(&mut self.machine, config, &mut facts, &mut out);
+        self.apply(config, host, out);
+        verdict(flow)
+    }
+
+    /// A call-out of this flight finished; false if `id` is none of its.
+    fn on_call_done(
+        &mut self,
+        config: &Config,
+        host: &mut impl Host,
+        id: u64,
+        answer: Option<CallAnswer>,
+    ) -> bool {
+        let Some(at) = self.calls.iter().position(|(host_id, _)| *host_id == id) else {
+            return false;
+        };
+        let (_, call) = self.calls.swap_remove(at);
+        let mut out = Effects::new();
+        let now = host.now_ms();
+        self.machine
+            .on_call_answer(config, call, answer, now, &mut out);
+        self.apply(config, host, out);
+        true
+    }
+
+    /// Applies effects in order; making an attempt reports back to the machine, whose new
+    /// effects follow every effect already pending. Metrics, access-log fields and the trace
+    /// come first, since the effect is consumed by its own step.
+    fn apply<'c>(&mut self, config: &'c Config, host: &mut impl Host, mut out: Effects<'c>) {
+        if out.is_empty() {
+            return; // most answer events (every body chunk of a plain answer) have none
+        }
+        // The queue is allocated only when an attempt adds effects (most events make none).
+        let mut first = out.take();
+        let mut pending: VecDeque<Effect<'c>> = VecDeque::new();
+        while let Some(effect) = first.next().or_else(|| pending.pop_front()) {
+            let trace = self.note(config, host, &effect);
+            self.apply_one(config, host, effect, trace, &mut pending);
+        }
+    }
+
+    /// An effect's metrics, and at the request's ending its access-log fields; the trace
+    /// header's value at the ending, if the request asked for one.
+    fn note(
+        &mut self,
+        config: &Config,
+        host: &mut impl Host,
+        effect: &Effect<'_>,
+    ) -> Option<String> {
+        let trace = self
+            .report
+            .effect(config, effect, |id, w| host.write_metric(id, w));
+        if let (true, Some(ending)) = (config.filter_state, report::ending(effect)) {
+            let fallback = self.report.fallback();
+            for (key, value) in
+                access_log::outcome(config, ending.target, ending.attempts, fallback)
+            {
+                host.write_field(key, value);
+            }
+        }
+        trace
+    }
+
+    /// Performs one effect; `trace` is the trace header's value, at the request's ending.
+    fn apply_one<'c>(
+        &mut self,
+        config: &'c Config,
+        host: &mut impl Host,
+        effect: Effect<'c>,
+        trace: Option<String>,
+        pending: &mut VecDeque<Effect<'c>>,
+    ) {
+        let name = config.header_names.trace.as_str();
+        let trace = trace.as_deref().map(|value| (name, value));
+        match effect {
+            Effect::Attempt(attempt) => self.attempt(config, host, attempt, pending),
+            Effect::ArmTimer { due_ms, token } => host.arm_timer(due_ms, token),
+            Effect::Record { .. } | Effect::Samples { .. } => {
+                if let Some(target) = host.record_health(config, &effect) {
+                    let vm = self.report.virtual_model();
+                    report::evicted(config, vm, target, |id, w| host.write_metric(id, w));
+                }
+            }
+            Effect::Pin {
+                virtual_model,
+                session,
+                window,
+                target,
+            } => host.pin(virtual_model, session, window, target),
+            Effect::Deliver(delivery) => {
+                if delivery.drop_content_length {
+                    host.remove_response_header("content-length");
+                }
+                for name in delivery.hidden {
+                    host.remove_response_header(name);
+                }
+                for (name, value) in delivery.headers.pairs().chain(trace) {
+                    host.set_response_header(name, value);
+                }
+            }
+            Effect::Reply(reply) => {
+                let mut headers = reply.headers();
+                headers.extend(trace);
+                host.reply(reply.ending.status, &headers, &reply.body);
+            }
+            Effect::Fail(failure) => {
+                let mut headers = failure.headers();
+                headers.extend(trace);
+                host.reply(
+                    failure.error.status,
+                    &headers,
+                    failure.error.body.as_bytes(),
+                );
+            }
+            Effect::ReplaceBody { with, .. } => host.replace_answer_body(&with),
+        }
+    }
+
+    /// Makes an attempt's call-out (the first attempt is already in the request the router
+    /// sends) and tells the machine how it went; its effects join the pending ones.
+    fn attempt<'c>(
+        &mut self,
+        config: &'c Config,
+        host: &mut impl Host,
+        attempt: Attempt<'c>,
+        pending: &mut VecDeque<Effect<'c>>,
+    ) {
+        let Some(call) = attempt.call else {
+            return;
+        };
+        report::log_attempt(config, attempt.target, attempt.number, &call.outbound);
+        let sent = self
+            .machine
+            .call_request(&call, &config.header_names)
+            .and_then(|request| host.dispatch(&request));
+        let mut more = Effects::new();
+        match sent {
+            Some(id) => {
+                self.calls.push((id, call.id));
+                self.machine.on_dispatched(call.id, &mut more);
+            }
+            None => {
+                let now = host.now_ms();
+                self.machine
+                    .on_dispatch_refused(config, call.id, now, &mut more)
+            }
+        }
+        pending.extend(more.take());
+    }
+}
+
+impl Stream {
+    /// The router's response headers arrived (`end`: with no body after them).
+    pub fn on_response_headers(
+        &mut self,
+        config: &Config,
+        host: &mut impl Host,
+        end: bool,
+    ) -> Verdict {
+        let Phase::Forwarded(flight) = &mut self.phase else {
+            return Verdict::Continue;
+        };
+        let status = host.answer_status();
+        flight.answer_event(config, host, end, |m, config, facts, out| {
+            m.on_answer_headers(config, status, facts, out)
+        })
+    }
+
+    /// A chunk of the router's answer (`end`: the last).
+    pub fn on_response_body(
+        &mut self,
+        config: &Config,
+        host: &mut impl Host,
+        end: bool,
+    ) -> Verdict {
+        let Phase::Forwarded(flight) = &mut self.phase else {
+            return Verdict::Continue;
+        };
+        flight.answer_event(config, host, end, |m, config, facts, out| {
+            m.on_answer_body(config, end, facts, out)
+        })
+    }
+
+    /// The router's answer's trailers arrived.
+    pub fn on_response_trailers(&mut self, config: &Config, host: &mut impl Host) -> Verdict {
+        let Phase::Forwarded(flight) = &mut self.phase else {
+            return Verdict::Continue;
+        };
+        flight.answer_event(config, host, true, |m, config, _, out| {
+            m.on_answer_trailers(config, out)
+        })
+    }
+
+    /// A call-out this stream made finished: `answer` is `None` when it got none (reset,
+    /// timeout, refused). False if the stream made no call with this id (it may belong to a
+    /// stream that went away).
+    pub fn on_call_done(
+        &mut self,
+        config: &Config,
+        host: &mut impl Host,
+        id: u64,
+        answer: Option<CallAnswer>,
+    ) -> bool {
+        if let Phase::Classifying(_) = self.phase {
+            let body = answer.as_ref().map(|a| a.body.as_slice());
+            return self.on_classifier_answer(config, host, id, body);
+        }
+        match &mut self.phase {
+            Phase::Forwarded(flight) => flight.on_call_done(config, host, id, answer),
+            _ => false,
+        }
+    }
+
+    /// A timer this stream armed fired.
+    pub fn on_timer(&mut self, config: &Config, host: &mut impl Host, token: u64) {
+        if let Phase::Forwarded(flight) = &mut self.phase {
+            let mut out = Effects::new();
+            let now = host.now_ms();
+            flight.machine.on_timer(config, token, now, &mut out);
+            flight.apply(config, host, out);
+        }
+    }
+
+    /// The stream went away: late answers and timers are ignored from now on. What the
+    /// request did, if it was forwarded.
+    pub fn on_destroyed(&mut self) -> Option<Summary> {
+        match &mut self.phase {
+            Phase::Forwarded(flight) => Some(flight.machine.on_destroyed()),
+            _ => None,
+        }
+    }
+}
