@@ -202,14 +202,6 @@ pub fn send_reply(status: u16, headers: Vec<(&str, &str)>, body: &[u8]) {
     }
 }
 
-/// Sends a local JSON reply.
-pub fn send_json_reply(status: u16, body: &str, extra: Vec<(&str, &str)>) {
-    let _span = profile::span("send_json_reply");
-    let mut headers = vec![("content-type", "application/json")];
-    headers.extend(extra);
-    send_reply(status, headers, body.as_bytes());
-}
-
 /// Starts an HTTP call to `cluster`; `None` if the host refused it (unknown cluster, ...).
 pub fn dispatch(
     cluster: &str,

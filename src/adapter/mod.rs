@@ -3,14 +3,13 @@
 //! It moves bytes and time between Envoy and [`crate::core`]: read the path and body, ask the
 //! core for a decision, write headers and body back. No routing decision is made here.
 
-mod flight;
 mod host;
 mod http;
 mod metrics;
 mod profile;
-mod report;
 mod root;
 mod runtime;
+mod stream;
 
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(proxy_wasm::types::LogLevel::Info);

@@ -1,10 +1,10 @@
 //! The root context: loads the plugin config once per (re)configuration, creates the
 //! per-request contexts that share it, and runs the timers and calls of the worker's flights.
 
-use super::flight;
 use super::host;
 use super::http::Http;
 use super::runtime::Runtime;
+use super::stream;
 use crate::core::config::{Config, ConfigVersion};
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::ContextType;
@@ -55,7 +55,7 @@ impl Context for Root {
         _num_trailers: usize,
     ) {
         let _span = super::profile::span("on_http_call_response");
-        flight::on_call_response(&self.runtime, token, num_headers, body_size);
+        stream::on_root_call_response(&self.runtime, token, num_headers, body_size);
     }
 }
 
@@ -104,7 +104,7 @@ impl RootContext for Root {
         let now = host::now_ms();
         for (context_id, token) in self.runtime.take_due(now) {
             if host::set_effective_context(context_id) {
-                flight::on_timer(&self.runtime, context_id, token, now);
+                stream::on_timer(&self.runtime, context_id, token);
             }
         }
     }

@@ -1,5 +1,5 @@
 //! Per-worker state shared by the root context and every request context of one plugin: the
-//! cached health view, the flight machine of each forwarded request, and the retry and timeout
+//! cached health view, the machine of each forwarded stream, and the retry and timeout
 //! timers and outstanding HTTP calls that lead back to them.
 //!
 //! proxy-wasm has no per-stream timers, so delays run on the root context's tick; a call made
@@ -9,15 +9,15 @@
 
 use super::host::{self, SharedData};
 use super::metrics;
-use super::report::Report;
 use crate::core::caller::Caller;
 use crate::core::config::{Config, ModelId};
-use crate::core::flight::{self, CallId, Effect, Machine};
+use crate::core::flight::{self, Effect};
 use crate::core::health::view::HealthView;
 use crate::core::routing::pins::{self, SlotSecret};
 use crate::core::routing::round_robin::Cursors;
 use crate::core::routing::state::RoutingState;
 use crate::core::routing::HealthInput;
+use crate::core::stream::Stream;
 use hashbrown::HashMap;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -32,15 +32,13 @@ struct Timer {
     token: u64,
 }
 
-/// One forwarded request: its machine and the config it was routed with (a reload does not
-/// change a request in flight).
+/// One forwarded request: its stream's machine and the config it was routed with (a reload
+/// does not change a request in flight).
 pub struct Slot {
     /// The config the request started with.
     pub config: Rc<Config>,
-    /// Its flight.
-    pub machine: Machine,
-    /// What its metrics, access log and trace still need to know.
-    pub report: Report,
+    /// Its machine.
+    pub stream: Stream,
 }
 
 /// The worker's shared state.
@@ -49,13 +47,14 @@ pub struct Runtime {
     /// This worker's copy of the shared health records, so the request path reads shared
     /// data at most every `health_view_ms`.
     health: RefCell<HealthView>,
-    /// Forwarded requests by context id.
-    flights: RefCell<HashMap<u32, Slot>>,
+    /// Forwarded requests by context id: timers and call-outs made on the root context come
+    /// back to them here.
+    streams: RefCell<HashMap<u32, Slot>>,
     timers: RefCell<Vec<Timer>>,
     ticking: Cell<bool>,
-    /// Outstanding call-outs: (host token, context id, the machine's call id). Only retries
-    /// and fallbacks in flight are here, so a list does; a map cost 2 KB of `.wasm`.
-    calls: RefCell<Vec<(u32, u32, CallId)>>,
+    /// Outstanding call-outs: (host token, context id). Only retries, fallbacks and
+    /// classifier calls in flight are here, so a list does; a map cost 2 KB of `.wasm`.
+    calls: RefCell<Vec<(u32, u32)>>,
     /// This worker's round-robin cursors, one per caller per virtual model.
     cursors: RefCell<Cursors>,
     /// The `health` gauge values this worker last wrote, by pair number.
@@ -161,23 +160,24 @@ impl Runtime {
         flight::apply_health(&mut view, &SharedData, config, effect, now_ms)
     }
 
-    /// Keeps the flight of stream `context_id`.
-    pub fn add_flight(&self, context_id: u32, slot: Slot) {
-        if let Ok(mut flights) = self.flights.try_borrow_mut() {
-            flights.insert(context_id, slot);
+    /// Keeps the forwarded stream `context_id`.
+    pub fn add_stream(&self, context_id: u32, slot: Slot) {
+        if let Ok(mut streams) = self.streams.try_borrow_mut() {
+            streams.insert(context_id, slot);
         }
     }
 
-    /// Runs `f` on the flight of stream `context_id`, if it has one. Host callbacks never
-    /// nest, so the map is free; a surprise must not abort the VM.
-    pub fn with_flight<T>(&self, context_id: u32, f: impl FnOnce(&mut Slot) -> T) -> Option<T> {
-        let mut flights = self.flights.try_borrow_mut().ok()?;
-        flights.get_mut(&context_id).map(f)
+    /// Runs `f` on forwarded stream `context_id`, if it is here. Host callbacks nest only
+    /// through a local reply, whose own callbacks then find the map busy and let the reply
+    /// through; a surprise must not abort the VM.
+    pub fn with_stream<T>(&self, context_id: u32, f: impl FnOnce(&mut Slot) -> T) -> Option<T> {
+        let mut streams = self.streams.try_borrow_mut().ok()?;
+        streams.get_mut(&context_id).map(f)
     }
 
-    /// Forgets stream `context_id`: its flight, timers and outstanding calls (a call whose
+    /// Forgets stream `context_id`: its machine, timers and outstanding calls (a call whose
     /// stream went away is never answered to us).
-    pub fn remove_flight(&self, context_id: u32) -> Option<Slot> {
+    pub fn remove_stream(&self, context_id: u32) -> Option<Slot> {
         if let Ok(mut timers) = self.timers.try_borrow_mut() {
             if !timers.is_empty() {
                 timers.retain(|t| t.context_id != context_id);
@@ -185,10 +185,10 @@ impl Runtime {
         }
         if let Ok(mut calls) = self.calls.try_borrow_mut() {
             if !calls.is_empty() {
-                calls.retain(|(_, c, _)| *c != context_id);
+                calls.retain(|(_, c)| *c != context_id);
             }
         }
-        self.flights.try_borrow_mut().ok()?.remove(&context_id)
+        self.streams.try_borrow_mut().ok()?.remove(&context_id)
     }
 
     /// Wakes stream `context_id`'s machine at `due_ms` (on a root tick) with `token`.
@@ -221,16 +221,16 @@ impl Runtime {
         due
     }
 
-    /// Remembers which request and call a host call token belongs to.
-    pub fn add_call(&self, token: u32, context_id: u32, call: CallId) {
-        self.calls.borrow_mut().push((token, context_id, call));
+    /// Remembers which stream a host call token belongs to.
+    pub fn add_call(&self, token: u32, context_id: u32) {
+        self.calls.borrow_mut().push((token, context_id));
     }
 
-    /// The request and call of a finished host call.
-    pub fn take_call(&self, token: u32) -> Option<(u32, CallId)> {
+    /// The stream of a finished host call.
+    pub fn take_call(&self, token: u32) -> Option<u32> {
         let mut calls = self.calls.borrow_mut();
-        let at = calls.iter().position(|(t, _, _)| *t == token)?;
-        let (_, context_id, call) = calls.swap_remove(at);
-        Some((context_id, call))
+        let at = calls.iter().position(|(t, _)| *t == token)?;
+        let (_, context_id) = calls.swap_remove(at);
+        Some(context_id)
     }
 }
