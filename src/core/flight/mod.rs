@@ -445,8 +445,4 @@ impl Machine {
 }
 
 #[cfg(test)]
-mod sim;
-#[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod twins;

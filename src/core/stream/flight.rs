@@ -223,6 +223,7 @@ impl Flight {
         attempt: Attempt<'c>,
         pending: &mut VecDeque<Effect<'c>>,
     ) {
+        host.on_attempt(config, &attempt);
         let Some(call) = attempt.call else {
             return;
         };

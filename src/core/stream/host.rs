@@ -4,7 +4,7 @@
 
 use crate::core::access_log::Value;
 use crate::core::config::{Config, ModelId};
-use crate::core::flight::{CallRequest, Effect};
+use crate::core::flight::{Attempt, CallRequest, Effect};
 use crate::core::headers::Headers;
 use crate::core::report::Write;
 use crate::core::request::Edits;
@@ -69,6 +69,11 @@ pub trait Host {
     fn record_health(&mut self, config: &Config, effect: &Effect<'_>) -> Option<ModelId>;
     /// Keeps a sticky session on `target` for the rest of its window.
     fn pin(&mut self, virtual_model: &str, session: u64, window: u64, target: &str);
+    /// An attempt starts (the first through the router, or a call-out about to be made): for
+    /// a host that watches them (the simulator); metrics and the debug line are the core's.
+    fn on_attempt(&mut self, config: &Config, attempt: &Attempt<'_>) {
+        let _ = (config, attempt);
+    }
 
     /// The router's answer's `:status` (502 if it has none).
     fn answer_status(&mut self) -> u16;

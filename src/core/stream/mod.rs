@@ -24,7 +24,11 @@ mod flight;
 mod host;
 mod phase;
 #[cfg(test)]
+mod sim;
+#[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod twins;
 
 pub use host::{Host, Verdict};
 

@@ -4,8 +4,8 @@
 //! simulated time (Envoy adds its tick and scheduling on top).
 
 use super::sim::{Answer, Behaviour, Sim};
-use super::AttemptKind;
 use crate::core::fallback::AttemptOutcome;
+use crate::core::flight::AttemptKind;
 use serde_json::json;
 use std::collections::BTreeMap;
 

@@ -1,17 +1,23 @@
-//! A simulated Envoy worker for the flight machine's tests: a fake clock, mock providers with
+//! A simulated Envoy worker for the stream machine's tests: a fake clock, mock providers with
 //! the e2e mock's faults (failing status, Retry-After, stall, dropped connection, cut stream,
-//! slow tokens), Envoy's router and call-outs, the health store and routing state. Each
-//! request goes the filter's way: decide, start the machine, feed it events in time order and
-//! apply its effects as the proxy-wasm adapter does.
+//! slow tokens), Envoy's router and call-outs, the health store and routing state. It is one
+//! more [`Host`] of the core's stream machine: each request goes through the same
+//! orchestration as in Envoy (headers, body, decision, the router's attempt written into the
+//! request, its answer's events in time order), only the host is simulated.
 
-use super::*;
-use crate::core::decision::decide;
+use super::{Host, Stream, Verdict};
+use crate::core::access_log::Value;
+use crate::core::config::{Config, ModelId};
 use crate::core::endpoint::Endpoint;
+use crate::core::flight::{apply_health, Attempt, AttemptKind, CallAnswer, CallRequest, Effect};
 use crate::core::headers::Headers;
 use crate::core::health::record::HealthRecord;
 use crate::core::health::store::{self, MemoryStore};
 use crate::core::health::view::HealthView;
+use crate::core::report::Write;
+use crate::core::request::Edits;
 use crate::core::routing::state::{LocalState, RoutingState};
+use crate::core::routing::HealthInput;
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 
@@ -96,45 +102,12 @@ enum Ev {
     },
     RouterReset,
     CallDone {
-        call: CallId,
+        call: u64,
         answer: Option<CallAnswer>,
     },
     Timer {
         token: u64,
     },
-}
-
-/// Lazily read facts, as the adapter gives them.
-struct Facts<'a> {
-    now: u64,
-    details: &'static str,
-    headers: &'a [(String, String)],
-    chunk: Vec<u8>,
-    /// What the machine asked for, to check it asks only when needed.
-    asked: Vec<&'static str>,
-}
-
-impl AnswerFacts for Facts<'_> {
-    fn now_ms(&mut self) -> u64 {
-        self.asked.push("now");
-        self.now
-    }
-    fn code_details(&mut self) -> Option<String> {
-        self.asked.push("details");
-        Some(self.details.to_string())
-    }
-    fn headers(&mut self) -> Headers {
-        self.asked.push("headers");
-        Headers::from_pairs(self.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-    }
-    fn chunk(&mut self) -> Vec<u8> {
-        self.asked.push("chunk");
-        std::mem::take(&mut self.chunk)
-    }
-    fn ends_with_headers(&mut self) -> bool {
-        self.asked.push("ends");
-        false
-    }
 }
 
 /// The simulated worker.
@@ -154,23 +127,40 @@ pub struct Sim {
     pub asked: Vec<&'static str>,
 }
 
-/// The request in flight.
+/// The request in flight, as Envoy holds it.
+#[derive(Default)]
 struct Flight {
-    machine: Machine,
     events: BTreeMap<(u64, u64), Ev>,
     next: u64,
+    /// The request as the filter wrote it for the router: its headers and body.
+    request: Vec<(String, String)>,
+    body: Vec<u8>,
     /// The router's answer head, as the filter edits it before it goes on.
     head: Option<(u16, Vec<(String, String)>)>,
     answer: Option<Answer>,
     done: bool,
     /// The router's body Envoy buffered while the filter held the answer.
     held: Vec<u8>,
+    /// The answer's bytes in hand during a body event (held ones and the chunk).
+    in_hand: Vec<u8>,
+    /// The facts of the event in hand: Envoy's code details, and whether the headers end it.
+    details: &'static str,
+    /// Ids of the call-outs made.
+    calls: u64,
 }
 
 impl Flight {
     fn at(&mut self, when: u64, ev: Ev) {
         self.next += 1;
         self.events.insert((when, self.next), ev);
+    }
+
+    /// The request header the filter set, as the router reads it.
+    fn request_header(&self, name: &str) -> Option<&str> {
+        self.request
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -238,54 +228,34 @@ impl Sim {
         client_timeout_ms: Option<u64>,
     ) -> Answer {
         let start = self.now;
-        let path = endpoint.display_path();
         let headers = Headers::from_pairs([
             (":method", "POST"),
-            (":path", path),
+            (":path", endpoint.display_path()),
             (":authority", "gateway"),
             ("content-type", "application/json"),
         ]);
-        let body = body.as_bytes().to_vec();
-        // The health view, re-read as the adapters' is.
-        let (_, health) = self.view.read(&self.config, self.now, &self.store);
         let config = Rc::clone(&self.config);
-        let decided = decide(
-            &config,
-            endpoint,
-            &body,
-            &headers,
-            &health,
-            &self.state,
-            &mut self.rng,
-        );
-        let decision = match decided {
-            Ok(d) => d,
-            Err(e) => {
-                return Answer {
-                    status: e.status,
-                    body: e.body.into_bytes(),
-                    ..Answer::default()
-                }
-            }
-        };
-        let routed_body = decision.outbound.body(&body).unwrap().into_owned();
-        let cluster = decision.outbound.cluster.to_string();
-        let (flight_start, replay) = decision.into_flight(endpoint, headers, body);
-        let mut fx = Effects::new();
-        let machine = Machine::start(&config, flight_start, replay, self.now, &mut fx);
+        let mut stream = Stream::new(fastrand::Rng::with_seed(self.rng.u64(..)));
         let mut flight = Flight {
-            machine,
-            events: BTreeMap::new(),
-            next: 0,
-            head: None,
-            answer: None,
-            done: false,
-            held: Vec::new(),
+            body: body.as_bytes().to_vec(),
+            ..Flight::default()
         };
-        self.route(&mut flight, &cluster, &routed_body);
-        self.apply(&config, &mut flight, fx);
+        let mut host = SimHost {
+            sim: self,
+            flight: &mut flight,
+        };
+        stream.on_request_headers(&config, &mut host, headers, false);
+        let sent = stream.on_request_body(&config, &mut host, body.len(), true);
+        if sent == Verdict::Continue && !flight.done {
+            let cluster = flight
+                .request_header(&config.header_names.cluster)
+                .unwrap_or_default()
+                .to_string();
+            let routed = std::mem::take(&mut flight.body);
+            self.route(&mut flight, &cluster, &routed);
+        }
         let deadline = client_timeout_ms.map(|t| start + t);
-        self.run(&config, &mut flight, deadline);
+        self.run(&config, &mut stream, &mut flight, deadline);
         let mut answer = flight.answer.unwrap_or(Answer {
             timed_out: true,
             ..Answer::default()
@@ -294,7 +264,13 @@ impl Sim {
         answer
     }
 
-    fn run(&mut self, config: &Config, flight: &mut Flight, deadline: Option<u64>) {
+    fn run(
+        &mut self,
+        config: &Config,
+        stream: &mut Stream,
+        flight: &mut Flight,
+        deadline: Option<u64>,
+    ) {
         while !flight.done {
             let Some(((when, _), ev)) = flight.events.pop_first() else {
                 break;
@@ -304,27 +280,23 @@ impl Sim {
                 break; // the client left: the stream is destroyed, late events go nowhere
             }
             self.now = self.now.max(when);
-            self.event(config, flight, ev);
+            self.event(config, stream, flight, ev);
         }
-        flight.machine.on_destroyed();
+        stream.on_destroyed();
     }
 
-    fn event(&mut self, config: &Config, flight: &mut Flight, ev: Ev) {
-        let mut fx = Effects::new();
+    fn event(&mut self, config: &Config, stream: &mut Stream, flight: &mut Flight, ev: Ev) {
         match ev {
             Ev::RouterHeaders {
                 status,
                 details,
                 headers,
             } => {
-                flight.head = Some((status, headers.clone()));
-                let mut facts = self.facts(details, &headers, Vec::new());
-                let flow = flight
-                    .machine
-                    .on_answer_headers(config, status, &mut facts, &mut fx);
-                self.asked.append(&mut facts.asked);
-                self.apply(config, flight, fx);
-                if flow == Flow::Continue && flight.answer.is_none() {
+                flight.head = Some((status, headers));
+                flight.details = details;
+                let mut host = SimHost { sim: self, flight };
+                let verdict = stream.on_response_headers(config, &mut host, false);
+                if verdict == Verdict::Continue && flight.answer.is_none() {
                     let (status, headers) = flight.head.take().unwrap();
                     flight.answer = Some(Answer {
                         status,
@@ -333,7 +305,7 @@ impl Sim {
                     });
                 }
             }
-            Ev::RouterChunk { bytes, end } => self.router_chunk(config, flight, bytes, end),
+            Ev::RouterChunk { bytes, end } => self.router_chunk(config, stream, flight, bytes, end),
             Ev::RouterReset => {
                 if let Some(a) = flight.answer.as_mut() {
                     a.cut = true;
@@ -341,39 +313,33 @@ impl Sim {
                 }
             }
             Ev::CallDone { call, answer } => {
-                flight
-                    .machine
-                    .on_call_answer(config, call, answer, self.now, &mut fx);
-                self.apply(config, flight, fx);
+                let mut host = SimHost { sim: self, flight };
+                stream.on_call_done(config, &mut host, call, answer);
             }
             Ev::Timer { token } => {
-                flight.machine.on_timer(config, token, self.now, &mut fx);
-                self.apply(config, flight, fx);
+                let mut host = SimHost { sim: self, flight };
+                stream.on_timer(config, &mut host, token);
             }
         }
     }
 
     /// A chunk of the router's answer: as Envoy does, the body buffered while the filter held
     /// the answer comes with it, and goes on with it once the filter lets it through.
-    fn router_chunk(&mut self, config: &Config, flight: &mut Flight, bytes: Vec<u8>, end: bool) {
+    fn router_chunk(
+        &mut self,
+        config: &Config,
+        stream: &mut Stream,
+        flight: &mut Flight,
+        bytes: Vec<u8>,
+        end: bool,
+    ) {
         let mut chunk = std::mem::take(&mut flight.held);
         chunk.extend_from_slice(&bytes);
-        let mut fx = Effects::new();
-        let mut facts = self.facts("", &[], chunk.clone());
-        let flow = flight
-            .machine
-            .on_answer_body(config, end, &mut facts, &mut fx);
-        self.asked.append(&mut facts.asked);
-        for e in fx.take() {
-            match e {
-                Effect::ReplaceBody { len, with } => {
-                    assert_eq!(len, chunk.len());
-                    chunk = with;
-                }
-                other => self.apply_one(config, flight, other),
-            }
-        }
-        if flow == Flow::Hold {
+        flight.in_hand = chunk;
+        let mut host = SimHost { sim: self, flight };
+        let verdict = stream.on_response_body(config, &mut host, end);
+        let chunk = std::mem::take(&mut flight.in_hand);
+        if verdict == Verdict::Stop {
             flight.held = chunk;
             return;
         }
@@ -394,126 +360,6 @@ impl Sim {
             a.body.extend_from_slice(&chunk);
             flight.done = end;
         }
-    }
-
-    fn facts<'a>(
-        &self,
-        details: &'static str,
-        headers: &'a [(String, String)],
-        chunk: Vec<u8>,
-    ) -> Facts<'a> {
-        Facts {
-            now: self.now,
-            details,
-            headers,
-            chunk,
-            asked: Vec::new(),
-        }
-    }
-
-    fn apply<'c>(&mut self, config: &'c Config, flight: &mut Flight, mut fx: Effects<'c>) {
-        while !fx.is_empty() {
-            let mut next = Effects::new();
-            for e in fx.take() {
-                if let Effect::Attempt(a) = e {
-                    self.attempt(config, flight, a, &mut next);
-                } else {
-                    self.apply_one(config, flight, e);
-                }
-            }
-            fx = next;
-        }
-    }
-
-    fn apply_one(&mut self, config: &Config, flight: &mut Flight, e: Effect<'_>) {
-        match e {
-            Effect::Attempt(_) => unreachable!("applied by apply"),
-            Effect::ArmTimer { due_ms, token } => flight.at(due_ms, Ev::Timer { token }),
-            Effect::Record { .. } | Effect::Samples { .. } => {
-                apply_health(&mut self.view, &self.store, config, &e, || self.now);
-            }
-            Effect::Pin {
-                virtual_model,
-                session,
-                window,
-                target,
-            } => self.state.pin(virtual_model, session, window, target),
-            Effect::Deliver(d) => {
-                let (_, headers) = flight.head.as_mut().expect("delivered without a head");
-                if d.drop_content_length {
-                    headers.retain(|(k, _)| k != "content-length");
-                }
-                for (k, v) in d.headers.pairs() {
-                    headers.retain(|(n, _)| n != k);
-                    headers.push((k.to_string(), v.to_string()));
-                }
-            }
-            Effect::Reply(r) => {
-                let headers = owned(&r.headers());
-                flight.answer = Some(Answer {
-                    status: r.ending.status,
-                    headers,
-                    body: r.body.clone(),
-                    ..Answer::default()
-                });
-                flight.done = true;
-            }
-            Effect::Fail(f) => {
-                let headers = owned(&f.headers());
-                flight.answer = Some(Answer {
-                    status: f.error.status,
-                    headers,
-                    body: f.error.body.clone().into_bytes(),
-                    ..Answer::default()
-                });
-                flight.done = true;
-            }
-            Effect::ReplaceBody { .. } => unreachable!("only while a chunk is in hand"),
-        }
-    }
-
-    /// Dispatches an attempt's call-out as Envoy would.
-    fn attempt<'c>(
-        &mut self,
-        config: &'c Config,
-        flight: &mut Flight,
-        a: Attempt<'c>,
-        next: &mut Effects<'c>,
-    ) {
-        let name = config.model(a.target).unwrap().name.clone();
-        self.attempts.push((name, a.kind));
-        let Some(call) = a.call else {
-            assert_eq!(a.kind, AttemptKind::First);
-            return;
-        };
-        let request = flight
-            .machine
-            .call_request(&call, &config.header_names)
-            .unwrap();
-        let cluster = request.cluster.to_string();
-        let known = self.providers.contains_key(&cluster) || self.refused.contains(&cluster);
-        if !known {
-            // Envoy refuses a call to a cluster it does not know.
-            return flight
-                .machine
-                .on_dispatch_refused(config, call.id, self.now, next);
-        }
-        let body = request.body.to_vec();
-        let timeout = request.timeout_ms;
-        let (delay, answer) = self.call_answer(&cluster, &body);
-        let (when, answer) = if delay > timeout {
-            (self.now + timeout, None)
-        } else {
-            (self.now + delay, answer)
-        };
-        flight.at(
-            when,
-            Ev::CallDone {
-                call: call.id,
-                answer,
-            },
-        );
-        flight.machine.on_dispatched(call.id, next);
     }
 
     /// The router's attempt at `cluster`: its answer, as events.
@@ -664,6 +510,159 @@ impl Sim {
         pairs.push(("x-mock-provider".into(), cluster.to_string()));
         let headers = Headers::from_pairs(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         (delay, Some(CallAnswer { headers, body }))
+    }
+}
+
+/// The simulated host of one request's stream, for one event.
+struct SimHost<'a> {
+    sim: &'a mut Sim,
+    flight: &'a mut Flight,
+}
+
+impl Host for SimHost<'_> {
+    fn now_ms(&mut self) -> u64 {
+        self.sim.asked.push("now");
+        self.sim.now
+    }
+
+    fn now_us(&mut self) -> u64 {
+        self.sim.now * 1000
+    }
+
+    fn request_body(&mut self) -> Vec<u8> {
+        self.flight.body.clone()
+    }
+
+    fn with_routing<T>(
+        &mut self,
+        config: &Config,
+        now_ms: u64,
+        decide: impl FnOnce(&HealthInput<'_>, &dyn RoutingState) -> T,
+    ) -> T {
+        // The health view, re-read as the adapters' is.
+        let (_, health) = self.sim.view.read(config, now_ms, &self.sim.store);
+        decide(&health, &self.sim.state)
+    }
+
+    fn remove_request_header(&mut self, name: &str) {
+        self.flight.request.retain(|(k, _)| k != name);
+    }
+
+    fn set_request_header(&mut self, name: &str, value: &str) {
+        self.remove_request_header(name);
+        self.flight
+            .request
+            .push((name.to_string(), value.to_string()));
+    }
+
+    fn edit_request_body(&mut self, body: &[u8], edits: &Edits) -> bool {
+        match edits.apply(body) {
+            Some(edited) => {
+                self.flight.body = edited;
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn clear_route_cache(&mut self) {}
+
+    fn resume_request(&mut self) {}
+
+    fn reply(&mut self, status: u16, headers: &[(&str, &str)], body: &[u8]) {
+        self.flight.answer = Some(Answer {
+            status,
+            headers: owned(headers),
+            body: body.to_vec(),
+            ..Answer::default()
+        });
+        self.flight.done = true;
+    }
+
+    /// Envoy refuses a call to a cluster it does not know; others answer after their delay,
+    /// or not at all past the call's timeout.
+    fn dispatch(&mut self, call: &CallRequest<'_>) -> Option<u64> {
+        let cluster = call.cluster.to_string();
+        let known =
+            self.sim.providers.contains_key(&cluster) || self.sim.refused.contains(&cluster);
+        if !known {
+            return None;
+        }
+        let (delay, answer) = self.sim.call_answer(&cluster, call.body);
+        let (when, answer) = if delay > call.timeout_ms {
+            (self.sim.now + call.timeout_ms, None)
+        } else {
+            (self.sim.now + delay, answer)
+        };
+        self.flight.calls += 1;
+        let id = self.flight.calls;
+        self.flight.at(when, Ev::CallDone { call: id, answer });
+        Some(id)
+    }
+
+    fn arm_timer(&mut self, due_ms: u64, token: u64) {
+        self.flight.at(due_ms, Ev::Timer { token });
+    }
+
+    fn write_metric(&mut self, _id: u32, _write: Write) {}
+
+    fn write_field(&mut self, _key: &'static str, _value: Value<'_>) {}
+
+    fn record_health(&mut self, config: &Config, effect: &Effect<'_>) -> Option<ModelId> {
+        let now = self.sim.now;
+        apply_health(&mut self.sim.view, &self.sim.store, config, effect, || now)
+    }
+
+    fn pin(&mut self, virtual_model: &str, session: u64, window: u64, target: &str) {
+        self.sim.state.pin(virtual_model, session, window, target);
+    }
+
+    fn on_attempt(&mut self, config: &Config, attempt: &Attempt<'_>) {
+        let name = config
+            .model(attempt.target)
+            .map_or("?", |m| m.name.as_str());
+        self.sim.attempts.push((name.to_string(), attempt.kind));
+    }
+
+    fn answer_status(&mut self) -> u16 {
+        self.flight.head.as_ref().map_or(502, |(status, _)| *status)
+    }
+
+    fn answer_code_details(&mut self) -> Option<String> {
+        self.sim.asked.push("details");
+        Some(self.flight.details.to_string())
+    }
+
+    fn answer_headers(&mut self) -> Headers {
+        self.sim.asked.push("headers");
+        let headers = self
+            .flight
+            .head
+            .as_ref()
+            .map_or(&[][..], |(_, h)| h.as_slice());
+        Headers::from_pairs(headers.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+    }
+
+    fn answer_body(&mut self) -> Vec<u8> {
+        self.sim.asked.push("chunk");
+        self.flight.in_hand.clone()
+    }
+
+    fn set_response_header(&mut self, name: &str, value: &str) {
+        if let Some((_, headers)) = self.flight.head.as_mut() {
+            headers.retain(|(n, _)| n != name);
+            headers.push((name.to_string(), value.to_string()));
+        }
+    }
+
+    fn remove_response_header(&mut self, name: &str) {
+        if let Some((_, headers)) = self.flight.head.as_mut() {
+            headers.retain(|(n, _)| n != name);
+        }
+    }
+
+    fn replace_answer_body(&mut self, with: &[u8]) {
+        self.flight.in_hand = with.to_vec();
     }
 }
 
