@@ -1,7 +1,7 @@
 """`make profile`: where Switchboard's time per request goes, host call by host call.
 
 Runs the `profile` build of the filter (every callback and host call timed with the host clock,
-see src/adapter/profile.rs) under wrk for the bench scenarios, collects the per-worker reports
+see src/proxy_wasm/profile.rs) under wrk for the bench scenarios, collects the per-worker reports
 from Envoy's log and writes docs/profile.md. The timing itself costs two clock reads per span,
 so totals here are above `make bench`'s; the split between lines is what this is for.
 """

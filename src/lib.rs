@@ -2,11 +2,11 @@
 //! native Envoy dynamic module built from the same core.
 //!
 //! [`core`] is the routing brain: pure Rust, no host calls, tested natively. Two thin adapters
-//! move bytes and time in and out of it: `adapter` (proxy-wasm, compiled for wasm32) and
+//! move bytes and time in and out of it: `proxy_wasm` (proxy-wasm, compiled for wasm32) and
 //! `native` (Envoy's dynamic modules ABI, compiled for every other target).
 
 #[cfg(target_arch = "wasm32")]
-pub mod adapter;
+pub mod proxy_wasm;
 pub mod core;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod native;

@@ -26,7 +26,7 @@
 //! attempt, arm a timer, record an outcome or latency samples, pin a session, deliver, reply,
 //! fail with an error in the client's API shape, replace body bytes.
 //!
-//! # What an adapter does (proxy-wasm's is `src/adapter/flight.rs`)
+//! # What its driver does (the stream machine's `src/core/stream/flight.rs`)
 //! - Keeps one `Machine` per forwarded stream, with the config it started with, in one map
 //!   owned by the worker; call handles and timers map back to (stream, [`CallId`] / token).
 //! - [`Effect::Attempt`] with a call: dispatch [`Machine::call_request`], then report
