@@ -3,7 +3,7 @@
 
 use super::fields::{ConfigError, Fields};
 use super::routing_config::compile_identifier;
-use super::{AccountHeaders, CallerIdentity};
+use super::settings::{AccountHeaders, CallerIdentity};
 
 /// `caller_identity`: `{source: headers|metadata, key}` or `{source: jwt, claim,
 /// payload_in_metadata}`; absent, the client's credential.

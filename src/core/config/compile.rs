@@ -1,12 +1,13 @@
 //! Reads the plugin config JSON into [`Config`], validating every field with its path.
 
+use super::catalog::{Model, ModelId, Provider, Visibility};
 use super::fields::{ConfigError, Fields};
+use super::root::{name_key, Config, NameEntry, DEFAULT_MAX_REQUEST_BODY_BYTES};
 use super::routing_config::{compile_virtual_model, Catalog};
+use super::settings::HeaderNames;
+use super::strategy::Routing;
 use super::upstream::{compile_env_keys, compile_upstream, expand_env, Env};
-use super::{
-    name_key, Config, HeaderNames, Model, ModelId, NameEntry, Provider, Visibility,
-    DEFAULT_MAX_REQUEST_BODY_BYTES,
-};
+use super::virtual_model::VirtualModel;
 use crate::core::endpoint::{Api, Apis, ModelType};
 use crate::core::health::policy::{Eviction, FailureWindow, HealthPolicy};
 use crate::core::health::record::MAX_FAILURES;
@@ -22,6 +23,23 @@ const ROOT_NOT_YET: &[&str] = &[];
 /// Upper bound for `max_request_body_bytes`: the body is copied into the 32-bit Wasm memory
 /// (once read, once rewritten), which must not run out.
 const MAX_BODY_LIMIT: u64 = 128 * 1024 * 1024;
+
+impl Config {
+    /// Parses, validates and compiles the plugin config JSON, with no environment: a
+    /// `${env:NAME}` reference is an error.
+    pub fn parse(json: &[u8]) -> Result<Config, ConfigError> {
+        compile(json, &|_| None)
+    }
+
+    /// [`Config::parse`], resolving `${env:NAME}` in header values with `env` (the Wasm VM's
+    /// environment in the filter, the process's in the command line).
+    pub fn parse_with_env(
+        json: &[u8],
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        compile(json, env)
+    }
+}
 
 pub(super) fn compile(
     json: &[u8],
@@ -158,7 +176,7 @@ pub(super) fn compile(
     let has_classifier = virtual_models.iter().any(|vm| {
         matches!(
             vm.routing,
-            super::Routing::Complexity {
+            Routing::Complexity {
                 classifier: Some(_),
                 ..
             }
@@ -230,7 +248,7 @@ fn compile_response_keys(root: &mut Fields<'_>, env: &Env<'_>) -> Result<Keys, C
 /// The warning for a config that mints response ids with the built-in key: that key is in
 /// Switchboard's public source, so anyone can read the target out of an id and forge ids for
 /// `GET`/`DELETE /v1/responses/{id}`, sent with the gateway's credential.
-fn built_in_key_warning(keys: &Keys, virtual_models: &[super::VirtualModel]) -> Option<String> {
+fn built_in_key_warning(keys: &Keys, virtual_models: &[VirtualModel]) -> Option<String> {
     let responses = virtual_models
         .iter()
         .find(|vm| vm.model_types.contains(ModelType::Responses))?;
@@ -276,7 +294,7 @@ fn compile_trace(root: &mut Fields<'_>, env: &Env<'_>) -> Result<TraceSettings, 
 }
 
 /// `GET /v1/models` in OpenAI's list shape: what a client may call by name.
-fn models_list(models: &[Model], virtual_models: &[super::VirtualModel]) -> String {
+fn models_list(models: &[Model], virtual_models: &[VirtualModel]) -> String {
     let provider_name = |p: Provider| {
         Provider::ALL
             .iter()

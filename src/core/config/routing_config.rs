@@ -5,13 +5,18 @@
 //! stickiness rule is read here with its field path; options this version does not implement
 //! (the complexity classifier model) are rejected as "not supported yet", never ignored.
 
+use super::catalog::{Model, ModelId};
 use super::compile::{checked_header_name, header_value};
 use super::fields::{ConfigError, Fields};
-use super::{
-    name_key, AtLast, Classifier, ComplexityTarget, ConditionalTarget, HashKey, HeadersOverride,
-    Model, ModelId, NameEntry, PriorityTarget, Routing, SessionIdentifier, StickyRouting,
-    StickySource, TargetConfig, TargetPolicy, Thresholds, Tier, TimeoutRules, TimeoutScope,
-    VirtualModel, WeightedTarget, DEFAULT_JWT_PAYLOAD,
+use super::root::{name_key, NameEntry};
+use super::settings::HeaderNames;
+use super::strategy::{
+    Classifier, ComplexityTarget, ConditionalTarget, HashKey, PriorityTarget, Routing,
+    SessionIdentifier, StickyRouting, StickySource, Thresholds, Tier, WeightedTarget,
+    DEFAULT_JWT_PAYLOAD,
+};
+use super::virtual_model::{
+    AtLast, HeadersOverride, TargetConfig, TargetPolicy, TimeoutRules, TimeoutScope, VirtualModel,
 };
 use crate::core::endpoint::{Api, Apis, ModelType, ModelTypes};
 use crate::core::health::sla::SlaCutoff;
@@ -253,7 +258,7 @@ pub(super) struct Catalog<'c> {
     pub models: &'c [Model],
     pub names: &'c HashMap<String, NameEntry>,
     pub virtual_names: &'c [&'c str],
-    pub header_names: &'c super::HeaderNames,
+    pub header_names: &'c HeaderNames,
     /// `model_name_case: "insensitive"`.
     pub fold_case: bool,
     /// The environment `${env:NAME}` references are read from.
