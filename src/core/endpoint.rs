@@ -273,33 +273,6 @@ impl Apis {
         set
     }
 
-    /// What a provider's models serve unless `apis` says otherwise: OpenAI and Azure OpenAI
-    /// every OpenAI-shaped API, the Responses API included; Anthropic its Messages API and
-    /// chat completions; an OpenAI-compatible server (vLLM, TGI, Ollama...) chat completions,
-    /// completions, embeddings and rerank, never the Responses or the Messages API.
-    pub fn default_for(provider: crate::core::config::Provider) -> Apis {
-        use crate::core::config::Provider;
-        match provider {
-            Provider::OpenAi | Provider::Azure => Apis::of(&[
-                Api::ChatCompletions,
-                Api::Completions,
-                Api::Embeddings,
-                Api::Responses,
-                Api::Rerank,
-                Api::Moderations,
-                Api::Images,
-                Api::Audio,
-            ]),
-            Provider::Anthropic => Apis::of(&[Api::Messages, Api::ChatCompletions]),
-            Provider::OpenAiCompatible => Apis::of(&[
-                Api::ChatCompletions,
-                Api::Completions,
-                Api::Embeddings,
-                Api::Rerank,
-            ]),
-        }
-    }
-
     /// Adds an API.
     pub fn insert(&mut self, a: Api) {
         self.0 |= a.bit();
@@ -462,27 +435,7 @@ mod tests {
     }
 
     #[test]
-    fn provider_defaults_give_each_endpoint_to_the_models_that_serve_it_natively() {
-        use crate::core::config::Provider;
-        let by = |p| Apis::default_for(p);
-        assert!(Endpoint::Messages.served_by(by(Provider::Anthropic)));
-        assert!(!Endpoint::Messages.served_by(by(Provider::OpenAi)));
-        assert!(!Endpoint::Responses.served_by(by(Provider::Anthropic)));
-        assert!(Endpoint::Responses.served_by(by(Provider::Azure)));
-        assert!(Endpoint::ChatCompletions.served_by(by(Provider::Anthropic)));
-        assert!(!Endpoint::Embeddings.served_by(by(Provider::Anthropic)));
-        // An OpenAI-compatible server is not assumed to serve the Responses or Messages API.
-        let compatible = by(Provider::OpenAiCompatible);
-        assert!(!Endpoint::Responses.served_by(compatible));
-        assert!(!Endpoint::Messages.served_by(compatible));
-        for e in [
-            Endpoint::ChatCompletions,
-            Endpoint::Completions,
-            Endpoint::Embeddings,
-        ] {
-            assert!(e.served_by(compatible), "{e:?}");
-        }
-        assert!(Endpoint::Rerank.served_by(compatible));
+    fn declared_apis_serve_their_endpoints() {
         // Claude through Azure AI: declared, it serves /v1/messages.
         assert!(Endpoint::Messages.served_by(Apis::of(&[Api::Messages])));
         assert!(Endpoint::ImageEdits.served_by(Apis::of(&[Api::Images])));

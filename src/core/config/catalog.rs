@@ -2,7 +2,7 @@
 //! APIs it speaks.
 
 use super::upstream::Upstream;
-use crate::core::endpoint::Apis;
+use crate::core::endpoint::{Api, Apis};
 use crate::core::health::policy::HealthPolicy;
 
 /// Index of a catalog model in [`Config::models`].
@@ -39,6 +39,32 @@ impl Provider {
         (Provider::Anthropic, "anthropic"),
         (Provider::OpenAiCompatible, "openai-compatible"),
     ];
+
+    /// What a provider's models serve unless `apis` says otherwise: OpenAI and Azure OpenAI
+    /// every OpenAI-shaped API, the Responses API included; Anthropic its Messages API and
+    /// chat completions; an OpenAI-compatible server (vLLM, TGI, Ollama...) chat completions,
+    /// completions, embeddings and rerank, never the Responses or the Messages API.
+    pub fn default_apis(self) -> Apis {
+        match self {
+            Provider::OpenAi | Provider::Azure => Apis::of(&[
+                Api::ChatCompletions,
+                Api::Completions,
+                Api::Embeddings,
+                Api::Responses,
+                Api::Rerank,
+                Api::Moderations,
+                Api::Images,
+                Api::Audio,
+            ]),
+            Provider::Anthropic => Apis::of(&[Api::Messages, Api::ChatCompletions]),
+            Provider::OpenAiCompatible => Apis::of(&[
+                Api::ChatCompletions,
+                Api::Completions,
+                Api::Embeddings,
+                Api::Rerank,
+            ]),
+        }
+    }
 }
 
 /// A real model in the catalog: where it lives and what it is called there.
@@ -69,4 +95,33 @@ pub struct Model {
     pub stores_responses: bool,
     /// What counts as a failure and when it is evicted.
     pub health: HealthPolicy,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::endpoint::Endpoint;
+
+    #[test]
+    fn provider_defaults_give_each_endpoint_to_the_models_that_serve_it_natively() {
+        let by = |p: Provider| p.default_apis();
+        assert!(Endpoint::Messages.served_by(by(Provider::Anthropic)));
+        assert!(!Endpoint::Messages.served_by(by(Provider::OpenAi)));
+        assert!(!Endpoint::Responses.served_by(by(Provider::Anthropic)));
+        assert!(Endpoint::Responses.served_by(by(Provider::Azure)));
+        assert!(Endpoint::ChatCompletions.served_by(by(Provider::Anthropic)));
+        assert!(!Endpoint::Embeddings.served_by(by(Provider::Anthropic)));
+        // An OpenAI-compatible server is not assumed to serve the Responses or Messages API.
+        let compatible = by(Provider::OpenAiCompatible);
+        assert!(!Endpoint::Responses.served_by(compatible));
+        assert!(!Endpoint::Messages.served_by(compatible));
+        for e in [
+            Endpoint::ChatCompletions,
+            Endpoint::Completions,
+            Endpoint::Embeddings,
+        ] {
+            assert!(e.served_by(compatible), "{e:?}");
+        }
+        assert!(Endpoint::Rerank.served_by(compatible));
+    }
 }

@@ -344,7 +344,7 @@ fn compile_model(
             })?,
     };
     let apis = match f.opt_array("apis")? {
-        None => Apis::default_for(provider),
+        None => provider.default_apis(),
         Some(items) => {
             let mut apis = Apis::default();
             for (path, value) in items {
