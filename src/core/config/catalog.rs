@@ -67,6 +67,16 @@ impl Provider {
     }
 }
 
+/// Headers that carry a provider credential. When a model's catalog entry sets one, the
+/// client's own never go to it: a key meant for the gateway (or another provider) must not
+/// reach this one, and Azure refuses a foreign `authorization` beside its `api-key`.
+pub const CREDENTIAL_HEADERS: [&str; 3] = ["authorization", "api-key", "x-api-key"];
+
+/// Whether a (lower-case) header name carries a credential.
+pub fn is_credential(name: &str) -> bool {
+    CREDENTIAL_HEADERS.contains(&name)
+}
+
 /// A real model in the catalog: where it lives and what it is called there.
 #[derive(Debug, Clone)]
 pub struct Model {

@@ -1,6 +1,6 @@
 //! Reads the plugin config JSON into [`Config`], validating every field with its path.
 
-use super::catalog::{Model, ModelId, Provider, Visibility};
+use super::catalog::{is_credential, Model, ModelId, Provider, Visibility};
 use super::fields::{ConfigError, Fields};
 use super::root::{name_key, Config, NameEntry, DEFAULT_MAX_REQUEST_BODY_BYTES};
 use super::routing_config::{compile_virtual_model, Catalog};
@@ -11,7 +11,6 @@ use super::virtual_model::VirtualModel;
 use crate::core::endpoint::{Api, Apis, ModelType};
 use crate::core::health::policy::{Eviction, FailureWindow, HealthPolicy};
 use crate::core::health::record::MAX_FAILURES;
-use crate::core::outbound::is_credential;
 use crate::core::responses::id::Keys;
 use crate::core::trace::TraceSettings;
 use hashbrown::HashMap;

@@ -21,7 +21,7 @@ mod upstream;
 mod version;
 mod virtual_model;
 
-pub use catalog::{Model, ModelId, Provider, Visibility};
+pub use catalog::{is_credential, Model, ModelId, Provider, Visibility, CREDENTIAL_HEADERS};
 pub use fields::ConfigError;
 pub use root::{Config, Named, DEFAULT_MAX_REQUEST_BODY_BYTES};
 pub use settings::{AccountHeaders, CallerIdentity, HeaderNames, NonNativeResponses};
