@@ -6,13 +6,13 @@ use super::root::{name_key, Config, NameEntry, DEFAULT_MAX_REQUEST_BODY_BYTES};
 use super::routing_config::{compile_virtual_model, Catalog};
 use super::settings::HeaderNames;
 use super::strategy::Routing;
+use super::trace_settings::TraceSettings;
 use super::upstream::{compile_env_keys, compile_upstream, expand_env, Env};
 use super::virtual_model::VirtualModel;
 use crate::core::endpoint::{Api, Apis, ModelType};
 use crate::core::health::policy::{Eviction, FailureWindow, HealthPolicy};
 use crate::core::health::record::MAX_FAILURES;
 use crate::core::responses::id::Keys;
-use crate::core::trace::TraceSettings;
 use hashbrown::HashMap;
 use serde_json::Value;
 

@@ -5,7 +5,7 @@
 //! the request path only looks names up in the compiled tables.
 //!
 //! The compiled form is plain data, one file per part (`catalog.rs`, `strategy.rs`,
-//! `virtual_model.rs`, `settings.rs`, `root.rs`); the other files read the JSON into it.
+//! `virtual_model.rs`, `settings.rs`, `trace_settings.rs`, `root.rs`); the other files read the JSON into it.
 
 mod callers;
 mod catalog;
@@ -17,6 +17,7 @@ mod root;
 mod routing_config;
 mod settings;
 mod strategy;
+mod trace_settings;
 mod upstream;
 mod version;
 mod virtual_model;
@@ -30,6 +31,7 @@ pub use strategy::{
     SessionIdentifier, StickyRouting, StickySource, Thresholds, Tier, WeightedTarget,
     DEFAULT_JWT_PAYLOAD,
 };
+pub use trace_settings::TraceSettings;
 pub use upstream::Upstream;
 pub use version::ConfigVersion;
 pub use virtual_model::{

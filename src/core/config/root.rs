@@ -3,6 +3,7 @@
 
 use super::catalog::{Model, ModelId};
 use super::settings::{AccountHeaders, CallerIdentity, HeaderNames, NonNativeResponses};
+use super::trace_settings::TraceSettings;
 use super::virtual_model::VirtualModel;
 use crate::core::health::policy::FailureWindow;
 use hashbrown::HashMap;
@@ -77,7 +78,7 @@ pub struct Config {
     /// Where each Prometheus metric of this config sits, and its host id once defined.
     pub metrics: crate::core::metrics::MetricTable,
     /// `trace`: when answers carry the routing trace header.
-    pub trace: crate::core::trace::TraceSettings,
+    pub trace: TraceSettings,
     /// `filter_state` (default false): each routed request writes its routing facts as Envoy
     /// filter state (`wasm.switchboard.*`) for the access log: five host calls a request, so
     /// only when an access log prints them.
