@@ -28,3 +28,4 @@ pub mod routing;
 pub mod status_set;
 pub mod trace;
 pub mod usage;
+pub mod when;

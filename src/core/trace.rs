@@ -19,9 +19,9 @@ use crate::core::fallback::AttemptOutcome;
 use crate::core::headers::Headers;
 use crate::core::health::record::Standing;
 use crate::core::metadata::Metadata;
-use crate::core::routing::condition::Facts;
 use crate::core::routing::state::RoutingState;
 use crate::core::routing::{HealthInput, Plan, Request};
+use crate::core::when::Facts;
 
 /// Why a target of the virtual model is not among a request's candidates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

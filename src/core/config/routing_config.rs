@@ -20,7 +20,7 @@ use super::virtual_model::{
 };
 use crate::core::endpoint::{Api, Apis, ModelType, ModelTypes};
 use crate::core::health::sla::SlaCutoff;
-use crate::core::routing::condition::Condition;
+use crate::core::when::Condition;
 use hashbrown::HashMap;
 
 const SUPPORTED: &str = "supported: weight-based-routing, priority-based-routing, \

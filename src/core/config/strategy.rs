@@ -2,7 +2,7 @@
 //! targets, and the identifiers that sticky sessions and hash keys are read from.
 
 use super::catalog::ModelId;
-use crate::core::routing::condition::Condition;
+use crate::core::when::Condition;
 
 /// A target of a weighted virtual model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,9 +2,9 @@
 //! `when` expression holds for the request wins; the others that hold follow, in config order,
 //! as its fallbacks. None holding is the caller's 400.
 
-use super::condition::Facts;
 use super::Request;
 use crate::core::config::{ConditionalTarget, ModelId};
+use crate::core::when::Facts;
 
 impl Facts for Request<'_> {
     fn header(&self, lower_case_name: &str) -> Option<&str> {
@@ -45,7 +45,7 @@ mod tests {
     use crate::core::headers::Headers;
     use crate::core::headers::NO_HEADERS;
     use crate::core::metadata::Metadata;
-    use crate::core::routing::condition::Condition;
+    use crate::core::when::Condition;
 
     fn targets(whens: &[&str]) -> Vec<ConditionalTarget> {
         whens

@@ -5,7 +5,6 @@
 
 pub mod classifier;
 pub mod complexity;
-pub mod condition;
 pub mod conditional;
 pub mod hash;
 pub mod hashing;
@@ -211,7 +210,7 @@ pub fn eligible(
     let when = |m: ModelId| match &vm.routing {
         Routing::Conditional(targets) => targets
             .iter()
-            .any(|t| t.model == m && t.when.eval(request as &dyn condition::Facts)),
+            .any(|t| t.model == m && t.when.eval(request as &dyn crate::core::when::Facts)),
         _ => true,
     };
     let out: Vec<ModelId> = vm
