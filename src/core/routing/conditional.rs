@@ -2,7 +2,7 @@
 //! `when` expression holds for the request wins; the others that hold follow, in config order,
 //! as its fallbacks. None holding is the caller's 400.
 
-use super::Request;
+use super::request::Request;
 use crate::core::config::{ConditionalTarget, ModelId};
 use crate::core::when::Facts;
 

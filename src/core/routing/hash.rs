@@ -9,9 +9,8 @@
 
 use std::borrow::Cow;
 
-use super::conversation_field;
 use super::hashing::{hash64, rendezvous_score};
-use super::Request;
+use super::request::Request;
 use crate::core::config::{Config, HashKey, ModelId};
 use crate::core::nfc::nfc;
 
@@ -28,7 +27,7 @@ pub fn key_hash(by: &HashKey, request: &Request<'_>) -> Option<u64> {
         // carry one (an embeddings or moderations `input` is no user message).
         HashKey::Conversation if !request.endpoint.is_conversation() => return None,
         HashKey::Conversation => {
-            let text = crate::core::conversation::key(|name| conversation_field(request, name))?;
+            let text = crate::core::conversation::key(|name| request.field(name))?;
             hash64(&[text.as_bytes()])
         }
         HashKey::Header(name) => hash64(&[usable(header(name)?)?.as_bytes()]),

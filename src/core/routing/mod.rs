@@ -12,70 +12,22 @@ pub mod latency;
 pub mod native;
 pub mod pins;
 pub mod priority;
+pub mod request;
 pub mod round_robin;
 pub mod standing;
 pub mod state;
 pub mod sticky;
 pub mod weighted;
 
+pub use request::Request;
 pub use standing::HealthInput;
 
 use crate::core::caller;
 use crate::core::config::{
-    Config, ModelId, Named, Routing, SessionIdentifier, StickySource, Tier, VirtualModel,
-    Visibility,
+    Config, ModelId, Named, Routing, SessionIdentifier, Tier, VirtualModel, Visibility,
 };
-use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
-use crate::core::headers::Headers;
-use crate::core::metadata::Metadata;
-use serde_json::value::RawValue;
 use std::borrow::Cow;
-use std::ops::Range;
-
-/// What routing looks at in a request besides its body.
-#[derive(Clone, Copy)]
-pub struct Request<'a> {
-    /// The endpoint called.
-    pub endpoint: Endpoint,
-    /// The requested model name.
-    pub model: &'a str,
-    /// Resolved metadata.
-    pub metadata: &'a Metadata<'a>,
-    /// The client's headers (names lower-case).
-    pub headers: &'a Headers,
-    /// Sticky pins and round-robin cursors.
-    pub state: &'a dyn state::RoutingState,
-    /// The body, and its top-level fields with their spans (for keys read from the body).
-    pub body: &'a [u8],
-    /// Top-level fields of the body.
-    pub fields: &'a [(Cow<'a, str>, Range<usize>)],
-    /// The classifier model's tier for a complexity virtual model, when it answered.
-    pub tier_hint: Option<Tier>,
-}
-
-impl<'a> Request<'a> {
-    /// The value a session or caller identifier names: a header, a metadata value, or a
-    /// claim of the verified JWT.
-    pub fn identifier(&self, id: &SessionIdentifier) -> Option<Cow<'a, [u8]>> {
-        match id.source {
-            StickySource::Headers => self.headers.get(&id.key).map(Cow::Borrowed),
-            StickySource::Metadata => self
-                .metadata
-                .get(&id.key)
-                .map(|v| Cow::Borrowed(v.as_bytes())),
-            StickySource::Jwt => self
-                .state
-                .verified_claim(&id.payload, &id.key)
-                .map(Cow::Owned),
-        }
-    }
-}
-
-/// A top-level field of the request body as raw JSON.
-pub fn conversation_field<'a>(request: &Request<'a>, name: &str) -> Option<&'a RawValue> {
-    crate::core::request::raw_field(request.body, request.fields, name)
-}
 
 /// The routing decision for one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -403,8 +355,7 @@ fn order(
             // The classifier model's tier, when it gave one, spares reading the text.
             let classify = || {
                 request.tier_hint.unwrap_or_else(|| {
-                    let (text, turns) =
-                        crate::core::conversation::all_text(|n| conversation_field(request, n));
+                    let (text, turns) = crate::core::conversation::all_text(|n| request.field(n));
                     let tools = request
                         .fields
                         .iter()
@@ -465,7 +416,10 @@ fn order(
 mod tests {
     use super::*;
     use crate::core::caller::Caller;
+    use crate::core::endpoint::Endpoint;
+    use crate::core::headers::Headers;
     use crate::core::headers::NO_HEADERS;
+    use crate::core::metadata::Metadata;
 
     static NO_STATE: NoState = NoState;
 

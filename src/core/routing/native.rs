@@ -21,7 +21,7 @@ use crate::core::config::{Config, ModelId, NonNativeResponses, VirtualModel};
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
 
-use super::Request;
+use super::request::Request;
 
 /// Whether targets that do not serve `endpoint` natively stay among a request's targets, to
 /// be refused when picked: only on `/v1/responses` under `"reject"`.

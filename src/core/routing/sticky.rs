@@ -9,8 +9,8 @@
 //! targets in config order, not by weight. Session keys are hashed at once and never stored.
 
 use super::hashing::{hash64, rendezvous_score};
+use super::request::Request;
 use super::standing::rank;
-use super::Request;
 use crate::core::config::{Config, ModelId, StickyRouting, WeightedTarget};
 use crate::core::health::record::Standing;
 
