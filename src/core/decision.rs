@@ -5,7 +5,7 @@
 //! to do to the request: its cluster, authority, path, headers and body edits
 //! ([`crate::core::outbound`]).
 
-use crate::core::caller::{identify, Caller};
+use crate::core::caller::Caller;
 use crate::core::config::{Config, ModelId, Named, VirtualModel};
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
@@ -248,7 +248,7 @@ pub fn decide_with_tier<'c>(
     let outbound = outbound(config, plan.virtual_model(config), target, &client)
         .ok_or_else(|| ErrorReply::invalid_json("could not rewrite the body"))?;
     let binds = config.bind_ids_to_caller && endpoint == Endpoint::Responses;
-    let caller = binds.then(|| identify(&config.caller_identity, &request));
+    let caller = binds.then(|| request.caller(&config.caller_identity));
     Ok(Decision {
         caller,
         plan,

@@ -10,7 +10,6 @@
 //! API natively.
 
 use super::id::{self, Keys, Origin, MARK_PREFIX, PREFIX};
-use crate::core::caller::identify;
 use crate::core::config::{Config, ModelId, Named, Routing, VirtualModel, Visibility};
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
@@ -215,7 +214,7 @@ pub fn check_caller(
     if !config.bind_ids_to_caller {
         return Ok(());
     }
-    let caller = identify(&config.caller_identity, request);
+    let caller = request.caller(&config.caller_identity);
     match origin.caller {
         Some(c) if c == caller => Ok(()),
         _ => Err(ErrorReply::foreign_response_id()),

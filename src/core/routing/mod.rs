@@ -22,7 +22,6 @@ pub mod weighted;
 pub use request::Request;
 pub use standing::HealthInput;
 
-use crate::core::caller;
 use crate::core::config::{
     Config, ModelId, Named, Routing, SessionIdentifier, Tier, VirtualModel, Visibility,
 };
@@ -273,7 +272,7 @@ fn latency_caller(
     let hash = match caller {
         Some(id) => hashing::hash64(&[request.identifier(id).as_deref().unwrap_or_default()]),
         None => {
-            let caller = caller::identify(&config.caller_identity, request);
+            let caller = request.caller(&config.caller_identity);
             hashing::hash64(&[&caller.0])
         }
     };
@@ -397,7 +396,7 @@ fn order(
                 Some(key) => (hash::order(config, &kept, key), None, false),
                 // No usable key: round robin (Zuplo seed).
                 None => {
-                    let caller = caller::identify(&config.caller_identity, request);
+                    let caller = request.caller(&config.caller_identity);
                     let start = request.state.next_cursor(index, caller, kept.len(), rng);
                     (round_robin::order(&kept, start), None, false)
                 }
@@ -405,7 +404,7 @@ fn order(
         }
         Routing::RoundRobin(targets) => {
             let kept = admit.keep(targets, |m| *m);
-            let caller = caller::identify(&config.caller_identity, request);
+            let caller = request.caller(&config.caller_identity);
             let start = request.state.next_cursor(index, caller, kept.len(), rng);
             (round_robin::order(&kept, start), None, false)
         }

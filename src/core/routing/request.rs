@@ -2,7 +2,8 @@
 //! fields, and the routing state (pins, cursors, the verified JWT) it may consult.
 
 use super::state::RoutingState;
-use crate::core::config::{SessionIdentifier, StickySource, Tier};
+use crate::core::caller::Caller;
+use crate::core::config::{CallerIdentity, SessionIdentifier, StickySource, Tier};
 use crate::core::endpoint::Endpoint;
 use crate::core::headers::Headers;
 use crate::core::metadata::Metadata;
@@ -48,8 +49,85 @@ impl<'a> Request<'a> {
         }
     }
 
+    /// The caller of this request, by `rule` (`caller_identity`).
+    pub fn caller(&self, rule: &CallerIdentity) -> Caller {
+        match rule {
+            CallerIdentity::Credential => {
+                let headers = self.headers;
+                let credential = headers
+                    .get("authorization")
+                    .or_else(|| headers.get("x-api-key"));
+                Caller::of(credential.unwrap_or_default())
+            }
+            CallerIdentity::Identifier(id) => {
+                Caller::of(self.identifier(id).as_deref().unwrap_or_default())
+            }
+        }
+    }
+
     /// A top-level field of the body as raw JSON.
     pub fn field(&self, name: &str) -> Option<&'a RawValue> {
         crate::core::request::raw_field(self.body, self.fields, name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::routing::state::LocalState;
+
+    fn caller(rule: &CallerIdentity, headers: &[(&str, &str)]) -> Caller {
+        let headers = Headers::from_pairs(headers.iter().copied());
+        let metadata = Metadata::default();
+        let state = LocalState::default();
+        let request = Request {
+            endpoint: Endpoint::ChatCompletions,
+            model: "m",
+            metadata: &metadata,
+            headers: &headers,
+            state: &state,
+            body: b"",
+            fields: &[],
+            tier_hint: None,
+        };
+        request.caller(rule)
+    }
+
+    #[test]
+    fn by_default_the_caller_is_a_digest_of_its_credential() {
+        let rule = CallerIdentity::Credential;
+        let alice = caller(&rule, &[("authorization", "Bearer sk-alice")]);
+        assert_eq!(alice, Caller::of(b"Bearer sk-alice"));
+        assert_ne!(alice, caller(&rule, &[("authorization", "Bearer sk-bob")]));
+        // Anthropic clients send `x-api-key`; `authorization` wins when both are sent.
+        assert_eq!(
+            caller(&rule, &[("x-api-key", "sk-ant")]),
+            Caller::of(b"sk-ant")
+        );
+        assert_eq!(
+            caller(
+                &rule,
+                &[("x-api-key", "sk-ant"), ("authorization", "Bearer a")]
+            ),
+            Caller::of(b"Bearer a")
+        );
+        assert_eq!(caller(&rule, &[]), Caller::of(b""));
+        // The digest does not hold the credential.
+        assert!(!alice.0.windows(4).any(|w| w == b"sk-a"));
+    }
+
+    #[test]
+    fn a_configured_identity_reads_its_source() {
+        let rule = CallerIdentity::Identifier(SessionIdentifier {
+            key: "x-tenant".to_string(),
+            source: StickySource::Headers,
+            payload: String::new(),
+        });
+        let acme = caller(&rule, &[("x-tenant", "acme"), ("authorization", "k1")]);
+        assert_eq!(
+            acme,
+            caller(&rule, &[("x-tenant", "acme"), ("authorization", "k2")])
+        );
+        assert_ne!(acme, caller(&rule, &[("x-tenant", "globex")]));
     }
 }
