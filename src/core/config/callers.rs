@@ -2,7 +2,7 @@
 //! `response_id_binding` and `account_headers`.
 
 use super::fields::{ConfigError, Fields};
-use super::routing_config::compile_identifier;
+use super::identifiers::compile_identifier;
 use super::settings::{AccountHeaders, CallerIdentity};
 
 /// `caller_identity`: `{source: headers|metadata, key}` or `{source: jwt, claim,

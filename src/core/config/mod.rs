@@ -11,6 +11,8 @@ mod callers;
 mod catalog;
 mod compile;
 mod fields;
+mod header_rules;
+mod identifiers;
 mod metadata;
 mod responses;
 mod root;

@@ -6,14 +6,14 @@
 //! (the complexity classifier model) are rejected as "not supported yet", never ignored.
 
 use super::catalog::{Model, ModelId};
-use super::compile::{checked_header_name, header_value};
 use super::fields::{ConfigError, Fields};
+use super::header_rules::{checked_header_name, header_value};
+use super::identifiers::{compile_identifier, jwt_claim};
 use super::root::{name_key, NameEntry};
 use super::settings::HeaderNames;
 use super::strategy::{
     Classifier, ComplexityTarget, ConditionalTarget, HashKey, PriorityTarget, Routing,
-    SessionIdentifier, StickyRouting, StickySource, Thresholds, Tier, WeightedTarget,
-    DEFAULT_JWT_PAYLOAD,
+    StickyRouting, Thresholds, Tier, WeightedTarget,
 };
 use super::virtual_model::{
     AtLast, HeadersOverride, TargetConfig, TargetPolicy, TimeoutRules, TimeoutScope, VirtualModel,
@@ -570,52 +570,6 @@ fn compile_hash_key(mut f: Fields<'_>) -> Result<HashKey, ConfigError> {
     };
     f.finish(&[])?;
     Ok(by)
-}
-
-/// `{claim, payload_in_metadata}` of a `jwt` source, with their defaults.
-fn jwt_claim(f: &mut Fields<'_>) -> Result<(String, String), ConfigError> {
-    let claim = f.opt_str("claim")?.unwrap_or("sub").to_string();
-    let payload = f
-        .opt_str("payload_in_metadata")?
-        .unwrap_or(DEFAULT_JWT_PAYLOAD)
-        .to_string();
-    if claim.is_empty() || payload.is_empty() {
-        return Err(f.error(
-            "claim",
-            "the claim and payload_in_metadata must not be empty",
-        ));
-    }
-    Ok((payload, claim))
-}
-
-/// `{key, source: headers|metadata}`, or `{source: jwt, claim, payload_in_metadata}`: where a
-/// session or caller identity is read.
-pub(super) fn compile_identifier(mut id: Fields<'_>) -> Result<SessionIdentifier, ConfigError> {
-    let source = match id.str("source")? {
-        "headers" => StickySource::Headers,
-        "metadata" => StickySource::Metadata,
-        "jwt" => StickySource::Jwt,
-        other => {
-            return Err(id.error(
-                "source",
-                format!("expected `headers`, `metadata` or `jwt`, got `{other}`"),
-            ))
-        }
-    };
-    let (key, payload) = match source {
-        StickySource::Headers => (id.str("key")?.to_ascii_lowercase(), String::new()),
-        StickySource::Metadata => (id.str("key")?.to_string(), String::new()),
-        StickySource::Jwt => {
-            let (payload, claim) = jwt_claim(&mut id)?;
-            (claim, payload)
-        }
-    };
-    id.finish(&[])?;
-    Ok(SessionIdentifier {
-        key,
-        source,
-        payload,
-    })
 }
 
 /// `sla_cutoff` (TrueFoundry seed, "SLA cutoff"): either threshold or both.
