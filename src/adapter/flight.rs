@@ -9,7 +9,7 @@ use crate::core::config::Config;
 use crate::core::flight::{
     AnswerFacts, Attempt, CallAnswer, Effect, Effects, Flow, Machine, Replay, Start,
 };
-use crate::core::routing::state::RoutingState;
+use crate::core::routing::RoutingState;
 use crate::core::trace::Trace;
 use proxy_wasm::types::Action;
 use std::rc::Rc;

@@ -17,7 +17,7 @@ use crate::core::request::{inspect, inspect_multipart};
 use crate::core::request::{raw_field, rewrite, Edits, Layout};
 use crate::core::responses::continuation::{self, Continuation};
 use crate::core::responses::stored::{self, Storage};
-use crate::core::routing::state::RoutingState;
+use crate::core::routing::RoutingState;
 use crate::core::routing::{plan, HealthInput, Plan, Request};
 
 /// What to do with a request that will be forwarded.
@@ -322,7 +322,7 @@ mod tests {
     use super::*;
     use crate::core::config::Tier;
     use crate::core::headers::NO_HEADERS;
-    use crate::core::routing::state::LocalState;
+    use crate::core::routing::LocalState;
 
     const CONFIG: &str = r#"{
       "models": [

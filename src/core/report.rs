@@ -13,7 +13,7 @@ use crate::core::flight::{AttemptKind, Effect, Ending};
 use crate::core::headers::Headers;
 use crate::core::metrics::{PairMetric, Reason, StatusClass, VmMetric};
 use crate::core::outbound::Outbound;
-use crate::core::routing::state::RoutingState;
+use crate::core::routing::RoutingState;
 use crate::core::routing::{HealthInput, Plan};
 use crate::core::trace::{self, Trace};
 use std::cell::Cell;

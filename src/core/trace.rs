@@ -19,7 +19,7 @@ use crate::core::fallback::AttemptOutcome;
 use crate::core::headers::Headers;
 use crate::core::health::record::Standing;
 use crate::core::metadata::Metadata;
-use crate::core::routing::state::RoutingState;
+use crate::core::routing::RoutingState;
 use crate::core::routing::{HealthInput, Plan, Request};
 use crate::core::when::Facts;
 
@@ -268,7 +268,7 @@ mod tests {
     use crate::core::health::policy::FailureWindow;
     use crate::core::health::record::HealthRecord;
     use crate::core::routing::plan;
-    use crate::core::routing::state::LocalState;
+    use crate::core::routing::LocalState;
 
     const CONFIG: &str = r#"{
       "models": [

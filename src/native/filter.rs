@@ -25,7 +25,7 @@ use crate::core::outbound::Outbound;
 use crate::core::report::{self, PinProbe};
 use crate::core::request::ENVOY_SLICE;
 use crate::core::routing::classifier::parse_answer;
-use crate::core::routing::state::RoutingState;
+use crate::core::routing::RoutingState;
 use crate::core::routing::{HealthInput, Plan};
 use crate::core::trace::Trace;
 use std::sync::Arc;

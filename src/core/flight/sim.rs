@@ -11,7 +11,7 @@ use crate::core::headers::Headers;
 use crate::core::health::record::HealthRecord;
 use crate::core::health::store::{self, MemoryStore};
 use crate::core::health::view::HealthView;
-use crate::core::routing::state::{LocalState, RoutingState};
+use crate::core::routing::{LocalState, RoutingState};
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 

@@ -16,7 +16,7 @@ use crate::core::errors::ErrorReply;
 use crate::core::headers::Headers;
 use crate::core::metadata::Metadata;
 use crate::core::request::{raw_field, Edit};
-use crate::core::routing::state::RoutingState;
+use crate::core::routing::RoutingState;
 use crate::core::routing::{Plan, Request};
 use serde::Deserialize;
 use serde_json::value::RawValue;

@@ -72,7 +72,7 @@ mod tests {
             ("x-tier", "pro"),
         ]);
         let metadata = Metadata::resolve(Some(br#"{"region":"uk"}"#), &[]).unwrap();
-        let state = crate::core::routing::state::LocalState::default();
+        let state = crate::core::routing::LocalState::default();
         let request = Request {
             endpoint: Endpoint::ChatCompletions,
             model: "vm",

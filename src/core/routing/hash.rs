@@ -9,7 +9,7 @@
 
 use std::borrow::Cow;
 
-use super::hashing::{hash64, rendezvous_score};
+use super::rendezvous::{hash64, rendezvous_score};
 use super::request::Request;
 use crate::core::config::{Config, HashKey, ModelId};
 use crate::core::nfc::nfc;
@@ -153,7 +153,7 @@ mod tests {
         use crate::core::endpoint::Endpoint;
         use crate::core::headers::NO_HEADERS;
         use crate::core::metadata::Metadata;
-        use crate::core::routing::state::LocalState;
+        use crate::core::routing::LocalState;
         let body = br#"{"model":"vm","input":"embed me"}"#;
         let fields = crate::core::request::inspect(body).unwrap().fields;
         let (metadata, state) = (Metadata::default(), LocalState::default());

@@ -7,8 +7,8 @@
 //! inputs stay fixed for the whole epoch. The caller's identity is hashed at once and never
 //! stored.
 
-use super::hashing::{hash64, rendezvous_score_f64};
-use super::standing::HealthInput;
+use super::health_input::HealthInput;
+use super::rendezvous::{hash64, rendezvous_score_f64};
 use crate::core::config::{Config, ModelId};
 
 /// A caller keeps its target for this long.

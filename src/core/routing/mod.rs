@@ -7,20 +7,21 @@ pub mod classifier;
 pub mod complexity;
 pub mod conditional;
 pub mod hash;
-pub mod hashing;
+pub mod health_input;
 pub mod latency;
 pub mod native;
 pub mod pins;
 pub mod priority;
+pub mod rendezvous;
 pub mod request;
 pub mod round_robin;
-pub mod standing;
-pub mod state;
+pub mod shared_state;
 pub mod sticky;
 pub mod weighted;
 
+pub use health_input::HealthInput;
 pub use request::Request;
-pub use standing::HealthInput;
+pub use shared_state::{LocalState, RoutingState};
 
 use crate::core::config::{
     Config, ModelId, Named, Routing, SessionIdentifier, Tier, VirtualModel, Visibility,
@@ -100,7 +101,7 @@ pub fn plan_within(
             // Health demotion does not apply to complexity routing (TrueFoundry seed); weighted
             // orders come out demoted already, from one look at each target's standing.
             if !ranked && !matches!(vm.routing, Routing::Complexity { .. }) {
-                standing::apply(&mut candidates, |m| health.standing(vm, m));
+                health_input::apply(&mut candidates, |m| health.standing(vm, m));
             }
             native::refuse_or_cut(config, vm, request, &mut candidates)?;
             if let Some(n) = vm.max_targets {
@@ -270,10 +271,10 @@ fn latency_caller(
     request: &Request<'_>,
 ) -> [u8; 8] {
     let hash = match caller {
-        Some(id) => hashing::hash64(&[request.identifier(id).as_deref().unwrap_or_default()]),
+        Some(id) => rendezvous::hash64(&[request.identifier(id).as_deref().unwrap_or_default()]),
         None => {
             let caller = request.caller(&config.caller_identity);
-            hashing::hash64(&[&caller.0])
+            rendezvous::hash64(&[&caller.0])
         }
     };
     hash.to_le_bytes()
@@ -424,7 +425,7 @@ mod tests {
 
     /// Routing state for tests that use neither pins nor cursors.
     struct NoState;
-    impl state::RoutingState for NoState {
+    impl RoutingState for NoState {
         fn pinned(&self, _: &str, _: u64, _: u64) -> Option<String> {
             None
         }
@@ -890,7 +891,7 @@ mod tests {
         )
         .unwrap();
         let metadata = Metadata::default();
-        let route = |model: &str, state: &state::LocalState, token: &str| {
+        let route = |model: &str, state: &LocalState, token: &str| {
             let headers = Headers::from_pairs([("authorization", token)]);
             let r = Request {
                 headers: &headers,
@@ -909,17 +910,17 @@ mod tests {
         let mut spread = std::collections::BTreeSet::new();
         for user in 0..40 {
             let sub = format!("user-{user}");
-            let alice = state::LocalState::default().with_claim("jwt_payload", "sub", &sub);
+            let alice = LocalState::default().with_claim("jwt_payload", "sub", &sub);
             let first = route("hash", &alice, "Bearer token-1");
             assert_eq!(route("hash", &alice, "Bearer token-2"), first, "{sub}");
             spread.insert(first[0].0);
-            let alice = state::LocalState::default().with_claim("claims", "sub", &sub);
+            let alice = LocalState::default().with_claim("claims", "sub", &sub);
             let first = route("latency", &alice, "Bearer token-1");
             assert_eq!(route("latency", &alice, "Bearer token-2")[0], first[0]);
         }
         assert!(spread.len() >= 3, "{spread:?}");
         // No verified token: no key, so hash routing goes round robin.
-        let none = state::LocalState::default();
+        let none = LocalState::default();
         let firsts: std::collections::BTreeSet<_> = (0..8)
             .map(|_| route("hash", &none, "Bearer x")[0].0)
             .collect();

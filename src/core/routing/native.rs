@@ -71,7 +71,7 @@ mod tests {
     use crate::core::endpoint::Endpoint;
     use crate::core::headers::NO_HEADERS;
     use crate::core::metadata::Metadata;
-    use crate::core::routing::state::LocalState;
+    use crate::core::routing::LocalState;
     use crate::core::routing::{plan, HealthInput, Request};
 
     /// `claude` (Anthropic: Messages and chat completions) and `vllm` (OpenAI-compatible) do

@@ -5,7 +5,7 @@
 //! group shares its load by a composite of health and latency (agentgateway seed: healthier,
 //! faster targets are favoured): each member's share is its health score times how much faster
 //! than the group's average it answers. Later groups stand behind it in the fallback order, and
-//! take over when health ordering (`standing.rs`) moves the group's targets back: unhealthy by
+//! take over when health ordering (`health_input.rs`) moves the group's targets back: unhealthy by
 //! the failure window (TrueFoundry seed) or evicted; with `failure_window: {failures: 0}` only
 //! eviction does (agentgateway seed: "only after every target in the current group is
 //! evicted"). A lower score alone never spills over to the next group.

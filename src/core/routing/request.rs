@@ -1,7 +1,7 @@
 //! What routing looks at in a request: its endpoint, model name, metadata, headers and body
 //! fields, and the routing state (pins, cursors, the verified JWT) it may consult.
 
-use super::state::RoutingState;
+use super::shared_state::RoutingState;
 use crate::core::caller::Caller;
 use crate::core::config::{CallerIdentity, SessionIdentifier, StickySource, Tier};
 use crate::core::endpoint::Endpoint;
@@ -74,7 +74,7 @@ impl<'a> Request<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::routing::state::LocalState;
+    use crate::core::routing::LocalState;
 
     fn caller(rule: &CallerIdentity, headers: &[(&str, &str)]) -> Caller {
         let headers = Headers::from_pairs(headers.iter().copied());

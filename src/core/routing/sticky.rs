@@ -8,9 +8,9 @@
 //! (a pin the adapter keeps in shared data). Inside a session the fallback order is the other
 //! targets in config order, not by weight. Session keys are hashed at once and never stored.
 
-use super::hashing::{hash64, rendezvous_score};
+use super::health_input::rank;
+use super::rendezvous::{hash64, rendezvous_score};
 use super::request::Request;
-use super::standing::rank;
 use crate::core::config::{Config, ModelId, StickyRouting, WeightedTarget};
 use crate::core::health::record::Standing;
 
@@ -97,8 +97,8 @@ mod tests {
     use crate::core::headers::Headers;
     use crate::core::headers::NO_HEADERS;
     use crate::core::metadata::Metadata;
-    use crate::core::routing::state::{LocalState, RoutingState};
     use crate::core::routing::{plan, HealthInput, Request};
+    use crate::core::routing::{LocalState, RoutingState};
 
     const CONFIG: &str = r#"{"models": [
         {"name": "a", "cluster": "c", "model": "m"},

@@ -11,7 +11,7 @@
 //! target's share went to whichever target is next by weight. Unhealthy targets, then evicted
 //! ones, follow, each group ordered the same way among themselves.
 
-use super::standing::rank;
+use super::health_input::rank;
 use crate::core::config::{ModelId, WeightedTarget};
 use crate::core::health::record::Standing;
 

@@ -24,7 +24,7 @@ use switchboard::core::decision::{decide, request_metadata};
 use switchboard::core::endpoint::Endpoint;
 use switchboard::core::headers::Headers;
 use switchboard::core::outbound::Outbound;
-use switchboard::core::routing::state::LocalState;
+use switchboard::core::routing::LocalState;
 use switchboard::core::routing::{HealthInput, Request};
 use switchboard::core::trace::{self, Skip};
 

@@ -18,8 +18,8 @@ use switchboard::core::fallback::AttemptOutcome;
 use switchboard::core::flight::health_outcome;
 use switchboard::core::headers::Headers;
 use switchboard::core::health::record::HealthRecord;
-use switchboard::core::routing::state::LocalState;
 use switchboard::core::routing::HealthInput;
+use switchboard::core::routing::LocalState;
 
 const FIXTURES: &str = "tools/cli/tests/fixtures/seeds";
 

@@ -2,8 +2,8 @@ use super::*;
 use crate::core::decision::decide;
 use crate::core::endpoint::Endpoint;
 use crate::core::headers::NO_HEADERS;
-use crate::core::routing::state::LocalState;
 use crate::core::routing::HealthInput;
+use crate::core::routing::LocalState;
 
 const CONFIG: &str = r#"{
   "models": [
