@@ -11,6 +11,7 @@ use std::borrow::Cow;
 
 use super::rendezvous::{hash64, rendezvous_score};
 use super::request::Request;
+use super::round_robin;
 use crate::core::config::{Config, HashKey, ModelId};
 use crate::core::nfc::nfc;
 
@@ -64,6 +65,25 @@ fn usable(value: &[u8]) -> Option<Cow<'_, str>> {
             .chars()
             .any(|c| c.is_control() || c == '\u{2028}' || c == '\u{2029}');
     ok.then_some(text)
+}
+
+/// The order of a request's targets (those it may reach): by its key, or round robin when it
+/// has no usable one (Zuplo model load balancing, "Sticky routing").
+pub fn route(
+    config: &Config,
+    index: usize,
+    targets: &[ModelId],
+    by: &HashKey,
+    request: &Request<'_>,
+    rng: &mut fastrand::Rng,
+) -> Vec<ModelId> {
+    match key_hash(by, request) {
+        Some(key) => order(config, targets, key),
+        None => {
+            let start = request.next_turn(&config.caller_identity, index, targets.len(), rng);
+            round_robin::order(targets, start)
+        }
+    }
 }
 
 /// Every target by descending score for the key.

@@ -65,6 +65,19 @@ pub fn refuse_or_cut(
     }
 }
 
+/// Whether a plan of `len` candidates ended before reaching `max_targets_per_request` because
+/// a target that does not serve the Responses API natively stood next ([`refuse_or_cut`]).
+pub fn cut_short(config: &Config, vm: &VirtualModel, request: &Request<'_>, len: usize) -> bool {
+    let non_native = |m: ModelId| {
+        config
+            .model(m)
+            .is_some_and(|model| !request.endpoint.served_by(model.apis))
+    };
+    keeps_non_native(request.endpoint, config.non_native_responses)
+        && vm.targets.iter().any(|t| non_native(t.model))
+        && vm.max_targets.is_none_or(|n| len < n)
+}
+
 #[cfg(test)]
 mod tests {
     use crate::core::config::{Config, ModelId};

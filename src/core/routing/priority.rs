@@ -10,7 +10,21 @@
 //! eviction does (agentgateway seed: "only after every target in the current group is
 //! evicted"). A lower score alone never spills over to the next group.
 
+use super::health_input::HealthInput;
 use crate::core::config::{ModelId, PriorityTarget};
+
+/// The order of a request's targets (those it may reach), each group's share from its
+/// members' health and speed.
+pub fn route(
+    targets: &[PriorityTarget],
+    health: &HealthInput<'_>,
+    rng: &mut fastrand::Rng,
+) -> Vec<ModelId> {
+    let models: Vec<ModelId> = targets.iter().map(|t| t.model).collect();
+    let share = health.shares(&models);
+    let of = |m: ModelId| share.iter().find(|(x, _)| *x == m).map_or(1.0, |(_, s)| *s);
+    order(targets, of, rng)
+}
 
 /// Orders the targets for one request: groups by ascending priority; inside a group the first
 /// is drawn in proportion to `share` (health and latency), the rest follow by share.

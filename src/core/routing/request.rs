@@ -65,6 +65,40 @@ impl<'a> Request<'a> {
         }
     }
 
+    /// This request's caller's next round-robin position among `len` targets of virtual model
+    /// `virtual_model` (`round_robin.rs`: a cursor per caller).
+    pub fn next_turn(
+        &self,
+        rule: &CallerIdentity,
+        virtual_model: usize,
+        len: usize,
+        rng: &mut fastrand::Rng,
+    ) -> usize {
+        let caller = self.caller(rule);
+        self.state.next_cursor(virtual_model, caller, len, rng)
+    }
+
+    /// A request over headers and metadata only, with no body: what the skip reasons look at
+    /// ([`super::Plan::skipped`]) when the trace is written after the body has gone on.
+    pub fn without_body(
+        endpoint: Endpoint,
+        model: &'a str,
+        metadata: &'a Metadata,
+        headers: &'a Headers,
+        state: &'a dyn RoutingState,
+    ) -> Request<'a> {
+        Request {
+            endpoint,
+            model,
+            metadata,
+            headers,
+            state,
+            body: b"",
+            fields: &[],
+            tier_hint: None,
+        }
+    }
+
     /// A top-level field of the body as raw JSON.
     pub fn field(&self, name: &str) -> Option<&'a RawValue> {
         crate::core::request::raw_field(self.body, self.fields, name)

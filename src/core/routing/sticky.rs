@@ -11,7 +11,7 @@
 use super::health_input::rank;
 use super::rendezvous::{hash64, rendezvous_score};
 use super::request::Request;
-use crate::core::config::{Config, ModelId, StickyRouting, WeightedTarget};
+use crate::core::config::{Config, ModelId, Named, StickyRouting, WeightedTarget};
 use crate::core::health::record::Standing;
 
 /// A session and the TTL window the request falls in.
@@ -48,6 +48,22 @@ pub fn session(
         hash: hash64(&[vm_name.as_bytes(), &key]),
         window: now_ms / sticky.ttl_ms.max(1),
     }
+}
+
+/// The catalog model the session was pinned to after a successful fallback, in its window.
+pub fn pinned_target(
+    config: &Config,
+    vm_name: &str,
+    session: Session,
+    request: &Request<'_>,
+) -> Option<ModelId> {
+    request
+        .state
+        .pinned(vm_name, session.hash, session.window)
+        .and_then(|name| match config.lookup(&name) {
+            Some(Named::Catalog(id, _)) => Some(id),
+            _ => None,
+        })
 }
 
 /// The session's target first (its pin if it has one, else the rendezvous winner among the
