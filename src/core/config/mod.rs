@@ -14,6 +14,7 @@ mod fields;
 mod header_rules;
 mod identifiers;
 mod metadata;
+mod models;
 mod responses;
 mod root;
 mod routing_config;
