@@ -27,133 +27,20 @@ const SUPPORTED: &str = "supported: weight-based-routing, priority-based-routing
                          latency-based-routing, complexity-based-routing, conditional-routing, \
                          round-robin-routing, hash-based-routing";
 
+/// One `virtual_models[]` entry: its model types, its `routing_config` (strategy, targets,
+/// sticky sessions) and its failure rules, read in that order.
 pub(super) fn compile_virtual_model(
     mut f: Fields<'_>,
     catalog: &Catalog<'_>,
 ) -> Result<VirtualModel, ConfigError> {
     let name = f.str("name")?.to_string();
-
-    let mut model_types = ModelTypes::default();
-    let types = f
-        .opt_array("model_types")?
-        .ok_or_else(|| f.error("model_types", "is required, e.g. [\"chat\"]"))?;
-    for (path, value) in types {
-        let t = value
-            .as_str()
-            .and_then(ModelType::from_name)
-            .ok_or_else(|| {
-                let known: Vec<&str> = ModelType::ALL.iter().map(|(_, n)| *n).collect();
-                ConfigError::new(path, format!("expected one of: {}", known.join(", ")))
-            })?;
-        model_types.insert(t);
-    }
-    if model_types.is_empty() {
-        return Err(f.error("model_types", "must list at least one model type"));
-    }
-
+    let model_types = compile_model_types(&mut f)?;
     let mut rc = f
         .opt_object("routing_config")?
         .ok_or_else(|| f.error("routing_config", "is required"))?;
     let mut targets = Vec::new();
-    let routing = match rc.str("type")? {
-        "weight-based-routing" => {
-            Routing::Weighted(compile_weighted(&mut rc, catalog, &mut targets)?)
-        }
-        "priority-based-routing" => {
-            Routing::Priority(compile_priority(&mut rc, catalog, &mut targets)?)
-        }
-        "conditional-routing" => {
-            Routing::Conditional(compile_conditional(&mut rc, catalog, &mut targets)?)
-        }
-        "latency-based-routing" => {
-            let strategy = ("latency-based-routing", &["weight", "priority", "when"][..]);
-            let targets =
-                compile_targets(&mut rc, catalog, strategy, &mut targets, |_, m, _| Ok(m))?;
-            let caller = match rc.opt_object("caller_identifier")? {
-                Some(obj) => Some(compile_identifier(obj)?),
-                None => None,
-            };
-            Routing::Latency { targets, caller }
-        }
-        "complexity-based-routing" => {
-            let strategy = (
-                "complexity-based-routing",
-                &["weight", "priority", "when"][..],
-            );
-            let targets =
-                compile_targets(&mut rc, catalog, strategy, &mut targets, |t, model, _| {
-                    let name = t.str("tier")?;
-                    let tier = Tier::from_name(name).ok_or_else(|| {
-                        t.error(
-                            "tier",
-                            format!("expected `simple`, `medium` or `complex`, got `{name}`"),
-                        )
-                    })?;
-                    Ok(ComplexityTarget { model, tier })
-                })?;
-            // The seed: the one strategy that reads the body applies to these model types only.
-            let allowed = [ModelType::Chat, ModelType::Completion, ModelType::Responses];
-            if ModelType::ALL
-                .iter()
-                .any(|(t, _)| model_types.contains(*t) && !allowed.contains(t))
-            {
-                return Err(f.error(
-                    "model_types",
-                    "complexity-based-routing serves only chat, completion and responses",
-                ));
-            }
-            let (thresholds, classifier) = match rc.opt_object("complexity")? {
-                Some(obj) => compile_complexity(obj, catalog)?,
-                None => (
-                    Thresholds {
-                        medium: 2,
-                        complex: 5,
-                    },
-                    None,
-                ),
-            };
-            Routing::Complexity {
-                targets,
-                thresholds,
-                classifier,
-            }
-        }
-        "hash-based-routing" => {
-            let strategy = ("hash-based-routing", &["weight", "priority", "when"][..]);
-            let targets =
-                compile_targets(&mut rc, catalog, strategy, &mut targets, |_, m, _| Ok(m))?;
-            let by = match rc.opt_object("hash_key")? {
-                Some(obj) => compile_hash_key(obj)?,
-                None => return Err(rc.error("hash_key", "is required: {\"source\": \"user\" | \"conversation\" | \"headers\" | \"metadata\", \"key\": ...}")),
-            };
-            Routing::Hash { targets, by }
-        }
-        "round-robin-routing" => {
-            let strategy = ("round-robin-routing", &["weight", "priority", "when"][..]);
-            Routing::RoundRobin(compile_targets(
-                &mut rc,
-                catalog,
-                strategy,
-                &mut targets,
-                |_, m, _| Ok(m),
-            )?)
-        }
-        t => return Err(rc.error("type", format!("unknown routing type `{t}`; {SUPPORTED}"))),
-    };
-    let sticky = match rc.opt_object("sticky_routing")? {
-        Some(obj) if matches!(routing, Routing::Weighted(_)) => {
-            Some(compile_sticky(obj, 1..=30 * 86_400)?)
-        }
-        // A complexity pin holds a session on a price tier: 5 minutes to 1 hour (seed).
-        Some(obj) if matches!(routing, Routing::Complexity { .. }) => {
-            Some(compile_sticky(obj, 300..=3_600)?)
-        }
-        Some(_) => return Err(rc.error(
-            "sticky_routing",
-            "only applies to weight-based-routing and complexity-based-routing (TrueFoundry seed)",
-        )),
-        None => None,
-    };
+    let routing = compile_routing(&mut rc, catalog, &mut targets, (&f, model_types))?;
+    let sticky = compile_sticky_rule(&mut rc, &routing)?;
     rc.finish(&[])?;
     let failures = compile_failure_rules(&mut f)?;
     f.finish(&[])?;
@@ -172,6 +59,153 @@ pub(super) fn compile_virtual_model(
         has_metadata_match,
         sticky,
     })
+}
+
+/// `model_types`: the endpoints a virtual model serves (at least one).
+fn compile_model_types(f: &mut Fields<'_>) -> Result<ModelTypes, ConfigError> {
+    let mut model_types = ModelTypes::default();
+    let types = f
+        .opt_array("model_types")?
+        .ok_or_else(|| f.error("model_types", "is required, e.g. [\"chat\"]"))?;
+    for (path, value) in types {
+        let t = value
+            .as_str()
+            .and_then(ModelType::from_name)
+            .ok_or_else(|| {
+                let known: Vec<&str> = ModelType::ALL.iter().map(|(_, n)| *n).collect();
+                ConfigError::new(path, format!("expected one of: {}", known.join(", ")))
+            })?;
+        model_types.insert(t);
+    }
+    if model_types.is_empty() {
+        return Err(f.error("model_types", "must list at least one model type"));
+    }
+    Ok(model_types)
+}
+
+/// `routing_config.type` and the strategy's fields; each target's settings go to `targets`.
+/// `vm` is the virtual model's own object and model types, which complexity routing checks.
+fn compile_routing(
+    rc: &mut Fields<'_>,
+    catalog: &Catalog<'_>,
+    targets: &mut Vec<TargetConfig>,
+    vm: (&Fields<'_>, ModelTypes),
+) -> Result<Routing, ConfigError> {
+    Ok(match rc.str("type")? {
+        "weight-based-routing" => Routing::Weighted(compile_weighted(rc, catalog, targets)?),
+        "priority-based-routing" => Routing::Priority(compile_priority(rc, catalog, targets)?),
+        "conditional-routing" => Routing::Conditional(compile_conditional(rc, catalog, targets)?),
+        "latency-based-routing" => compile_latency(rc, catalog, targets)?,
+        "complexity-based-routing" => compile_complexity_routing(rc, catalog, targets, vm)?,
+        "hash-based-routing" => compile_hash(rc, catalog, targets)?,
+        "round-robin-routing" => {
+            let strategy = ("round-robin-routing", &["weight", "priority", "when"][..]);
+            let read = |_: &mut Fields<'_>, m, _: &mut TargetPolicy| Ok(m);
+            Routing::RoundRobin(compile_targets(rc, catalog, strategy, targets, read)?)
+        }
+        t => return Err(rc.error("type", format!("unknown routing type `{t}`; {SUPPORTED}"))),
+    })
+}
+
+/// `sticky_routing`, for the strategies that keep sessions.
+fn compile_sticky_rule(
+    rc: &mut Fields<'_>,
+    routing: &Routing,
+) -> Result<Option<StickyRouting>, ConfigError> {
+    match rc.opt_object("sticky_routing")? {
+        Some(obj) if matches!(routing, Routing::Weighted(_)) => {
+            Ok(Some(compile_sticky(obj, 1..=30 * 86_400)?))
+        }
+        // A complexity pin holds a session on a price tier: 5 minutes to 1 hour (seed).
+        Some(obj) if matches!(routing, Routing::Complexity { .. }) => {
+            Ok(Some(compile_sticky(obj, 300..=3_600)?))
+        }
+        Some(_) => Err(rc.error(
+            "sticky_routing",
+            "only applies to weight-based-routing and complexity-based-routing (TrueFoundry seed)",
+        )),
+        None => Ok(None),
+    }
+}
+
+/// `latency-based-routing`: its targets and `caller_identifier`.
+fn compile_latency(
+    rc: &mut Fields<'_>,
+    catalog: &Catalog<'_>,
+    targets: &mut Vec<TargetConfig>,
+) -> Result<Routing, ConfigError> {
+    let strategy = ("latency-based-routing", &["weight", "priority", "when"][..]);
+    let targets = compile_targets(rc, catalog, strategy, targets, |_, m, _| Ok(m))?;
+    let caller = match rc.opt_object("caller_identifier")? {
+        Some(obj) => Some(compile_identifier(obj)?),
+        None => None,
+    };
+    Ok(Routing::Latency { targets, caller })
+}
+
+/// `complexity-based-routing`: each target's `tier`, the model types it may serve, and the
+/// `complexity` thresholds and classifier.
+fn compile_complexity_routing(
+    rc: &mut Fields<'_>,
+    catalog: &Catalog<'_>,
+    targets: &mut Vec<TargetConfig>,
+    (vm, model_types): (&Fields<'_>, ModelTypes),
+) -> Result<Routing, ConfigError> {
+    let strategy = (
+        "complexity-based-routing",
+        &["weight", "priority", "when"][..],
+    );
+    let targets = compile_targets(rc, catalog, strategy, targets, |t, model, _| {
+        let name = t.str("tier")?;
+        let tier = Tier::from_name(name).ok_or_else(|| {
+            t.error(
+                "tier",
+                format!("expected `simple`, `medium` or `complex`, got `{name}`"),
+            )
+        })?;
+        Ok(ComplexityTarget { model, tier })
+    })?;
+    // The seed: the one strategy that reads the body applies to these model types only.
+    let allowed = [ModelType::Chat, ModelType::Completion, ModelType::Responses];
+    if ModelType::ALL
+        .iter()
+        .any(|(t, _)| model_types.contains(*t) && !allowed.contains(t))
+    {
+        return Err(vm.error(
+            "model_types",
+            "complexity-based-routing serves only chat, completion and responses",
+        ));
+    }
+    let (thresholds, classifier) = match rc.opt_object("complexity")? {
+        Some(obj) => compile_complexity(obj, catalog)?,
+        None => (
+            Thresholds {
+                medium: 2,
+                complex: 5,
+            },
+            None,
+        ),
+    };
+    Ok(Routing::Complexity {
+        targets,
+        thresholds,
+        classifier,
+    })
+}
+
+/// `hash-based-routing`: its targets and the required `hash_key`.
+fn compile_hash(
+    rc: &mut Fields<'_>,
+    catalog: &Catalog<'_>,
+    targets: &mut Vec<TargetConfig>,
+) -> Result<Routing, ConfigError> {
+    let strategy = ("hash-based-routing", &["weight", "priority", "when"][..]);
+    let targets = compile_targets(rc, catalog, strategy, targets, |_, m, _| Ok(m))?;
+    let by = match rc.opt_object("hash_key")? {
+        Some(obj) => compile_hash_key(obj)?,
+        None => return Err(rc.error("hash_key", "is required: {\"source\": \"user\" | \"conversation\" | \"headers\" | \"metadata\", \"key\": ...}")),
+    };
+    Ok(Routing::Hash { targets, by })
 }
 
 /// A virtual model's own failure rules, beside each target's `retry_config` and fallback
