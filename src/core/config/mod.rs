@@ -10,6 +10,7 @@
 mod callers;
 mod catalog;
 mod compile;
+mod failure_rules;
 mod fields;
 mod header_rules;
 mod identifiers;
@@ -20,6 +21,7 @@ mod root;
 mod routing_config;
 mod settings;
 mod strategy;
+mod targets;
 mod trace_settings;
 mod upstream;
 mod version;
