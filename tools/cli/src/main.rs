@@ -360,57 +360,22 @@ fn simulate(args: &[String]) -> Result<String, String> {
         return Err(USAGE.to_string());
     };
     let config = o.at_gateway(load(config_path)?);
-    let model = match &o.model {
-        Some(m) => m.clone(),
-        None => config
-            .virtual_models
-            .first()
-            .map(|vm| vm.name.clone())
-            .ok_or("the config has no virtual model; pass --model")?,
-    };
+    let model = simulated_model(&o, &config)?;
     let endpoint = endpoint(&o.path)?;
-    // Each simulated request is its own caller and conversation, unless --header fixes one.
-    let body_for = |i: usize| {
-        serde_json::json!({"model": model, "messages": [{"role": "user", "content": format!("question {i}")}]})
-            .to_string()
-    };
-    let fixed_authorization = o.headers.iter().any(|(k, _)| k == "authorization");
     let state = LocalState::default();
     let mut rng = fastrand::Rng::with_seed(42);
-    // A sticky virtual model keeps a session on one target: give each simulated request its
-    // own session, unless --header fixed the identifier.
-    let sticky_headers: Vec<String> = match config.lookup(&model) {
-        Some(Named::Virtual(_, vm)) => vm
-            .sticky
-            .iter()
-            .flat_map(|s| &s.session_identifiers)
-            .filter(|id| id.source == StickySource::Headers)
-            .map(|id| id.key.clone())
-            .filter(|k| !o.headers.iter().any(|(h, _)| h == k))
-            .collect(),
-        _ => Vec::new(),
-    };
+    let sessions = session_headers(&config, &model, &o.headers);
     let clock = now();
     let mut split: BTreeMap<String, usize> = BTreeMap::new();
     for i in 0..o.requests {
-        let mut headers = o.headers.clone();
-        if !fixed_authorization {
-            headers.push((
-                "authorization".to_string(),
-                format!("Bearer caller-{i}").into_bytes(),
-            ));
-        }
-        let body = body_for(i);
-        headers.extend(
-            sticky_headers
-                .iter()
-                .map(|k| (k.clone(), format!("session-{i}").into_bytes())),
-        );
+        // Each simulated request is its own conversation.
+        let body = serde_json::json!({"model": model, "messages": [{"role": "user", "content": format!("question {i}")}]})
+            .to_string();
         let d = decide(
             &config,
             endpoint,
             body.as_bytes(),
-            &Headers::from_pairs(headers),
+            &simulated_headers(&o.headers, &sessions, i),
             &clock.input(),
             &state,
             &mut rng,
@@ -422,15 +387,63 @@ fn simulate(args: &[String]) -> Result<String, String> {
             .to_string();
         *split.entry(name).or_default() += 1;
     }
-    let mut out = vec![format!(
-        "{} requests to `{model}`, first attempts:",
-        o.requests
-    )];
-    for (name, n) in &split {
-        out.push(format!(
-            "  {name:<40} {n:>8}  {:>6.2}%",
-            100.0 * *n as f64 / o.requests.max(1) as f64
+    Ok(split_lines(&model, o.requests, &split))
+}
+
+/// The model `simulate` asks for: `--model`, else the config's first virtual model.
+fn simulated_model(o: &Options, config: &Config) -> Result<String, String> {
+    match &o.model {
+        Some(m) => Ok(m.clone()),
+        None => config
+            .virtual_models
+            .first()
+            .map(|vm| vm.name.clone())
+            .ok_or("the config has no virtual model; pass --model".to_string()),
+    }
+}
+
+/// The sticky-session headers of `model` that `--header` does not fix: a sticky virtual model
+/// keeps a session on one target, so each simulated request gets its own session.
+fn session_headers(config: &Config, model: &str, fixed: &[(String, Vec<u8>)]) -> Vec<String> {
+    match config.lookup(model) {
+        Some(Named::Virtual(_, vm)) => vm
+            .sticky
+            .iter()
+            .flat_map(|s| &s.session_identifiers)
+            .filter(|id| id.source == StickySource::Headers)
+            .map(|id| id.key.clone())
+            .filter(|k| !fixed.iter().any(|(h, _)| h == k))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The headers of simulated request `i`: `--header`'s, its own caller unless `--header` fixed
+/// the `authorization`, and its own session.
+fn simulated_headers(fixed: &[(String, Vec<u8>)], sessions: &[String], i: usize) -> Headers {
+    let mut headers = fixed.to_vec();
+    if !fixed.iter().any(|(k, _)| k == "authorization") {
+        headers.push((
+            "authorization".to_string(),
+            format!("Bearer caller-{i}").into_bytes(),
         ));
     }
-    Ok(out.join("\n"))
+    headers.extend(
+        sessions
+            .iter()
+            .map(|k| (k.clone(), format!("session-{i}").into_bytes())),
+    );
+    Headers::from_pairs(headers)
+}
+
+/// Each target's share of first attempts.
+fn split_lines(model: &str, requests: usize, split: &BTreeMap<String, usize>) -> String {
+    let mut out = vec![format!("{requests} requests to `{model}`, first attempts:")];
+    for (name, n) in split {
+        out.push(format!(
+            "  {name:<40} {n:>8}  {:>6.2}%",
+            100.0 * *n as f64 / requests.max(1) as f64
+        ));
+    }
+    out.join("\n")
 }
