@@ -206,7 +206,7 @@ fn headers(rng: &mut fastrand::Rng) -> Headers {
     Headers::from_pairs(pairs)
 }
 
-/// An error the filter answers with: a status the seeds give and an OpenAI-style body.
+/// An error the filter answers with: a status the vendor documents give and an OpenAI-style body.
 fn check_error(reply: &ErrorReply, case: &str) {
     assert!(
         matches!(reply.status, 400 | 404 | 409 | 413 | 503),

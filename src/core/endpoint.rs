@@ -1,6 +1,6 @@
 //! Which LLM API a request path calls, and which virtual-model `model_types` serve it.
 //!
-//! The mapping is the model-type table of the TrueFoundry seed ("Supported API Types"):
+//! The mapping is the model-type table of TrueFoundry virtual models ("Supported API Types"):
 //! `chat` serves `/chat/completions` and the Anthropic `/messages`, `responses` serves
 //! `/responses`, and so on. Paths are accepted with or without the `/v1` prefix.
 
@@ -85,7 +85,8 @@ impl Endpoint {
     pub fn from_path(path: &str) -> Option<Endpoint> {
         let path = path.split_once('?').map_or(path, |(p, _)| p);
         let path = match path.strip_prefix("/v2") {
-            // Rerank lives under /v2 (TrueFoundry seed); nothing else does.
+            // Rerank lives under /v2 (TrueFoundry virtual models, "Supported API Types"); nothing
+            // else does.
             Some("/rerank" | "/rerank/") => "/rerank",
             Some(_) => return None,
             None => path.strip_prefix("/v1").unwrap_or(path),
@@ -201,9 +202,9 @@ impl Endpoint {
     }
 }
 
-/// A native API a catalog model serves (`models[].apis`): what decides whether it can be a
-/// target of an endpoint. Zuplo seed, "Endpoints": eligibility depends on the provider and on
-/// whether the model is Claude (Claude on Azure AI or Bedrock serves `/v1/messages`; the GPT
+/// A native API a catalog model serves (`models[].apis`): what decides whether it can be a target
+/// of an endpoint. Zuplo model load balancing, "Endpoints": eligibility depends on the provider and
+/// on whether the model is Claude (Claude on Azure AI or Bedrock serves `/v1/messages`; the GPT
 /// models there serve `/v1/responses`), so the provider only gives the default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Api {
@@ -289,7 +290,7 @@ impl Apis {
     }
 }
 
-/// A virtual model's `model_types` entry (TrueFoundry seed, "Supported API Types").
+/// A virtual model's `model_types` entry (TrueFoundry virtual models, "Supported API Types").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ModelType {
     /// `chat`
@@ -315,7 +316,8 @@ pub enum ModelType {
 }
 
 impl ModelType {
-    /// Every model type with its config name, in the seed's order.
+    /// Every model type with its config name, in the order of TrueFoundry virtual models,
+    /// "Supported API Types".
     pub const ALL: [(ModelType, &'static str); 10] = [
         (ModelType::Chat, "chat"),
         (ModelType::Responses, "responses"),

@@ -9,7 +9,8 @@ use crate::core::health::policy::HealthPolicy;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ModelId(pub usize);
 
-/// Who may call a catalog model by name (agentgateway seed, "Public and internal models").
+/// Who may call a catalog model by name (agentgateway virtual models, "Public and internal
+/// models").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Visibility {
     /// Clients may call it directly; it may also be a target.

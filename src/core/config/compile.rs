@@ -20,7 +20,8 @@ use crate::core::responses::id::Keys;
 use hashbrown::HashMap;
 use serde_json::Value;
 
-/// Seed fields of the config root that a later version implements.
+/// Fields of the config root, from the vendor documents (docs/sources.md), that a later
+/// version implements.
 const ROOT_NOT_YET: &[&str] = &[];
 
 /// Upper bound for `max_request_body_bytes`: the body is copied into the 32-bit Wasm memory

@@ -5,7 +5,8 @@
 //! the request path only looks names up in the compiled tables.
 //!
 //! The compiled form is plain data, one file per part (`catalog.rs`, `strategy.rs`,
-//! `virtual_model.rs`, `settings.rs`, `trace_settings.rs`, `root.rs`); the other files read the JSON into it.
+//! `virtual_model.rs`, `settings.rs`, `trace_settings.rs`, `root.rs`); the other files read the
+//! JSON into it.
 
 mod callers;
 mod catalog;

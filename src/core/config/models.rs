@@ -121,7 +121,7 @@ fn compile_headers(
     Ok(headers)
 }
 
-/// `models[].health` (agentgateway seed, "Health vs eviction").
+/// `models[].health` (agentgateway virtual models, "Health vs eviction").
 fn compile_health(mut f: Fields<'_>) -> Result<HealthPolicy, ConfigError> {
     let mut policy = HealthPolicy::default();
     if let Some(codes) = f.opt_status_codes("unhealthy_status_codes")? {

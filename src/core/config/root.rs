@@ -97,9 +97,9 @@ pub struct Config {
     pub(super) names: HashMap<String, NameEntry>,
 }
 
-/// The key a model name is stored and looked up under: the name itself, or under
-/// `model_name_case: "insensitive"` its ASCII lower case (Zuplo seed, "Limitations": the
-/// policy compares entries without regard to case).
+/// The key a model name is stored and looked up under: the name itself, or under `model_name_case:
+/// "insensitive"` its ASCII lower case (Zuplo model load balancing, "Limitations": the policy
+/// compares entries without regard to case).
 pub(crate) fn name_key(name: &str, fold_case: bool) -> std::borrow::Cow<'_, str> {
     if fold_case && name.bytes().any(|b| b.is_ascii_uppercase()) {
         std::borrow::Cow::Owned(name.to_ascii_lowercase())

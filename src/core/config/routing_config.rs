@@ -2,10 +2,11 @@
 //! fields (the targets' shared ones are read in `targets.rs`, the failure rules in
 //! `failure_rules.rs`).
 //!
-//! Field names follow the TrueFoundry seed ("Configuration structure") and, for the strategies
-//! it does not have, the agentgateway and Zuplo seeds. Every strategy, per-target option and
-//! stickiness rule is read here with its field path; options this version does not implement
-//! (the complexity classifier model) are rejected as "not supported yet", never ignored.
+//! Field names follow TrueFoundry virtual models ("Configuration structure") and, for the
+//! strategies it does not have, agentgateway virtual models and Zuplo model load balancing. Every
+//! strategy, per-target option and stickiness rule is read here with its field path; options this
+//! version does not implement (the complexity classifier model) are rejected as "not supported
+//! yet", never ignored.
 
 use super::failure_rules::compile_failure_rules;
 use super::fields::{ConfigError, Fields};
@@ -120,7 +121,7 @@ fn compile_sticky_rule(
         }
         Some(_) => Err(rc.error(
             "sticky_routing",
-            "only applies to weight-based-routing and complexity-based-routing (TrueFoundry seed)",
+            "only applies to weight-based-routing and complexity-based-routing (TrueFoundry virtual models)",
         )),
         None => Ok(None),
     }
@@ -379,7 +380,7 @@ fn compile_hash_key(mut f: Fields<'_>) -> Result<HashKey, ConfigError> {
     Ok(by)
 }
 
-/// `sla_cutoff` (TrueFoundry seed, "SLA cutoff"): either threshold or both.
+/// `sla_cutoff` (TrueFoundry virtual models, "SLA cutoff"): either threshold or both.
 fn compile_sla(mut f: Fields<'_>) -> Result<SlaCutoff, ConfigError> {
     let ms = |v: Option<u64>| v.map(|n| n as u32);
     let cutoff = SlaCutoff {
@@ -829,7 +830,7 @@ mod tests {
             err(&with_vm(r#"{"name": "vm", "model_types": ["chat"], "routing_config": {"type": "round-robin-routing",
                 "sticky_routing": {"ttl_seconds": 1, "session_identifiers": [{"key": "a", "source": "headers"}]},
                 "load_balance_targets": [{"target": "a"}]}}"#)),
-            "virtual_models[0].routing_config.sticky_routing: only applies to weight-based-routing and complexity-based-routing (TrueFoundry seed)"
+            "virtual_models[0].routing_config.sticky_routing: only applies to weight-based-routing and complexity-based-routing (TrueFoundry virtual models)"
         );
     }
 

@@ -57,7 +57,7 @@ pub struct SessionIdentifier {
     pub payload: String,
 }
 
-/// `sticky_routing` of a weighted virtual model (TrueFoundry seed, "Sticky routing").
+/// `sticky_routing` of a weighted virtual model (TrueFoundry virtual models, "Sticky routing").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StickyRouting {
     /// `ttl_seconds`, in milliseconds.
@@ -71,7 +71,7 @@ pub struct StickyRouting {
     pub shared_when_missing: bool,
 }
 
-/// A complexity tier (TrueFoundry seed, "Complexity-based routing"), cheapest first.
+/// A complexity tier (TrueFoundry virtual models, "Complexity-based routing"), cheapest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Tier {
     /// `simple`
@@ -128,7 +128,7 @@ pub struct Classifier {
     pub timeout_ms: u64,
 }
 
-/// What `hash-based-routing` keys on (Zuplo seed, `stickyBy`).
+/// What `hash-based-routing` keys on (Zuplo model load balancing, `stickyBy`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HashKey {
     /// The caller: the `authorization` header.
@@ -139,7 +139,8 @@ pub enum HashKey {
     Header(String),
     /// A request metadata key.
     Metadata(String),
-    /// A claim of the verified JWT (Zuplo seed, "Sticky by user": the authenticated subject).
+    /// A claim of the verified JWT (Zuplo model load balancing, "Sticky by user": the authenticated
+    /// subject).
     Jwt {
         /// The `payload_in_metadata` name of the `jwt_authn` provider.
         payload: String,
@@ -155,18 +156,18 @@ pub enum Routing {
     Weighted(Vec<WeightedTarget>),
     /// `priority-based-routing`.
     Priority(Vec<PriorityTarget>),
-    /// `conditional-routing` (agentgateway seed).
+    /// `conditional-routing` (agentgateway virtual models, "Conditional routing").
     Conditional(Vec<ConditionalTarget>),
-    /// `round-robin-routing` (Zuplo seed).
+    /// `round-robin-routing` (Zuplo model load balancing, "Round robin").
     RoundRobin(Vec<ModelId>),
-    /// `hash-based-routing` (Zuplo seed's `sticky`).
+    /// `hash-based-routing` (Zuplo model load balancing's `sticky`, "Sticky routing").
     Hash {
         /// The targets.
         targets: Vec<ModelId>,
         /// What the hash keys on.
         by: HashKey,
     },
-    /// `complexity-based-routing` (TrueFoundry seed).
+    /// `complexity-based-routing` (TrueFoundry virtual models, "Complexity-based routing").
     Complexity {
         /// The targets with their tiers.
         targets: Vec<ComplexityTarget>,
@@ -175,7 +176,7 @@ pub enum Routing {
         /// The classifier model, if one is configured.
         classifier: Option<Classifier>,
     },
-    /// `latency-based-routing` (TrueFoundry seed).
+    /// `latency-based-routing` (TrueFoundry virtual models, "Latency-based routing").
     Latency {
         /// The targets.
         targets: Vec<ModelId>,

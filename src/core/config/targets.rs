@@ -24,8 +24,8 @@ pub(super) struct Catalog<'c> {
 }
 
 /// Reads `load_balance_targets`: each target's shared retry and fallback fields, its strategy
-/// field by `read`, and refuses the other strategy's field (the seed makes `weight` and
-/// `priority` mutually exclusive).
+/// field by `read`, and refuses the other strategy's field (TrueFoundry virtual models,
+/// "Configuration structure": the routing strategy fields are mutually exclusive).
 pub(super) fn compile_targets<T>(
     rc: &mut Fields<'_>,
     catalog: &Catalog<'_>,
@@ -158,7 +158,7 @@ fn compile_policy(t: &mut Fields<'_>) -> Result<TargetPolicy, ConfigError> {
 }
 
 /// Reads `target` and resolves it to a catalog model; virtual models are not allowed
-/// (TrueFoundry seed FAQ: targets must be real catalog models).
+/// (TrueFoundry virtual models, "FAQ": targets must be real catalog models).
 fn resolve_target(t: &mut Fields<'_>, catalog: &Catalog<'_>) -> Result<ModelId, ConfigError> {
     let name = t.str("target")?;
     let key = name_key(name, catalog.fold_case);

@@ -7,20 +7,21 @@ use crate::core::endpoint::{Apis, ModelTypes};
 use crate::core::health::sla::SlaCutoff;
 use crate::core::status_set::StatusSet;
 
-/// What happens when one target fails (TrueFoundry seed, "Retries and fallbacks").
+/// What happens when one target fails (TrueFoundry virtual models, "Retries and fallbacks").
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct TargetPolicy {
     /// `retry_config.attempts`: retries on the same target (default 0).
     pub retry_attempts: u32,
     /// `retry_config.delay`: milliseconds before the first retry (default 100).
     pub retry_delay_ms: u64,
-    /// `retry_config.backoff_multiplier`: retry n waits `delay × multiplier^(n-1)` (default 1,
-    /// a fixed delay). Zuplo seed, "Failures and retries": 250 ms then 500 ms is `delay: 250`
-    /// with multiplier 2.
+    /// `retry_config.backoff_multiplier`: retry n waits `delay × multiplier^(n-1)` (default 1, a
+    /// fixed delay). Zuplo model load balancing, "Failures and retries": 250 ms then 500 ms is
+    /// `delay: 250` with multiplier 2.
     pub retry_backoff: u32,
-    /// `retry_config.on_connection_failure`: whether a connection failure or upstream timeout
-    /// is retried like an `on_status_codes` status (default true). Zuplo seed, "Failures and
-    /// retries": a model that "can't be reached" moves to the retry model at once (false).
+    /// `retry_config.on_connection_failure`: whether a connection failure or upstream timeout is
+    /// retried like an `on_status_codes` status (default true). Zuplo model load balancing,
+    /// "Failures and retries": a model that "can't be reached" moves to the retry model at once
+    /// (false).
     pub retry_no_answer: bool,
     /// `retry_config.on_status_codes` (default 429, 500, 502, 503).
     pub retry_on: StatusSet,
@@ -60,7 +61,7 @@ pub static DIRECT_POLICY: TargetPolicy = TargetPolicy {
     sla: None,
 };
 
-/// `headers_override` of a target (TrueFoundry seed, "Header overrides"): applied last.
+/// `headers_override` of a target (TrueFoundry virtual models, "Header overrides"): applied last.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HeadersOverride {
     /// Headers added or overwritten (names lower-cased).
@@ -95,11 +96,12 @@ pub struct VirtualModel {
     pub routing: Routing,
     /// Each target's settings, in config order.
     pub targets: Vec<TargetConfig>,
-    /// `fallback_timeout_ms` (Zuplo seed): abandon an attempt, any of them, that has not
-    /// started answering, for the next candidate.
+    /// `fallback_timeout_ms` (Zuplo model load balancing, "Policy Options":
+    /// `fallbackTimeoutSeconds`): abandon an attempt, any of them, that has not started answering,
+    /// for the next candidate.
     pub fallback_timeout_ms: Option<u64>,
-    /// `max_targets_per_request`: how many targets one request may try, the first included
-    /// (Zuplo seed, "Failures and retries": "each request tries at most two models").
+    /// `max_targets_per_request`: how many targets one request may try, the first included (Zuplo
+    /// model load balancing, "Failures and retries": "each request tries at most two models").
     pub max_targets: Option<usize>,
     /// How `fallback_timeout_ms` grows from target to target (and, with the options below,
     /// what it covers and how it ends).

@@ -189,7 +189,8 @@ impl<'a> Turn<'a> {
     }
 }
 
-/// Why an id or mark was refused (the seed answers each with 409).
+/// Why an id or mark was refused (TrueFoundry virtual models, "Responses API conversations",
+/// answers each with 409).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NotOurs;
 

@@ -1,9 +1,9 @@
-//! `complexity-based-routing` (TrueFoundry seed, "Complexity-based routing"): every target has
-//! a tier (`simple`, `medium`, `complex`); an in-process heuristic classifies each request from
-//! its text, with no extra call or latency, and the request goes to its tier's targets. A
-//! failing tier escalates to the next higher tier, never a lower one. A session can be pinned
-//! to the tier of its first request (`sticky_routing`). Health demotion does not apply here
-//! (seed, "Unhealthy target detection"): order is by tier and escalation.
+//! `complexity-based-routing` (TrueFoundry virtual models, "Complexity-based routing"): every
+//! target has a tier (`simple`, `medium`, `complex`); an in-process heuristic classifies each
+//! request from its text, with no extra call or latency, and the request goes to its tier's
+//! targets. A failing tier escalates to the next higher tier, never a lower one. A session can be
+//! pinned to the tier of its first request (`sticky_routing`). Health demotion does not apply here
+//! (TrueFoundry virtual models, "Unhealthy target detection"): order is by tier and escalation.
 //!
 //! The score adds points for what makes a request hard: long text, code blocks, reasoning and
 //! multi-step markers, tools, and many turns; thresholds turn it into a tier.

@@ -1,6 +1,6 @@
-//! `conditional-routing` (agentgateway seed, "Conditional routing"): the first target whose
-//! `when` expression holds for the request wins; the others that hold follow, in config order,
-//! as its fallbacks. None holding is the caller's 400.
+//! `conditional-routing` (agentgateway virtual models, "Conditional routing"): the first target
+//! whose `when` expression holds for the request wins; the others that hold follow, in config
+//! order, as its fallbacks. None holding is the caller's 400.
 
 use super::request::Request;
 use crate::core::config::{ConditionalTarget, ModelId};

@@ -1,10 +1,10 @@
-//! `hash-based-routing` (Zuplo seed, "Sticky routing"): every model is scored by hashing the
-//! request's key with the model's name, and the highest score wins; the second-highest is the
-//! retry model, so it is stable too, and adding or removing a model only moves the keys it
+//! `hash-based-routing` (Zuplo model load balancing, "Sticky routing"): every model is scored by
+//! hashing the request's key with the model's name, and the highest score wins; the second-highest
+//! is the retry model, so it is stable too, and adding or removing a model only moves the keys it
 //! wins or was winning. The key is the caller (the `authorization` header), the conversation
-//! (system prompt and first user message text), a header or metadata value, or a claim of the
-//! JWT Envoy's `jwt_authn` verified (Zuplo seed, "Sticky by user": `request.user.sub`, the
-//! authenticated subject, not a raw credential). A request without a usable key goes round
+//! (system prompt and first user message text), a header or metadata value, or a claim of the JWT
+//! Envoy's `jwt_authn` verified (Zuplo model load balancing, "Sticky by user": `request.user.sub`,
+//! the authenticated subject, not a raw credential). A request without a usable key goes round
 //! robin. Keys are hashed at once, never stored or logged.
 
 use std::borrow::Cow;
@@ -15,7 +15,7 @@ use super::round_robin;
 use crate::core::config::{Config, HashKey, ModelId};
 use crate::core::nfc::nfc;
 
-/// Longest key value accepted, in UTF-8 bytes (Zuplo seed, "Sticky by expression").
+/// Longest key value accepted, in UTF-8 bytes (Zuplo model load balancing, "Sticky by expression").
 pub const MAX_KEY_BYTES: usize = 256;
 
 /// The hash of the request's key, or `None` when it has no usable one.
@@ -43,9 +43,10 @@ pub fn key_hash(by: &HashKey, request: &Request<'_>) -> Option<u64> {
     Some(hash)
 }
 
-/// The seed's value rules: the value made well-formed (invalid UTF-8 becomes U+FFFD) and NFC,
-/// then refused when empty, over 256 bytes, or holding a control character, U+2028 or U+2029.
-/// The conversation key is hashed as sent: it is long, and the seed's rules are for values.
+/// Zuplo model load balancing's value rules ("Sticky by expression"): the value made well-formed
+/// (invalid UTF-8 becomes U+FFFD) and NFC, then refused when empty, over 256 bytes, or holding a
+/// control character, U+2028 or U+2029. The conversation key is hashed as sent: it is long, and
+/// those rules are for values.
 fn usable(value: &[u8]) -> Option<Cow<'_, str>> {
     // NFC shrinks text at most threefold (three Hangul jamo become one syllable), so a longer
     // value can never pass; refusing it first bounds the work.

@@ -1,4 +1,4 @@
-//! `latency-based-routing` (TrueFoundry seed, "Latency-based routing"): no weights. Each
+//! `latency-based-routing` (TrueFoundry virtual models, "Latency-based routing"): no weights. Each
 //! target's time per output token (TPOT) over the successful answers of the last 20 minutes is
 //! measured; targets without samples count as the average. A caller is pinned for a 10-minute
 //! epoch by a deterministic weighted rendezvous hash whose odds are inversely proportional to

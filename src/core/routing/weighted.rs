@@ -1,5 +1,5 @@
-//! `weight-based-routing` (TrueFoundry seed, "Weight-based routing"): traffic in proportion
-//! to integer weights that sum to 100; weight 0 drains a target.
+//! `weight-based-routing` (TrueFoundry virtual models, "Weight-based routing"): traffic in
+//! proportion to integer weights that sum to 100; weight 0 drains a target.
 //!
 //! The primary is drawn with the caller's RNG; the rest follow by descending weight (ties in
 //! config order), so a fallback prefers the target meant to carry more traffic. Drained

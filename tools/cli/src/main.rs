@@ -10,8 +10,8 @@
 //!   turn Switchboard's metric names into `virtual_model`, `target`, `class` and `reason` labels.
 //!
 //! - `switchboard import --from truefoundry|agentgateway|zuplo FILE [--name NAME]
-//!   [--provider NAME=KIND]...` turns a seed dialect's virtual-model config into a plugin
-//!   config (stdout), reporting what it could not carry over (stderr).
+//!   [--provider NAME=KIND]...` turns a TrueFoundry, agentgateway or Zuplo virtual-model config
+//!   into a plugin config (stdout), reporting what it could not carry over (stderr).
 //!
 //! The same core crate as the filter decides; nothing here re-implements routing.
 

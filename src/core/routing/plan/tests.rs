@@ -115,8 +115,8 @@ fn zuplo_plan(config: &Config, model: &str, seed: u64) -> Result<Plan, ErrorRepl
 
 #[test]
 fn max_targets_per_request_keeps_the_chosen_model_and_its_retry_model() {
-    // Zuplo seed, "Failures and retries": each request tries at most two models. Without
-    // the limit (the old behaviour) every target was a candidate.
+    // Zuplo model load balancing, "Failures and retries": each request tries at most two models.
+    // Without the limit (the old behaviour) every target was a candidate.
     let config = Config::parse(ZUPLO.as_bytes()).unwrap();
     let vm = "my-ai-gateway-load-balancing-inbound-policy";
     // The retry model is a fallback candidate: never openai/gpt-5 here.
@@ -134,7 +134,7 @@ fn max_targets_per_request_keeps_the_chosen_model_and_its_retry_model() {
 
 #[test]
 fn case_insensitive_names_find_models_and_virtual_models_in_any_case() {
-    // Zuplo seed, "Limitations": `openai/gpt-5` and `OpenAI/gpt-5` are one model.
+    // Zuplo model load balancing, "Limitations": `openai/gpt-5` and `OpenAI/gpt-5` are one model.
     let config = Config::parse(ZUPLO.as_bytes()).unwrap();
     assert!(zuplo_plan(&config, "My-AI-Gateway-Load-Balancing-Inbound-Policy", 1).is_ok());
     assert!(matches!(

@@ -1,4 +1,4 @@
-//! agentgateway virtual models (seed "Virtual models"): `llm.models[]` become catalog entries
+//! agentgateway virtual models ("Virtual models"): `llm.models[]` become catalog entries
 //! (`params.model` upstream, `params.apiKey: $VAR` a credential header read from the Wasm VM's
 //! environment, `health.eviction` as is), `llm.virtualModels[]` become virtual models
 //! (`weighted` weights scaled to sum to 100, `failover` priority groups, `conditional` `when`,

@@ -1,9 +1,9 @@
-//! Zuplo Model Load Balancing (seed "Model Load Balancing Policy"): a `policies.json` policy
+//! Zuplo model load balancing ("Model Load Balancing Policy"): a `policies.json` policy
 //! entry, the whole document, an `inboundPolicyChain` or one chain entry with `options`, or
 //! the bare `options`. Each policy becomes one virtual model named by the policy's `name` (or
 //! `--name`) over its `completions` and `embeddings` lists.
 //!
-//! The import sets what reproduces the seed's "Failures and retries" and "Limitations": a 429
+//! The import sets what reproduces the document's "Failures and retries" and "Limitations": a 429
 //! is retried twice, after 250 ms then 500 ms (`retry_config` with `backoff_multiplier: 2`);
 //! a 5xx, 408 or 425, or a model that can't be reached, moves to the retry model at once
 //! (`fallback_status_codes`, `on_connection_failure: false`); at most two models are tried
@@ -101,7 +101,8 @@ fn forget_failures(out: &mut Builder) {
     );
 }
 
-/// The load-balancing policies in any of the shapes the seed shows.
+/// The load-balancing policies in any of the shapes the document shows ("Configuration",
+/// "Policy order").
 fn find_policies<'v>(
     source: &'v Value,
     default_options: &'v Value,
@@ -420,7 +421,7 @@ fn stored_responses(serving: &[String], out: &mut Builder) {
             out.note(format!(
                 "stored_responses_virtual_model: `{name}`: a retrieve, input-items list or \
                  delete of a provider's response id is routed among its targets by the \
-                 seed's stored-response rules"
+                 Zuplo's stored-response rules"
             ));
         }
         names => out.dropped(
@@ -436,7 +437,7 @@ fn stored_responses(serving: &[String], out: &mut Builder) {
     }
 }
 
-/// The seed's `sticky` by `user`, `conversation` or `expression`, as hash routing.
+/// Zuplo's `sticky` by `user`, `conversation` or `expression`, as hash routing.
 fn sticky(
     by: &str,
     expression: Option<&str>,
@@ -511,7 +512,7 @@ fn expression_key(e: &str, path: &str, out: &mut Builder) -> Option<Value> {
     None
 }
 
-/// A target with the seed's retry and fallback behaviour.
+/// A target with Zuplo's retry and fallback behaviour ("Failures and retries").
 fn target(name: &str) -> Value {
     json!({
         "target": name,
@@ -526,7 +527,7 @@ fn target(name: &str) -> Value {
     })
 }
 
-/// Sets the entry's `apis` by the seed's "Endpoints" rules: by provider and by whether the
+/// Sets the entry's `apis` by Zuplo's "Endpoints" rules: by provider and by whether the
 /// model is Claude, never by what the model serves.
 fn add_apis(out: &mut Builder, catalog: &str, list_name: &str) {
     let (provider, model) = catalog.split_once('/').unwrap_or(("", catalog));
