@@ -25,6 +25,7 @@ pub mod report;
 pub mod request;
 pub mod responses;
 pub mod routing;
+pub mod seal;
 pub mod status_set;
 pub mod trace;
 pub mod usage;

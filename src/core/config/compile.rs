@@ -16,7 +16,7 @@ use super::{callers, metadata, responses};
 use crate::core::endpoint::ModelType;
 use crate::core::health::policy::FailureWindow;
 use crate::core::health::record::MAX_FAILURES;
-use crate::core::responses::id::Keys;
+use crate::core::seal::Keys;
 use hashbrown::HashMap;
 use serde_json::Value;
 

@@ -52,7 +52,7 @@ pub struct Config {
     /// `default_metadata`: merged into every request's metadata, winning on shared keys.
     pub default_metadata: Vec<(String, String)>,
     /// `response_id_keys`: what Switchboard's response ids are minted and verified with.
-    pub response_keys: crate::core::responses::id::Keys,
+    pub response_keys: crate::core::seal::Keys,
     /// `response_id_binding: "caller"`: minted ids and marks carry the caller's identity
     /// digest, and only that caller may use them (default: any caller holding the id).
     pub bind_ids_to_caller: bool,

@@ -9,7 +9,7 @@
 //! when the origin is no longer a target, 400 when the origin no longer serves the Responses
 //! API natively.
 
-use super::id::{self, Keys, Origin, MARK_PREFIX, PREFIX};
+use super::id::{self, Origin, MARK_PREFIX, PREFIX};
 use crate::core::config::{Config, ModelId, Named, Routing, VirtualModel, Visibility};
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
@@ -18,6 +18,7 @@ use crate::core::metadata::Metadata;
 use crate::core::request::{raw_field, Edit};
 use crate::core::routing::RoutingState;
 use crate::core::routing::{Plan, Request};
+use crate::core::seal::Keys;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
