@@ -5,7 +5,7 @@ use super::upstream::Upstream;
 use crate::core::endpoint::{Api, Apis};
 use crate::core::health::policy::HealthPolicy;
 
-/// Index of a catalog model in [`Config::models`].
+/// Index of a catalog model in `Config::models`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ModelId(pub usize);
 

@@ -88,8 +88,8 @@ pub(super) fn nothing_left(vm: &VirtualModel, model: &str) -> ErrorReply {
 
 /// The targets of `vm` that may take this request whatever the strategy, health and
 /// `max_targets_per_request` make of it, in config order: they serve the endpoint (see
-/// [`Admit`]), their `metadata_match` holds and, under conditional routing, their `when`
-/// does. The same errors as [`super::plan`] when there are none.
+/// `Admit`), their `metadata_match` holds and, under conditional routing, their `when`
+/// does. The same errors as [`super::plan()`] when there are none.
 pub fn eligible(
     config: &Config,
     vm: &VirtualModel,

@@ -1,6 +1,6 @@
 //! The routing decision for one request: the requested name looked up, a catalog model routed
-//! to itself, a virtual model's targets filtered ([`super::eligible`]), ordered by its
-//! strategy with health applied ([`super::order`]), and cut where the request must stop.
+//! to itself, a virtual model's targets filtered (`eligible.rs`), ordered by its
+//! strategy with health applied (`order.rs`), and cut where the request must stop.
 
 use super::eligible::{self, check_virtual, limit, nothing_left, Admit, Skip};
 use super::health_input::HealthInput;
