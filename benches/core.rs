@@ -17,7 +17,7 @@ use switchboard::core::health::record::{HealthRecord, Outcome};
 use switchboard::core::health::store::{self, MemoryStore};
 use switchboard::core::metadata::Metadata;
 use switchboard::core::request::{inspect, rewrite};
-use switchboard::core::routing::state::LocalState;
+use switchboard::core::routing::LocalState;
 use switchboard::core::routing::{plan, HealthInput, Request};
 
 /// `CORE_BENCH_ONLY=text` runs only the cases whose name contains it; with

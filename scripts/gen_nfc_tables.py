@@ -1,8 +1,9 @@
 """Writes src/core/nfc/tables.rs and src/core/nfc/vectors.txt from the Unicode Character Database.
 
-Hash keys are NFC-normalised (Zuplo seed, "Sticky by expression"). The filter may not take a
-Unicode crate (issue 2's dependency list) and the .wasm has little room, so the three tables NFC
-needs are generated here, packed, and checked in. Run it again for a newer Unicode version:
+Hash keys are NFC-normalised (Zuplo model load balancing, "Sticky by expression"). The filter may
+not take a Unicode crate (issue 2's dependency list) and the .wasm has little room, so the three
+tables NFC needs are generated here, packed, and checked in. Run it again for a newer Unicode
+version:
 
     python3 -m venv /tmp/ud && /tmp/ud/bin/pip install unicodedata2==18.0.0
     /tmp/ud/bin/python scripts/gen_nfc_tables.py

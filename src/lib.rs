@@ -5,8 +5,8 @@
 //! move bytes and time in and out of it: `proxy_wasm` (proxy-wasm, compiled for wasm32) and
 //! `native` (Envoy's dynamic modules ABI, compiled for every other target).
 
-#[cfg(target_arch = "wasm32")]
-pub mod proxy_wasm;
 pub mod core;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod native;
+#[cfg(target_arch = "wasm32")]
+pub mod proxy_wasm;

@@ -15,8 +15,8 @@ use switchboard::core::endpoint::Endpoint;
 use switchboard::core::errors::ErrorReply;
 use switchboard::core::headers::Headers;
 use switchboard::core::request::inspect_multipart;
-use switchboard::core::routing::state::LocalState;
 use switchboard::core::routing::HealthInput;
+use switchboard::core::routing::LocalState;
 
 /// The example config (weighted with sticky sessions, `override_params`, fallback, conditional)
 /// and one virtual model for each other strategy, with `metadata_match` and direct models.
@@ -206,7 +206,7 @@ fn headers(rng: &mut fastrand::Rng) -> Headers {
     Headers::from_pairs(pairs)
 }
 
-/// An error the filter answers with: a status the seeds give and an OpenAI-style body.
+/// An error the filter answers with: a status the vendor documents give and an OpenAI-style body.
 fn check_error(reply: &ErrorReply, case: &str) {
     assert!(
         matches!(reply.status, 400 | 404 | 409 | 413 | 503),

@@ -13,7 +13,7 @@ use crate::core::outbound::{outbound, ClientRequest, Outbound};
 use crate::core::request::{check_content_encoding, Layout};
 use crate::core::responses::continuation::{is_plain_token, stored_origin, stored_path};
 use crate::core::responses::id::PREFIX;
-use crate::core::routing::state::RoutingState;
+use crate::core::routing::RoutingState;
 
 /// What to do with a request whose headers just arrived.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -222,7 +222,7 @@ pub fn route_stored<'c>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::routing::state::LocalState;
+    use crate::core::routing::LocalState;
 
     const CONFIG: &str = r#"{"models": [{"name": "t", "cluster": "c", "model": "m",
         "authority": "api.example"}],

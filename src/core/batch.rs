@@ -1,7 +1,7 @@
-//! The Batch API and virtual models (TrueFoundry seed FAQ): a batch runs on one provider hours
-//! later, with no live answer to fall back from, so it needs a real catalog model. A batch
-//! input file uploaded to `/v1/files` (`purpose=batch`) or a `/v1/batches` request that names a
-//! virtual model gets a 400 saying so; everything else about batches passes through untouched.
+//! The Batch API and virtual models (TrueFoundry virtual models, "FAQ"): a batch runs on one
+//! provider hours later, with no live answer to fall back from, so it needs a real catalog model. A
+//! batch input file uploaded to `/v1/files` (`purpose=batch`) or a `/v1/batches` request that names
+//! a virtual model gets a 400 saying so; everything else about batches passes through untouched.
 
 use crate::core::config::{Config, Named};
 use crate::core::errors::ErrorReply;

@@ -1,8 +1,8 @@
-//! The conversation key of `hash-based-routing` by conversation (Zuplo seed, "Sticky by
-//! conversation"): the system prompt and the first user message with text. Only text counts
-//! (images and files do not); a client that resends the whole conversation on every turn
-//! sends the same key on every turn. Only the fields needed are parsed, and only for models
-//! that route by conversation. The text is hashed by the caller and never kept.
+//! The conversation key of `hash-based-routing` by conversation (Zuplo model load balancing,
+//! "Sticky by conversation"): the system prompt and the first user message with text. Only text
+//! counts (images and files do not); a client that resends the whole conversation on every turn
+//! sends the same key on every turn. Only the fields needed are parsed, and only for models that
+//! route by conversation. The text is hashed by the caller and never kept.
 
 use serde::Deserialize;
 use serde_json::value::RawValue;

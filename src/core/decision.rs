@@ -5,7 +5,7 @@
 //! to do to the request: its cluster, authority, path, headers and body edits
 //! ([`crate::core::outbound`]).
 
-use crate::core::caller::{identify, Caller};
+use crate::core::caller::Caller;
 use crate::core::config::{Config, ModelId, Named, VirtualModel};
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
@@ -17,7 +17,7 @@ use crate::core::request::{inspect, inspect_multipart};
 use crate::core::request::{raw_field, rewrite, Edits, Layout};
 use crate::core::responses::continuation::{self, Continuation};
 use crate::core::responses::stored::{self, Storage};
-use crate::core::routing::state::RoutingState;
+use crate::core::routing::RoutingState;
 use crate::core::routing::{plan, HealthInput, Plan, Request};
 
 /// What to do with a request that will be forwarded.
@@ -248,7 +248,7 @@ pub fn decide_with_tier<'c>(
     let outbound = outbound(config, plan.virtual_model(config), target, &client)
         .ok_or_else(|| ErrorReply::invalid_json("could not rewrite the body"))?;
     let binds = config.bind_ids_to_caller && endpoint == Endpoint::Responses;
-    let caller = binds.then(|| identify(&config.caller_identity, &request));
+    let caller = binds.then(|| request.caller(&config.caller_identity));
     Ok(Decision {
         caller,
         plan,
@@ -322,7 +322,7 @@ mod tests {
     use super::*;
     use crate::core::config::Tier;
     use crate::core::headers::NO_HEADERS;
-    use crate::core::routing::state::LocalState;
+    use crate::core::routing::LocalState;
 
     const CONFIG: &str = r#"{
       "models": [

@@ -1,6 +1,6 @@
 //! Which LLM API a request path calls, and which virtual-model `model_types` serve it.
 //!
-//! The mapping is the model-type table of the TrueFoundry seed ("Supported API Types"):
+//! The mapping is the model-type table of TrueFoundry virtual models ("Supported API Types"):
 //! `chat` serves `/chat/completions` and the Anthropic `/messages`, `responses` serves
 //! `/responses`, and so on. Paths are accepted with or without the `/v1` prefix.
 
@@ -85,7 +85,8 @@ impl Endpoint {
     pub fn from_path(path: &str) -> Option<Endpoint> {
         let path = path.split_once('?').map_or(path, |(p, _)| p);
         let path = match path.strip_prefix("/v2") {
-            // Rerank lives under /v2 (TrueFoundry seed); nothing else does.
+            // Rerank lives under /v2 (TrueFoundry virtual models, "Supported API Types"); nothing
+            // else does.
             Some("/rerank" | "/rerank/") => "/rerank",
             Some(_) => return None,
             None => path.strip_prefix("/v1").unwrap_or(path),
@@ -201,9 +202,9 @@ impl Endpoint {
     }
 }
 
-/// A native API a catalog model serves (`models[].apis`): what decides whether it can be a
-/// target of an endpoint. Zuplo seed, "Endpoints": eligibility depends on the provider and on
-/// whether the model is Claude (Claude on Azure AI or Bedrock serves `/v1/messages`; the GPT
+/// A native API a catalog model serves (`models[].apis`): what decides whether it can be a target
+/// of an endpoint. Zuplo model load balancing, "Endpoints": eligibility depends on the provider and
+/// on whether the model is Claude (Claude on Azure AI or Bedrock serves `/v1/messages`; the GPT
 /// models there serve `/v1/responses`), so the provider only gives the default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Api {
@@ -273,33 +274,6 @@ impl Apis {
         set
     }
 
-    /// What a provider's models serve unless `apis` says otherwise: OpenAI and Azure OpenAI
-    /// every OpenAI-shaped API, the Responses API included; Anthropic its Messages API and
-    /// chat completions; an OpenAI-compatible server (vLLM, TGI, Ollama...) chat completions,
-    /// completions, embeddings and rerank, never the Responses or the Messages API.
-    pub fn default_for(provider: crate::core::config::Provider) -> Apis {
-        use crate::core::config::Provider;
-        match provider {
-            Provider::OpenAi | Provider::Azure => Apis::of(&[
-                Api::ChatCompletions,
-                Api::Completions,
-                Api::Embeddings,
-                Api::Responses,
-                Api::Rerank,
-                Api::Moderations,
-                Api::Images,
-                Api::Audio,
-            ]),
-            Provider::Anthropic => Apis::of(&[Api::Messages, Api::ChatCompletions]),
-            Provider::OpenAiCompatible => Apis::of(&[
-                Api::ChatCompletions,
-                Api::Completions,
-                Api::Embeddings,
-                Api::Rerank,
-            ]),
-        }
-    }
-
     /// Adds an API.
     pub fn insert(&mut self, a: Api) {
         self.0 |= a.bit();
@@ -316,7 +290,7 @@ impl Apis {
     }
 }
 
-/// A virtual model's `model_types` entry (TrueFoundry seed, "Supported API Types").
+/// A virtual model's `model_types` entry (TrueFoundry virtual models, "Supported API Types").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ModelType {
     /// `chat`
@@ -342,7 +316,8 @@ pub enum ModelType {
 }
 
 impl ModelType {
-    /// Every model type with its config name, in the seed's order.
+    /// Every model type with its config name, in the order of TrueFoundry virtual models,
+    /// "Supported API Types".
     pub const ALL: [(ModelType, &'static str); 10] = [
         (ModelType::Chat, "chat"),
         (ModelType::Responses, "responses"),
@@ -462,27 +437,7 @@ mod tests {
     }
 
     #[test]
-    fn provider_defaults_give_each_endpoint_to_the_models_that_serve_it_natively() {
-        use crate::core::config::Provider;
-        let by = |p| Apis::default_for(p);
-        assert!(Endpoint::Messages.served_by(by(Provider::Anthropic)));
-        assert!(!Endpoint::Messages.served_by(by(Provider::OpenAi)));
-        assert!(!Endpoint::Responses.served_by(by(Provider::Anthropic)));
-        assert!(Endpoint::Responses.served_by(by(Provider::Azure)));
-        assert!(Endpoint::ChatCompletions.served_by(by(Provider::Anthropic)));
-        assert!(!Endpoint::Embeddings.served_by(by(Provider::Anthropic)));
-        // An OpenAI-compatible server is not assumed to serve the Responses or Messages API.
-        let compatible = by(Provider::OpenAiCompatible);
-        assert!(!Endpoint::Responses.served_by(compatible));
-        assert!(!Endpoint::Messages.served_by(compatible));
-        for e in [
-            Endpoint::ChatCompletions,
-            Endpoint::Completions,
-            Endpoint::Embeddings,
-        ] {
-            assert!(e.served_by(compatible), "{e:?}");
-        }
-        assert!(Endpoint::Rerank.served_by(compatible));
+    fn declared_apis_serve_their_endpoints() {
         // Claude through Azure AI: declared, it serves /v1/messages.
         assert!(Endpoint::Messages.served_by(Apis::of(&[Api::Messages])));
         assert!(Endpoint::ImageEdits.served_by(Apis::of(&[Api::Images])));

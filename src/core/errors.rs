@@ -176,7 +176,7 @@ impl ErrorReply {
         )
     }
 
-    /// 400: batch input names a virtual model (TrueFoundry seed FAQ).
+    /// 400: batch input names a virtual model (TrueFoundry virtual models, "FAQ").
     pub fn batch_needs_catalog_model(model: &str) -> Self {
         let model = clip(model);
         let message = format!(
@@ -433,7 +433,7 @@ impl ErrorReply {
         )
     }
 
-    /// 404: metadata filtering left no target (TrueFoundry seed, `metadata_match`).
+    /// 404: metadata filtering left no target (TrueFoundry virtual models, `metadata_match`).
     pub fn no_target_matched(model: &str) -> Self {
         let model = clip(model);
         let message = format!(

@@ -1,19 +1,19 @@
 //! What to do after each attempt of one request: deliver the answer, retry the same target,
 //! fall back to the next candidate, or give up and pass the failure through.
 //!
-//! TrueFoundry seed, "Retries and fallbacks": `retry_config` retries the same target on its
-//! `on_status_codes`; when retries are exhausted or a `fallback_status_codes` code comes back,
+//! TrueFoundry virtual models, "Retries and fallbacks": `retry_config` retries the same target on
+//! its `on_status_codes`; when retries are exhausted or a `fallback_status_codes` code comes back,
 //! the next target is tried; a target with `fallback_candidate: false` never receives another
-//! target's fallback. Requests pinned to one target get retries but no fallback (seed,
-//! "Responses API conversations").
+//! target's fallback. Requests pinned to one target get retries but no fallback (TrueFoundry
+//! virtual models, "Responses API conversations").
 //!
 //! Retries are "exhausted" only when at least one was configured and all were spent: with the
-//! default `attempts: 0`, a status in `on_status_codes` but not in `fallback_status_codes` goes
-//! to the client, so narrowing `fallback_status_codes` narrows fallback. A connection failure
-//! or timeout counts like a status in `on_status_codes` (retried when `attempts` >= 1) and in
-//! `fallback_status_codes` (it falls back once retries are spent, or at once with 0). An
-//! attempt that has not answered within `fallback_timeout_ms` moves to the next candidate
-//! without a retry (Zuplo seed, "Failures and retries": it "moves to the retry model").
+//! default `attempts: 0`, a status in `on_status_codes` but not in `fallback_status_codes` goes to
+//! the client, so narrowing `fallback_status_codes` narrows fallback. A connection failure or
+//! timeout counts like a status in `on_status_codes` (retried when `attempts` >= 1) and in
+//! `fallback_status_codes` (it falls back once retries are spent, or at once with 0). An attempt
+//! that has not answered within `fallback_timeout_ms` moves to the next candidate without a retry
+//! (Zuplo model load balancing, "Failures and retries": it "moves to the retry model").
 //!
 //! On a `fail_fast_endpoints` endpoint (Zuplo model load balancing, "Failures and retries":
 //! Responses and Messages) a 5xx, 408, 425 or a target that cannot be reached "fails the
@@ -172,7 +172,8 @@ impl Attempts {
             AttemptOutcome::FallbackTimeout => (false, true),
         };
         if retryable && self.retries_here < p.retry_attempts {
-            // Retry n waits delay × multiplier^(n-1) (Zuplo seed: 250 ms, then 500 ms).
+            // Retry n waits delay × multiplier^(n-1) (Zuplo model load balancing, "Failures and
+            // retries": 250 ms, then 500 ms).
             let factor = u64::from(p.retry_backoff).saturating_pow(self.retries_here);
             self.retries_here += 1;
             self.total += 1;
@@ -273,7 +274,8 @@ mod tests {
         };
         assert_eq!(run(&p, &mut a, AttemptOutcome::Status(500)), retry);
         assert_eq!(run(&p, &mut a, AttemptOutcome::Status(500)), retry);
-        // Retries exhausted: the seed falls back even though 500 is not a fallback code here.
+        // Retries exhausted: TrueFoundry virtual models, "Retries and fallbacks", falls back even
+        // though 500 is not a fallback code here.
         assert_eq!(
             run(&p, &mut a, AttemptOutcome::Status(500)),
             Step::Fallback { target: ModelId(1) }
@@ -309,7 +311,8 @@ mod tests {
 
     #[test]
     fn narrowed_fallback_codes_return_other_retry_codes_to_the_client() {
-        // The seed's second target: `fallback_status_codes: ["429"]`, default retry_config.
+        // TrueFoundry virtual models, "Retries and fallbacks": the example's second target,
+        // `fallback_status_codes: ["429"]`, default retry_config.
         let mut p = policies();
         p[0].fallback_on = StatusSet::of(&[429]);
         let mut a = Attempts::new(ids(2), false);
@@ -378,8 +381,8 @@ mod tests {
 
     #[test]
     fn retry_delays_grow_by_the_backoff_multiplier() {
-        // Zuplo seed, "Failures and retries": a 429 is retried twice, after 250 ms and then
-        // 500 ms, then the request moves to the retry model. A fixed delay (the old
+        // Zuplo model load balancing, "Failures and retries": a 429 is retried twice, after 250 ms
+        // and then 500 ms, then the request moves to the retry model. A fixed delay (the old
         // behaviour) would wait 250 ms twice.
         let mut p = policies();
         p[0].retry_attempts = 2;
@@ -398,7 +401,7 @@ mod tests {
             Step::Fallback { target: ModelId(1) }
         );
         assert_eq!(run(&p, &mut a, AttemptOutcome::Status(429)), Step::GiveUp);
-        // The default multiplier of 1 keeps the seed's fixed delay.
+        // The default multiplier of 1 keeps TrueFoundry's fixed delay ("Retries and fallbacks").
         let mut p = policies();
         p[0].retry_attempts = 3;
         let mut a = Attempts::new(ids(1), false);
@@ -419,8 +422,8 @@ mod tests {
 
     #[test]
     fn without_retries_on_connection_failure_an_unreachable_target_falls_back_at_once() {
-        // Zuplo seed: a model that can't be reached moves to the retry model; only 429 is
-        // retried on the same model.
+        // Zuplo model load balancing, "Failures and retries": a model that can't be reached moves
+        // to the retry model; only 429 is retried on the same model.
         let mut p = policies();
         p[0].retry_attempts = 2;
         p[0].retry_on = StatusSet::of(&[429]);

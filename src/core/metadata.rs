@@ -1,9 +1,9 @@
 //! Request metadata: the `x-switchboard-metadata` header (a JSON object of strings) merged with
 //! the config's `default_metadata`, and `metadata_match` against it.
 //!
-//! TrueFoundry seed, "Metadata-based target filtering": default gateway metadata overrides the
-//! request's value for a shared key; `metadata_match` needs every pair to match exactly (AND),
-//! and filtering runs before load balancing and stickiness.
+//! TrueFoundry virtual models, "Metadata-based target filtering": default gateway metadata
+//! overrides the request's value for a shared key; `metadata_match` needs every pair to match
+//! exactly (AND), and filtering runs before load balancing and stickiness.
 //!
 //! The same section's gateway location metadata (`tfy_gateway_region`, `tfy_gateway_zone`,
 //! added by the gateway that handled the request) is `gateway_region` and `gateway_zone` here,

@@ -8,22 +8,15 @@
 //! what is built here is what the provider sees.
 
 use crate::core::config::VirtualModel;
-use crate::core::config::{Config, HeaderNames, HeadersOverride, Model, ModelId, Provider};
+use crate::core::config::{
+    is_credential, Config, HeaderNames, HeadersOverride, Model, ModelId, Provider,
+    CREDENTIAL_HEADERS,
+};
 use crate::core::decision::body_for;
 use crate::core::endpoint::Endpoint;
 use crate::core::headers::Headers;
 use crate::core::request::{Edits, Layout};
 use std::borrow::Cow;
-
-/// Headers that carry a provider credential. When a model's catalog entry sets one, the
-/// client's own never go to it: a key meant for the gateway (or another provider) must not
-/// reach this one, and Azure refuses a foreign `authorization` beside its `api-key`.
-pub const CREDENTIAL_HEADERS: [&str; 3] = ["authorization", "api-key", "x-api-key"];
-
-/// Whether a (lower-case) header name carries a credential.
-pub fn is_credential(name: &str) -> bool {
-    CREDENTIAL_HEADERS.contains(&name)
-}
 
 /// Anthropic refuses a request without `anthropic-version`; this is the version of the
 /// Messages API as Anthropic documents it. A client's own value is kept: Anthropic SDKs send

@@ -13,9 +13,9 @@ use crate::core::flight::{AttemptKind, Effect, Ending};
 use crate::core::headers::Headers;
 use crate::core::metrics::{PairMetric, Reason, StatusClass, VmMetric};
 use crate::core::outbound::Outbound;
-use crate::core::routing::state::RoutingState;
-use crate::core::routing::{HealthInput, Plan};
-use crate::core::trace::{self, Trace};
+use crate::core::routing::RoutingState;
+use crate::core::routing::{HealthInput, Plan, Request};
+use crate::core::trace::Trace;
 use std::cell::Cell;
 
 /// What to do with a metric.
@@ -113,8 +113,8 @@ pub fn trace(
     let skipped = match plan.virtual_model(config) {
         Some(vm) => {
             let metadata = request_metadata(config, headers).unwrap_or_default();
-            let request = trace::request_of(endpoint, &vm.name, &metadata, headers, state);
-            trace::skipped(config, vm, &request, plan)
+            let request = Request::without_body(endpoint, &vm.name, &metadata, headers, state);
+            plan.skipped(config, &request)
         }
         None => Vec::new(),
     };

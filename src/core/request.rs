@@ -103,6 +103,39 @@ pub fn check_content_encoding(headers: &Headers) -> Result<(), ErrorReply> {
 /// Errors are the client's: malformed JSON, a non-object body, a duplicate, missing or
 /// non-string `model` each give a 400 reply.
 pub fn inspect(body: &[u8]) -> Result<Inspected<'_>, ErrorReply> {
+    let (whole, fields) = top_level(body)?;
+    if let Some(key) = repeated_key(&fields) {
+        return Err(ErrorReply::duplicate_key(key));
+    }
+    let value = |span: &Range<usize>| body.get(span.clone()).unwrap_or_default();
+    let (mut model, mut stream) = (None, false);
+    for (key, span) in &fields {
+        match key.as_ref() {
+            "model" if value(span) != b"null" => model = Some(span.clone()),
+            "stream" => stream = value(span) == b"true",
+            _ => {}
+        }
+    }
+    let model_span = model.ok_or_else(ErrorReply::missing_model)?;
+    let name = model_name(whole, &model_span)?;
+    let end = body
+        .iter()
+        .rposition(|b| !b.is_ascii_whitespace())
+        .filter(|i| body.get(*i) == Some(&b'}'))
+        .ok_or_else(|| ErrorReply::invalid_json("the body must be a JSON object"))?;
+    Ok(Inspected {
+        model: name,
+        model_span,
+        stream,
+        fields,
+        end,
+        multipart: false,
+    })
+}
+
+/// The body as text and its top-level fields with their spans, in one pass; the 400 of a body
+/// that is not a UTF-8 JSON object.
+fn top_level(body: &[u8]) -> Result<(&str, Fields<'_>), ErrorReply> {
     // serde would also read a struct from a JSON array; only an object is a request.
     if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
         return Err(
@@ -127,44 +160,23 @@ pub fn inspect(body: &[u8]) -> Result<Inspected<'_>, ErrorReply> {
     let fields = serde::de::DeserializeSeed::deserialize(TopLevel(body), &mut reader)
         .and_then(|fields| reader.end().map(|()| fields))
         .map_err(|e| describe(&e))?;
-    if let Some(key) = repeated_key(&fields) {
-        return Err(ErrorReply::duplicate_key(key));
-    }
-    let value = |span: &Range<usize>| body.get(span.clone()).unwrap_or_default();
-    let (mut model, mut stream) = (None, false);
-    for (key, span) in &fields {
-        match key.as_ref() {
-            "model" if value(span) != b"null" => model = Some(span.clone()),
-            "stream" => stream = value(span) == b"true",
-            _ => {}
-        }
-    }
-    let model_span = model.ok_or_else(ErrorReply::missing_model)?;
+    Ok((whole, fields))
+}
+
+/// The `model` value at `span` as a name: a JSON string, unescaped only when it has escapes.
+fn model_name<'a>(whole: &'a str, span: &Range<usize>) -> Result<Cow<'a, str>, ErrorReply> {
     let text = whole
-        .get(model_span.clone())
+        .get(span.clone())
         .ok_or_else(ErrorReply::model_not_string)?;
     if !text.starts_with('"') {
         return Err(ErrorReply::model_not_string());
     }
-    let name: Cow<'_, str> = match text.get(1..text.len() - 1) {
+    Ok(match text.get(1..text.len() - 1) {
         // No escapes: the name is the bytes between the quotes.
         Some(inner) if !inner.contains('\\') => Cow::Borrowed(inner),
         _ => Cow::Owned(
             serde_json::from_str::<String>(text).map_err(|_| ErrorReply::model_not_string())?,
         ),
-    };
-    let end = body
-        .iter()
-        .rposition(|b| !b.is_ascii_whitespace())
-        .filter(|i| body.get(*i) == Some(&b'}'))
-        .ok_or_else(|| ErrorReply::invalid_json("the body must be a JSON object"))?;
-    Ok(Inspected {
-        model: name,
-        model_span,
-        stream,
-        fields,
-        end,
-        multipart: false,
     })
 }
 

@@ -13,165 +13,10 @@
 //! (one line). It holds catalog and virtual model names, reasons and statuses only: no header
 //! value, no credential, no sticky or hash key.
 
-use crate::core::config::{Config, ModelId, Routing, VirtualModel};
-use crate::core::endpoint::Endpoint;
+use crate::core::config::{Config, ModelId};
 use crate::core::fallback::AttemptOutcome;
-use crate::core::headers::Headers;
 use crate::core::health::record::Standing;
-use crate::core::metadata::Metadata;
-use crate::core::routing::condition::Facts;
-use crate::core::routing::state::RoutingState;
-use crate::core::routing::{HealthInput, Plan, Request};
-use sha2::{Digest, Sha256};
-
-/// When the trace header is added (the config's `trace`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TraceSettings {
-    /// `trace.always`: on every answer.
-    pub always: bool,
-    /// SHA-256 of `trace.token`: only the digest is kept, so the token itself is not in memory
-    /// after the config loads.
-    token: Option<[u8; 32]>,
-}
-
-impl TraceSettings {
-    /// Settings with an optional token (already `${env:NAME}`-resolved).
-    pub fn new(always: bool, token: Option<&str>) -> TraceSettings {
-        TraceSettings {
-            always,
-            token: token.map(|t| digest(t.as_bytes())),
-        }
-    }
-
-    /// Whether tracing can be asked for per request, so the token header matters.
-    pub fn has_token(&self) -> bool {
-        self.token.is_some()
-    }
-
-    /// Whether this request gets the trace: always on, or it presents the token.
-    pub fn wanted(&self, presented: Option<&[u8]>) -> bool {
-        if self.always {
-            return true;
-        }
-        match (&self.token, presented) {
-            (Some(expected), Some(given)) => same_digest(expected, &digest(given)),
-            _ => false,
-        }
-    }
-}
-
-fn digest(bytes: &[u8]) -> [u8; 32] {
-    Sha256::digest(bytes).into()
-}
-
-/// Compares two digests in time independent of where they differ. Comparing digests rather
-/// than the tokens also keeps the token's length from showing in the time taken.
-fn same_digest(a: &[u8; 32], b: &[u8; 32]) -> bool {
-    let diff = a
-        .iter()
-        .zip(b.iter())
-        .fold(0u8, |acc, (x, y)| acc | (x ^ y));
-    std::hint::black_box(diff) == 0
-}
-
-/// Why a target of the virtual model is not among a request's candidates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Skip {
-    /// Its `apis` do not serve the endpoint.
-    Apis,
-    /// Its `metadata_match` does not hold for the request's metadata.
-    MetadataMatch,
-    /// Its `when` condition is false.
-    When,
-    /// Cut by `max_targets_per_request`.
-    MaxTargets,
-    /// The request is pinned to one target (a conversation's origin, a stored response).
-    Pinned,
-    /// A Responses request that must be stored, and this target's provider stores nothing.
-    StoresResponses,
-    /// Behind a Responses target that does not serve the API natively, where the fallback
-    /// chain ends (`non_native_responses: "reject"`).
-    BehindNotNative,
-}
-
-impl Skip {
-    /// The word the trace uses.
-    pub fn name(self) -> &'static str {
-        match self {
-            Skip::Apis => "apis",
-            Skip::MetadataMatch => "metadata_match",
-            Skip::When => "when",
-            Skip::MaxTargets => "max_targets_per_request",
-            Skip::Pinned => "pinned",
-            Skip::StoresResponses => "stores_responses",
-            Skip::BehindNotNative => "behind_not_native",
-        }
-    }
-}
-
-/// Why each target of `vm` that is not a candidate was left out, in config order: the first
-/// of its filters that fails (the strategy's own checks), else the plan's later cuts.
-pub fn skipped(
-    config: &Config,
-    vm: &VirtualModel,
-    request: &Request<'_>,
-    plan: &Plan,
-) -> Vec<(ModelId, Skip)> {
-    let mut out = Vec::new();
-    for t in &vm.targets {
-        if plan.candidates.contains(&t.model) {
-            continue;
-        }
-        let Some(model) = config.model(t.model) else {
-            continue;
-        };
-        let when_false = match &vm.routing {
-            Routing::Conditional(ts) => ts
-                .iter()
-                .any(|c| c.model == t.model && !c.when.eval(request as &dyn Facts)),
-            _ => false,
-        };
-        let why = if !request.endpoint.served_by(model.apis) {
-            Skip::Apis
-        } else if !request.metadata.matches(&t.metadata_match) {
-            Skip::MetadataMatch
-        } else if when_false {
-            Skip::When
-        } else if plan.pinned {
-            Skip::Pinned
-        } else if request.endpoint == Endpoint::Responses && !model.stores_responses {
-            Skip::StoresResponses
-        } else if cut_by_non_native(config, vm, request, plan) {
-            Skip::BehindNotNative
-        } else {
-            Skip::MaxTargets
-        };
-        out.push((t.model, why));
-    }
-    out
-}
-
-/// Whether the plan ended before reaching `max_targets_per_request` because a target that does
-/// not serve the Responses API natively stood next (`routing::native`).
-fn cut_by_non_native(
-    config: &Config,
-    vm: &VirtualModel,
-    request: &Request<'_>,
-    plan: &Plan,
-) -> bool {
-    let keeps = crate::core::routing::native::keeps_non_native(
-        request.endpoint,
-        config.non_native_responses,
-    );
-    let non_native = |m: ModelId| {
-        config
-            .model(m)
-            .is_some_and(|model| !request.endpoint.served_by(model.apis))
-    };
-    keeps
-        && vm.targets.iter().any(|t| non_native(t.model))
-        && vm.max_targets.is_none_or(|n| plan.candidates.len() < n)
-}
+use crate::core::routing::{HealthInput, Plan, Skip};
 
 /// The trace of one request, built as it goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -269,27 +114,6 @@ impl Trace {
     }
 }
 
-/// A routing [`Request`] over a request's headers and metadata, without its body: what the
-/// skip reasons look at.
-pub fn request_of<'a>(
-    endpoint: Endpoint,
-    model: &'a str,
-    metadata: &'a Metadata,
-    headers: &'a Headers,
-    state: &'a dyn RoutingState,
-) -> Request<'a> {
-    Request {
-        endpoint,
-        model,
-        metadata,
-        headers,
-        state,
-        body: b"",
-        fields: &[],
-        tier_hint: None,
-    }
-}
-
 fn comma(i: usize, out: &mut String) {
     if i > 0 {
         out.push(',');
@@ -316,10 +140,11 @@ fn escape(name: &str, out: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::endpoint::Endpoint;
     use crate::core::health::policy::FailureWindow;
     use crate::core::health::record::HealthRecord;
-    use crate::core::routing::plan;
-    use crate::core::routing::state::LocalState;
+    use crate::core::metadata::Metadata;
+    use crate::core::routing::{plan, LocalState, Request};
 
     const CONFIG: &str = r#"{
       "models": [
@@ -338,35 +163,11 @@ mod tests {
     }"#;
 
     #[test]
-    fn only_the_configured_token_turns_the_trace_on() {
-        let off = TraceSettings::default();
-        assert!(!off.wanted(Some(b"anything")));
-        let token = TraceSettings::new(false, Some("s3cret-trace-token-0001"));
-        assert!(token.wanted(Some(b"s3cret-trace-token-0001")));
-        assert!(!token.wanted(Some(b"s3cret-trace-token-0002")));
-        assert!(!token.wanted(Some(b"s3cret-trace-token-000")));
-        assert!(!token.wanted(Some(b"")));
-        assert!(!token.wanted(None));
-        let always = TraceSettings::new(true, None);
-        assert!(always.wanted(None));
-        assert!(!format!("{token:?}").contains("s3cret"), "only a digest");
-    }
-
-    #[test]
-    fn digests_compare_equal_only_when_every_byte_is() {
-        let a = digest(b"x");
-        let mut b = a;
-        assert!(same_digest(&a, &b));
-        b[31] ^= 1;
-        assert!(!same_digest(&a, &b));
-    }
-
-    #[test]
     fn renders_candidates_skips_and_attempts_in_order() {
         let config = Config::parse(CONFIG.as_bytes()).unwrap();
         let state = LocalState::default();
         let metadata = Metadata::default();
-        let request = request_of(
+        let request = Request::without_body(
             Endpoint::Embeddings,
             "team/chat",
             &metadata,
@@ -387,8 +188,7 @@ mod tests {
         };
         let p = plan(&config, &request, &health, &mut fastrand::Rng::with_seed(1)).unwrap();
         assert_eq!(p.candidates, [ModelId(0), ModelId(1)]);
-        let vm = p.virtual_model(&config).unwrap();
-        let mut trace = Trace::of_plan(&config, &p, &health, skipped(&config, vm, &request, &p));
+        let mut trace = Trace::of_plan(&config, &p, &health, p.skipped(&config, &request));
         trace.attempt(ModelId(0), AttemptOutcome::Status(503));
         trace.attempt(ModelId(0), AttemptOutcome::ConnectFailure);
         trace.attempt(ModelId(1), AttemptOutcome::Status(200));
@@ -415,11 +215,10 @@ mod tests {
         .unwrap();
         let (state, metadata) = (LocalState::default(), Metadata::default());
         let headers = &crate::core::headers::NO_HEADERS;
-        let request = request_of(Endpoint::Responses, "r", &metadata, headers, &state);
+        let request = Request::without_body(Endpoint::Responses, "r", &metadata, headers, &state);
         let health = HealthInput::NONE;
         let p = plan(&config, &request, &health, &mut fastrand::Rng::with_seed(1)).unwrap();
-        let vm = p.virtual_model(&config).unwrap();
-        let trace = Trace::of_plan(&config, &p, &health, skipped(&config, vm, &request, &p));
+        let trace = Trace::of_plan(&config, &p, &health, p.skipped(&config, &request));
         assert_eq!(
             trace.render(&config),
             "vm=r; strategy=priority-based-routing; candidates=a; \

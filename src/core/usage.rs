@@ -1,10 +1,10 @@
 //! Counting the tokens of an answer as it streams past, for the latency samples and the token
 //! metrics.
 //!
-//! The count comes from `usage` when the provider reports it (`completion_tokens` in OpenAI
-//! JSON or the final SSE chunk, `output_tokens` in Anthropic's and the Responses API's; the
-//! prompt's as `prompt_tokens` or `input_tokens`), otherwise, for output and the latency
-//! samples only, from the number of streamed content chunks (TrueFoundry seed, latency
+//! The count comes from `usage` when the provider reports it (`completion_tokens` in OpenAI JSON or
+//! the final SSE chunk, `output_tokens` in Anthropic's and the Responses API's; the prompt's as
+//! `prompt_tokens` or `input_tokens`), otherwise, for output and the latency samples only, from the
+//! number of streamed content chunks (TrueFoundry virtual models, "Latency-based routing": TPOT
 //! samples). Chunks are scanned as bytes, never parsed into a tree, and nothing of the body is
 //! kept.
 

@@ -17,8 +17,8 @@ use crate::core::headers::Headers;
 use crate::core::report::Write;
 use crate::core::request::{Edits, ENVOY_SLICE};
 use crate::core::routing::pins;
-use crate::core::routing::state::RoutingState;
 use crate::core::routing::HealthInput;
+use crate::core::routing::RoutingState;
 use crate::core::stream::{self, Host};
 use std::sync::Arc;
 

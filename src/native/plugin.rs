@@ -8,7 +8,7 @@ use crate::core::caller::Caller;
 use crate::core::config::{CallerIdentity, Config};
 use crate::core::routing::pins;
 use crate::core::routing::round_robin::Cursors;
-use crate::core::routing::state::RoutingState;
+use crate::core::routing::RoutingState;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -10,8 +10,8 @@ use crate::core::config::{Config, ModelId};
 use crate::core::flight::{CallAnswer, CallRequest, Effect};
 use crate::core::report::Write;
 use crate::core::request::Edits;
-use crate::core::routing::state::RoutingState;
 use crate::core::routing::HealthInput;
+use crate::core::routing::RoutingState;
 use crate::core::stream::{Host, Verdict};
 use proxy_wasm::types::Action;
 

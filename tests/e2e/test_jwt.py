@@ -1,7 +1,7 @@
-"""Verified caller identity (Zuplo seed, "Sticky by user": the key is the authenticated
-subject, `request.user.sub`, not a raw credential): Envoy's jwt_authn verifies a real RS256
-token and stores its payload in dynamic metadata; Switchboard keys hash routing and latency
-callers on its `sub` claim."""
+"""Verified caller identity (Zuplo model load balancing, "Sticky by user": the key is the
+authenticated subject, `request.user.sub`, not a raw credential): Envoy's jwt_authn verifies a
+real RS256 token and stores its payload in dynamic metadata; Switchboard keys hash routing and
+latency callers on its `sub` claim."""
 
 from collections import Counter, defaultdict
 

@@ -446,8 +446,8 @@ def test_a_client_leaving_during_a_fallback_leaves_the_vm_serving(stack):
 
 
 def test_narrowed_fallback_status_codes_return_a_retry_code_to_the_client(stack):
-    """TrueFoundry seed, "Retries and fallbacks": with no retry configured none is exhausted,
-    so a 500 that is not in `fallback_status_codes: ["429"]` goes to the client."""
+    """TrueFoundry virtual models, "Retries and fallbacks": with no retry configured none is
+    exhausted, so a 500 that is not in `fallback_status_codes: ["429"]` goes to the client."""
     down = stack.provider("down", fail_status=500)
     spare = stack.provider("spare")
     config = {"models": [model("down", "down"), model("spare", "spare")],

@@ -269,7 +269,7 @@ def test_raw_provider_ids_follow_the_zuplo_stored_response_rules(stack):
     served = {client.responses.with_raw_response.create(model="team/stored", input="x", store=False)
               .headers["x-switchboard-resolved-model"] for _ in range(6)}
     assert "router/gpt-4o" in served
-    # Two accounts and no caller key: the seed's 400.
+    # Two accounts and no caller key: Zuplo model load balancing's 400 ("Stored responses").
     r = requests.post(envoy.url + "/v1/responses", timeout=10, json={
         "model": "team/two-accounts", "input": "x", "previous_response_id": raw_id})
     assert r.status_code == 400

@@ -1,6 +1,6 @@
-"""Seed fidelity of Responses routing through Envoy, against mock providers that store the
-responses they create and answer 404 for an id they do not hold, so a request that reached the
-wrong account fails here as it would in production.
+"""Fidelity of Responses routing to the vendor documents, through Envoy, against mock providers
+that store the responses they create and answer 404 for an id they do not hold, so a request
+that reached the wrong account fails here as it would in production.
 
 - Zuplo model load balancing, "Stored responses": a request that reads or continues a response
   under the provider's raw id goes to the one provider name among the models that store

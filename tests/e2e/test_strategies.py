@@ -179,7 +179,8 @@ def test_hash_routing_keeps_a_conversation_on_one_model_and_keyless_requests_rot
 
     users = {u: served_by("by-user", CHAT["messages"], {"x-end-user-id": u}) for u in ("ann", "bob", "cy")}
     assert all(served_by("by-user", CHAT["messages"], {"x-end-user-id": u}) == h for u, h in users.items())
-    # Keys are NFC-normalised (Zuplo seed): a decomposed spelling lands where the composed one does.
+    # Keys are NFC-normalised (Zuplo model load balancing, "Sticky by expression"): a decomposed
+    # spelling lands where the composed one does.
     spellings = [("Jos\u00e9", "Jose\u0301"), ("\u00c5sa", "A\u030asa"), ("\ud55c\uae00", "\u1112\u1161\u11ab\u1100\u1173\u11af"),
                  ("Zo\u00eb", "Zoe\u0308"), ("\u1ec7", "e\u0323\u0302"), ("\u00f1o", "n\u0303o")]
     composed_homes = set()

@@ -96,8 +96,9 @@ def test_each_worker_draws_its_own_picks(stack):
 
 
 def test_healthy_targets_share_an_unhealthy_targets_traffic_by_their_weights(stack):
-    """TrueFoundry seed: strategies pick among healthy targets. 50/30/20 with the first
-    target unhealthy gives 60/40 to the other two (the old draw-then-demote gave 80/20)."""
+    """TrueFoundry virtual models, "Routing Strategies": strategies pick among healthy targets.
+    50/30/20 with the first target unhealthy gives 60/40 to the other two (the old
+    draw-then-demote gave 80/20)."""
     down = stack.provider("down", fail_status=500)
     stack.provider("b")
     stack.provider("c")

@@ -2,8 +2,8 @@
 //! `response_id_binding` and `account_headers`.
 
 use super::fields::{ConfigError, Fields};
-use super::routing_config::compile_identifier;
-use super::{AccountHeaders, CallerIdentity};
+use super::identifiers::compile_identifier;
+use super::settings::{AccountHeaders, CallerIdentity};
 
 /// `caller_identity`: `{source: headers|metadata, key}` or `{source: jwt, claim,
 /// payload_in_metadata}`; absent, the client's credential.

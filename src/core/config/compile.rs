@@ -1,28 +1,53 @@
 //! Reads the plugin config JSON into [`Config`], validating every field with its path.
 
+use super::catalog::{Model, ModelId, Provider, Visibility};
 use super::fields::{ConfigError, Fields};
-use super::routing_config::{compile_virtual_model, Catalog};
-use super::upstream::{compile_env_keys, compile_upstream, expand_env, Env};
-use super::{
-    name_key, Config, HeaderNames, Model, ModelId, NameEntry, Provider, Visibility,
-    DEFAULT_MAX_REQUEST_BODY_BYTES,
-};
-use crate::core::endpoint::{Api, Apis, ModelType};
-use crate::core::health::policy::{Eviction, FailureWindow, HealthPolicy};
+use super::header_rules::{compile_header_names, is_header_value};
+use super::models::compile_model;
+use super::root::{name_key, Config, NameEntry, DEFAULT_MAX_REQUEST_BODY_BYTES};
+use super::routing_config::compile_virtual_model;
+use super::settings::HeaderNames;
+use super::strategy::Routing;
+use super::targets::Catalog;
+use super::trace_settings::TraceSettings;
+use super::upstream::{compile_env_keys, expand_env, Env};
+use super::virtual_model::VirtualModel;
+use super::{callers, metadata, responses};
+use crate::core::endpoint::ModelType;
+use crate::core::health::policy::FailureWindow;
 use crate::core::health::record::MAX_FAILURES;
-use crate::core::outbound::is_credential;
-use crate::core::responses::id::Keys;
-use crate::core::trace::TraceSettings;
+use crate::core::seal::Keys;
 use hashbrown::HashMap;
 use serde_json::Value;
 
-/// Seed fields of the config root that a later version implements.
+/// Fields of the config root, from the vendor documents (docs/sources.md), that a later
+/// version implements.
 const ROOT_NOT_YET: &[&str] = &[];
 
 /// Upper bound for `max_request_body_bytes`: the body is copied into the 32-bit Wasm memory
 /// (once read, once rewritten), which must not run out.
 const MAX_BODY_LIMIT: u64 = 128 * 1024 * 1024;
 
+impl Config {
+    /// Parses, validates and compiles the plugin config JSON, with no environment: a
+    /// `${env:NAME}` reference is an error.
+    pub fn parse(json: &[u8]) -> Result<Config, ConfigError> {
+        compile(json, &|_| None)
+    }
+
+    /// [`Config::parse`], resolving `${env:NAME}` in header values with `env` (the Wasm VM's
+    /// environment in the filter, the process's in the command line).
+    pub fn parse_with_env(
+        json: &[u8],
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        compile(json, env)
+    }
+}
+
+/// Reads the config root in its fields' order (so the first of several errors is always the
+/// same one), then derives what the request path looks up: the model list, the warnings and
+/// the metric table.
 pub(super) fn compile(
     json: &[u8],
     read_env: &dyn Fn(&str) -> Option<String>,
@@ -32,22 +57,74 @@ pub(super) fn compile(
     let mut root = Fields::new(String::new(), &root)?;
     // First: every `${env:NAME}` below is checked against it.
     let env = &Env::new(read_env, compile_env_keys(&mut root)?);
-
     let header_names = match root.opt_object("header_names")? {
         Some(obj) => compile_header_names(obj)?,
         None => HeaderNames::default(),
     };
-
-    let fold_case = match root.opt_str("model_name_case")? {
-        None | Some("sensitive") => false,
-        Some("insensitive") => true,
-        Some(other) => {
-            return Err(root.error(
-                "model_name_case",
-                format!("expected `sensitive` or `insensitive`, got `{other}`"),
-            ))
-        }
+    let fold_case = compile_name_case(&mut root)?;
+    let (models, mut names) = compile_catalog(&mut root, &header_names, fold_case, env)?;
+    let virtual_models = compile_virtual_models(
+        &mut root,
+        &models,
+        &mut names,
+        &header_names,
+        fold_case,
+        env,
+    )?;
+    // Read in the order the fields are written here; then the values derived from them.
+    let mut config = Config {
+        max_request_body_bytes: compile_body_limit(&mut root)?,
+        failure_window: compile_failure_window(&mut root)?,
+        health_view_ms: root.opt_u64("health_view_ms", 10_000)?.unwrap_or(100),
+        attempt_timeout_ms: compile_attempt_timeout(&mut root)?,
+        default_metadata: metadata::compile_default_metadata(&mut root)?,
+        gateway_metadata: metadata::compile_gateway_location(&mut root, env)?,
+        response_keys: compile_response_keys(&mut root, env)?,
+        bind_ids_to_caller: callers::compile_id_binding(&mut root)?,
+        caller_identity: callers::compile_caller_identity(&mut root)?,
+        account_headers: callers::compile_account_headers(&mut root)?,
+        trace: compile_trace(&mut root, env)?,
+        filter_state: root.opt_bool("filter_state")?.unwrap_or(false),
+        usage_metrics: root.opt_bool("usage_metrics")?.unwrap_or(false),
+        request_histograms: root.opt_bool("request_histograms")?.unwrap_or(false),
+        stored_responses_virtual_model: compile_stored_responses_vm(&mut root, &names)?,
+        non_native_responses: responses::compile_non_native(&mut root)?,
+        models_list_json: models_list(&models, &virtual_models),
+        has_classifier: virtual_models.iter().any(asks_a_classifier),
+        warnings: Vec::new(),
+        header_names,
+        fold_case,
+        models,
+        virtual_models,
+        names,
+        metrics: crate::core::metrics::MetricTable::default(),
+        env_unlisted: env.unlisted(),
     };
+    root.finish(ROOT_NOT_YET)?;
+    config.warnings = warnings(&config);
+    config.metrics = crate::core::metrics::MetricTable::new(&config);
+    Ok(config)
+}
+
+/// `model_name_case`: `sensitive` (default) or `insensitive` (true: names fold ASCII case).
+fn compile_name_case(root: &mut Fields<'_>) -> Result<bool, ConfigError> {
+    match root.opt_str("model_name_case")? {
+        None | Some("sensitive") => Ok(false),
+        Some("insensitive") => Ok(true),
+        Some(other) => Err(root.error(
+            "model_name_case",
+            format!("expected `sensitive` or `insensitive`, got `{other}`"),
+        )),
+    }
+}
+
+/// `models`: the catalog, and the name table holding each model's name.
+fn compile_catalog(
+    root: &mut Fields<'_>,
+    header_names: &HeaderNames,
+    fold_case: bool,
+    env: &Env<'_>,
+) -> Result<(Vec<Model>, HashMap<String, NameEntry>), ConfigError> {
     let mut names: HashMap<String, NameEntry> = HashMap::new();
     let mut models = Vec::new();
     let items = root
@@ -57,7 +134,7 @@ pub(super) fn compile(
         return Err(root.error("models", "must list at least one model"));
     }
     for (path, value) in items {
-        let model = compile_model(Fields::new(path.clone(), value)?, &header_names, env)?;
+        let model = compile_model(Fields::new(path.clone(), value)?, header_names, env)?;
         let id = ModelId(models.len());
         if names
             .insert(
@@ -73,7 +150,18 @@ pub(super) fn compile(
         }
         models.push(model);
     }
+    Ok((models, names))
+}
 
+/// `virtual_models`, each name added to the name table.
+fn compile_virtual_models(
+    root: &mut Fields<'_>,
+    models: &[Model],
+    names: &mut HashMap<String, NameEntry>,
+    header_names: &HeaderNames,
+    fold_case: bool,
+    env: &Env<'_>,
+) -> Result<Vec<VirtualModel>, ConfigError> {
     let mut virtual_models = Vec::new();
     let vm_items = root.opt_array("virtual_models")?.unwrap_or_default();
     // Known up front so a target naming a later virtual model gets the right message.
@@ -84,10 +172,10 @@ pub(super) fn compile(
     for (path, value) in vm_items.iter() {
         let f = Fields::new(path.clone(), value)?;
         let catalog = Catalog {
-            models: &models,
-            names: &names,
+            models,
+            names,
             virtual_names: &virtual_names,
-            header_names: &header_names,
+            header_names,
             fold_case,
             env,
         };
@@ -109,99 +197,66 @@ pub(super) fn compile(
         }
         virtual_models.push(vm);
     }
+    Ok(virtual_models)
+}
 
-    let max_request_body_bytes = match root.opt_u64("max_request_body_bytes", MAX_BODY_LIMIT)? {
-        Some(0) => return Err(root.error("max_request_body_bytes", "must be greater than 0")),
-        Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
-        None => DEFAULT_MAX_REQUEST_BODY_BYTES,
+/// `max_request_body_bytes`: from 1 byte to [`MAX_BODY_LIMIT`].
+fn compile_body_limit(root: &mut Fields<'_>) -> Result<usize, ConfigError> {
+    match root.opt_u64("max_request_body_bytes", MAX_BODY_LIMIT)? {
+        Some(0) => Err(root.error("max_request_body_bytes", "must be greater than 0")),
+        Some(n) => Ok(usize::try_from(n).unwrap_or(usize::MAX)),
+        None => Ok(DEFAULT_MAX_REQUEST_BODY_BYTES),
+    }
+}
+
+/// `attempt_timeout_ms`: from 1 ms to an hour (default five minutes).
+fn compile_attempt_timeout(root: &mut Fields<'_>) -> Result<u64, ConfigError> {
+    match root.opt_u64("attempt_timeout_ms", 3_600_000)? {
+        Some(0) => Err(root.error("attempt_timeout_ms", "must be greater than 0")),
+        Some(n) => Ok(n),
+        None => Ok(300_000),
+    }
+}
+
+/// `stored_responses_virtual_model`: the name of a virtual model.
+fn compile_stored_responses_vm(
+    root: &mut Fields<'_>,
+    names: &HashMap<String, NameEntry>,
+) -> Result<Option<usize>, ConfigError> {
+    let Some(name) = root.opt_str("stored_responses_virtual_model")? else {
+        return Ok(None);
     };
+    match names.get(name) {
+        Some(NameEntry::Virtual(i)) => Ok(Some(*i)),
+        _ => Err(root.error(
+            "stored_responses_virtual_model",
+            format!("`{name}` is not a virtual model"),
+        )),
+    }
+}
 
-    let failure_window = match root.opt_object("failure_window")? {
-        Some(obj) => compile_failure_window(obj)?,
-        None => FailureWindow::default(),
-    };
-    let health_view_ms = root.opt_u64("health_view_ms", 10_000)?.unwrap_or(100);
-    let attempt_timeout_ms = match root.opt_u64("attempt_timeout_ms", 3_600_000)? {
-        Some(0) => return Err(root.error("attempt_timeout_ms", "must be greater than 0")),
-        Some(n) => n,
-        None => 300_000,
-    };
+/// Whether a virtual model asks a classifier model (so requests may need a second look).
+fn asks_a_classifier(vm: &VirtualModel) -> bool {
+    matches!(
+        vm.routing,
+        Routing::Complexity {
+            classifier: Some(_),
+            ..
+        }
+    )
+}
 
-    let default_metadata = super::metadata::compile_default_metadata(&mut root)?;
-    let gateway_metadata = super::metadata::compile_gateway_location(&mut root, env)?;
-
-    let response_keys = compile_response_keys(&mut root, env)?;
-    let bind_ids_to_caller = super::callers::compile_id_binding(&mut root)?;
-    let caller_identity = super::callers::compile_caller_identity(&mut root)?;
-    let account_headers = super::callers::compile_account_headers(&mut root)?;
-    let trace = compile_trace(&mut root, env)?;
-    let filter_state = root.opt_bool("filter_state")?.unwrap_or(false);
-    let usage_metrics = root.opt_bool("usage_metrics")?.unwrap_or(false);
-    let request_histograms = root.opt_bool("request_histograms")?.unwrap_or(false);
-    let stored_responses_virtual_model = match root.opt_str("stored_responses_virtual_model")? {
-        None => None,
-        Some(name) => match names.get(name) {
-            Some(NameEntry::Virtual(i)) => Some(*i),
-            _ => {
-                return Err(root.error(
-                    "stored_responses_virtual_model",
-                    format!("`{name}` is not a virtual model"),
-                ))
-            }
-        },
-    };
-
-    let non_native_responses = super::responses::compile_non_native(&mut root)?;
-
-    root.finish(ROOT_NOT_YET)?;
-    let models_list_json = models_list(&models, &virtual_models);
-    let has_classifier = virtual_models.iter().any(|vm| {
-        matches!(
-            vm.routing,
-            super::Routing::Complexity {
-                classifier: Some(_),
-                ..
-            }
-        )
-    });
-    let warnings = built_in_key_warning(&response_keys, &virtual_models)
+/// What the operator should know about a config that loads: the built-in response id key,
+/// Responses targets that do not serve the API natively.
+fn warnings(config: &Config) -> Vec<String> {
+    built_in_key_warning(&config.response_keys, &config.virtual_models)
         .into_iter()
-        .chain(super::responses::non_native_warnings(
-            &models,
-            &virtual_models,
-            non_native_responses,
+        .chain(responses::non_native_warnings(
+            &config.models,
+            &config.virtual_models,
+            config.non_native_responses,
         ))
-        .collect();
-    let mut config = Config {
-        bind_ids_to_caller,
-        caller_identity,
-        account_headers,
-        warnings,
-        models_list_json,
-        has_classifier,
-        default_metadata,
-        response_keys,
-        stored_responses_virtual_model,
-        non_native_responses,
-        gateway_metadata,
-        models,
-        virtual_models,
-        max_request_body_bytes,
-        header_names,
-        failure_window,
-        health_view_ms,
-        attempt_timeout_ms,
-        fold_case,
-        metrics: crate::core::metrics::MetricTable::default(),
-        trace,
-        filter_state,
-        usage_metrics,
-        request_histograms,
-        env_unlisted: env.unlisted(),
-        names,
-    };
-    config.metrics = crate::core::metrics::MetricTable::new(&config);
-    Ok(config)
+        .collect()
 }
 
 /// Shortest `response_id_keys` entry: a MAC key must not be guessable.
@@ -230,7 +285,7 @@ fn compile_response_keys(root: &mut Fields<'_>, env: &Env<'_>) -> Result<Keys, C
 /// The warning for a config that mints response ids with the built-in key: that key is in
 /// Switchboard's public source, so anyone can read the target out of an id and forge ids for
 /// `GET`/`DELETE /v1/responses/{id}`, sent with the gateway's credential.
-fn built_in_key_warning(keys: &Keys, virtual_models: &[super::VirtualModel]) -> Option<String> {
+fn built_in_key_warning(keys: &Keys, virtual_models: &[VirtualModel]) -> Option<String> {
     let responses = virtual_models
         .iter()
         .find(|vm| vm.model_types.contains(ModelType::Responses))?;
@@ -276,7 +331,7 @@ fn compile_trace(root: &mut Fields<'_>, env: &Env<'_>) -> Result<TraceSettings, 
 }
 
 /// `GET /v1/models` in OpenAI's list shape: what a client may call by name.
-fn models_list(models: &[Model], virtual_models: &[super::VirtualModel]) -> String {
+fn models_list(models: &[Model], virtual_models: &[VirtualModel]) -> String {
     let provider_name = |p: Provider| {
         Provider::ALL
             .iter()
@@ -297,125 +352,12 @@ fn models_list(models: &[Model], virtual_models: &[super::VirtualModel]) -> Stri
     serde_json::json!({"object": "list", "data": data}).to_string()
 }
 
-fn compile_model(
-    mut f: Fields<'_>,
-    header_names: &HeaderNames,
-    env: &Env<'_>,
-) -> Result<Model, ConfigError> {
-    let name = f.str("name")?.to_string();
-    let cluster = f.str("cluster")?;
-    if !is_header_value(cluster) {
-        return Err(f.error("cluster", "must not contain control characters"));
-    }
-    let upstream_model = f.str("model")?.to_string();
-    let provider = match f.opt_str("provider")? {
-        None => Provider::OpenAi,
-        Some(p) => Provider::ALL
-            .iter()
-            .find(|(_, n)| *n == p)
-            .map(|(v, _)| *v)
-            .ok_or_else(|| {
-                let known: Vec<&str> = Provider::ALL.iter().map(|(_, n)| *n).collect();
-                f.error(
-                    "provider",
-                    format!(
-                        "unknown provider `{p}`; expected one of: {}",
-                        known.join(", ")
-                    ),
-                )
-            })?,
-    };
-    let apis = match f.opt_array("apis")? {
-        None => Apis::default_for(provider),
-        Some(items) => {
-            let mut apis = Apis::default();
-            for (path, value) in items {
-                let api = value.as_str().and_then(Api::from_name).ok_or_else(|| {
-                    let known: Vec<&str> = Api::ALL.iter().map(|(_, n)| *n).collect();
-                    ConfigError::new(path, format!("expected one of: {}", known.join(", ")))
-                })?;
-                apis.insert(api);
-            }
-            if apis.is_empty() {
-                return Err(f.error("apis", "must list at least one API"));
-            }
-            apis
-        }
-    };
-    let visibility = match f.opt_str("visibility")? {
-        // Internal by default: a catalog entry holding credentials is never callable by accident.
-        None | Some("internal") => Visibility::Internal,
-        Some("public") => Visibility::Public,
-        Some(other) => {
-            return Err(f.error(
-                "visibility",
-                format!("expected `public` or `internal`, got `{other}`"),
-            ))
-        }
-    };
-    let mut headers = Vec::new();
-    for entry in f.opt_string_map("headers")? {
-        let name = checked_header_name(entry.key, header_names)
-            .map_err(|m| ConfigError::new(entry.path.clone(), m))?;
-        headers.push((name, header_value(entry.value, &entry.path, env)?));
-    }
-    let sets_credential = headers.iter().any(|(n, _)| is_credential(n));
-    let upstream = compile_upstream(&mut f)?;
-    let stores_responses = f
-        .opt_bool("stores_responses")?
-        .unwrap_or(matches!(provider, Provider::OpenAi | Provider::Azure));
-    let health = match f.opt_object("health")? {
-        Some(obj) => compile_health(obj)?,
-        None => HealthPolicy::default(),
-    };
-    // Serialising a string cannot fail; the fallback is only to stay panic-free.
-    let upstream_model_json =
-        serde_json::to_string(&upstream_model).unwrap_or_else(|_| String::from("\"\""));
-    f.finish(&["params"])?;
-    Ok(Model {
-        name,
-        cluster: cluster.to_string(),
-        upstream_model,
-        upstream_model_json,
-        provider,
-        apis,
-        visibility,
-        headers,
-        sets_credential,
-        upstream,
-        stores_responses,
-        health,
-    })
-}
-
-/// `models[].health` (agentgateway seed, "Health vs eviction").
-fn compile_health(mut f: Fields<'_>) -> Result<HealthPolicy, ConfigError> {
-    let mut policy = HealthPolicy::default();
-    if let Some(codes) = f.opt_status_codes("unhealthy_status_codes")? {
-        policy.unhealthy_status_codes = codes;
-    }
-    if let Some(mut e) = f.opt_object("eviction")? {
-        let consecutive_failures = e
-            .opt_u64("consecutive_failures", 1_000)?
-            .map(|n| u32::try_from(n).unwrap_or(1_000));
-        if consecutive_failures == Some(0) {
-            return Err(e.error("consecutive_failures", "must be at least 1"));
-        }
-        policy.eviction = Some(Eviction {
-            duration_ms: e.opt_duration_ms("duration")?,
-            consecutive_failures,
-            health_threshold: e.opt_fraction("health_threshold")?,
-            restore_health: e.opt_fraction("restore_health")?,
-        });
-        e.finish(&[])?;
-    }
-    f.finish(&["unhealthy_expression"])?;
-    Ok(policy)
-}
-
 /// `failure_window`: how many failures in how long make a target unhealthy.
-fn compile_failure_window(mut f: Fields<'_>) -> Result<FailureWindow, ConfigError> {
+fn compile_failure_window(root: &mut Fields<'_>) -> Result<FailureWindow, ConfigError> {
     let d = FailureWindow::default();
+    let Some(mut f) = root.opt_object("failure_window")? else {
+        return Ok(d);
+    };
     // Only the most recent MAX_FAILURES failure times are kept per target.
     let failures = f
         .opt_u64("failures", MAX_FAILURES as u64)?
@@ -428,88 +370,6 @@ fn compile_failure_window(mut f: Fields<'_>) -> Result<FailureWindow, ConfigErro
         failures,
         window_ms,
     })
-}
-
-fn compile_header_names(mut f: Fields<'_>) -> Result<HeaderNames, ConfigError> {
-    let mut names = HeaderNames::default();
-    for (key, slot) in [
-        ("cluster", &mut names.cluster),
-        ("resolved_model", &mut names.resolved_model),
-        ("attempts", &mut names.attempts),
-        ("metadata", &mut names.metadata),
-        ("trace", &mut names.trace),
-        ("trace_token", &mut names.trace_token),
-    ] {
-        if let Some(value) = f.opt_str(key)? {
-            let lower = value.to_ascii_lowercase();
-            if !is_token(value) || !lower.starts_with("x-") {
-                return Err(f.error(key, "must be a valid HTTP header name starting with `x-`"));
-            }
-            *slot = lower;
-        }
-    }
-    let all = [
-        ("cluster", &names.cluster),
-        ("resolved_model", &names.resolved_model),
-        ("attempts", &names.attempts),
-        ("metadata", &names.metadata),
-        ("trace", &names.trace),
-        ("trace_token", &names.trace_token),
-    ];
-    for (i, (key, name)) in all.iter().enumerate() {
-        if let Some((other, _)) = all.iter().take(i).find(|(_, n)| n == name) {
-            return Err(f.error(key, format!("must differ from `{other}`")));
-        }
-    }
-    f.finish(&["metadata"])?;
-    Ok(names)
-}
-
-/// Lower-cases a configured header name and refuses names the filter must own.
-pub(super) fn checked_header_name(
-    name: &str,
-    header_names: &HeaderNames,
-) -> Result<String, String> {
-    if !is_token(name) {
-        return Err(format!("`{name}` is not a valid HTTP header name"));
-    }
-    let lower = name.to_ascii_lowercase();
-    if lower == header_names.cluster
-        || matches!(
-            lower.as_str(),
-            "content-length" | "transfer-encoding" | "host" | "connection"
-        )
-    {
-        return Err(format!(
-            "`{lower}` is managed by Envoy or Switchboard and cannot be set here"
-        ));
-    }
-    Ok(lower)
-}
-
-/// RFC 9110 token characters: what a header name may hold.
-fn is_token(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-}
-
-/// A configured header value with its `${env:NAME}` references resolved. Neither error shows
-/// the value: it may be a key.
-pub(super) fn header_value(value: &str, path: &str, env: &Env<'_>) -> Result<String, ConfigError> {
-    let value = expand_env(value, path, env)?;
-    if !is_header_value(&value) {
-        return Err(ConfigError::new(
-            path,
-            "value must not contain control characters",
-        ));
-    }
-    Ok(value)
-}
-
-/// A header value must not smuggle a line break or other control character.
-fn is_header_value(s: &str) -> bool {
-    s.bytes().all(|b| b == b'\t' || (b >= 0x20 && b != 0x7f))
 }
 
 #[cfg(test)]

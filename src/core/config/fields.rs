@@ -194,7 +194,8 @@ impl<'a> Fields<'a> {
         }
     }
 
-    /// An optional list of HTTP status codes, as strings (`"429"`, as in the seeds) or numbers.
+    /// An optional list of HTTP status codes, as strings (`"429"`, as the vendor documents write
+    /// them) or numbers.
     pub fn opt_status_codes(
         &mut self,
         key: &'static str,
@@ -309,7 +310,8 @@ impl<'a> Fields<'a> {
     }
 
     /// Fails on any key that was not read. Keys listed in `not_yet` get a "not supported yet"
-    /// message (a seed field this version does not implement); others are unknown.
+    /// message (a field of the vendor documents this version does not implement); others are
+    /// unknown.
     pub fn finish(self, not_yet: &[&str]) -> Result<(), ConfigError> {
         for key in self.map.keys() {
             if self.read.iter().any(|r| r == key) {

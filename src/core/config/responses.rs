@@ -1,8 +1,10 @@
 //! The root fields about the Responses API's targets: `non_native_responses`, and the warning
 //! for a virtual model whose Responses targets include one that does not serve it natively.
 
+use super::catalog::Model;
 use super::fields::{ConfigError, Fields};
-use super::{Model, NonNativeResponses, VirtualModel};
+use super::settings::NonNativeResponses;
+use super::virtual_model::VirtualModel;
 use crate::core::endpoint::{Endpoint, ModelType};
 
 /// `non_native_responses`: `"reject"` (default) or `"skip"`.

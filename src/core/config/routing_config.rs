@@ -1,154 +1,45 @@
-//! Compiles one `virtual_models[]` entry and its `routing_config`.
+//! Compiles one `virtual_models[]` entry and its `routing_config`: the strategy and its own
+//! fields (the targets' shared ones are read in `targets.rs`, the failure rules in
+//! `failure_rules.rs`).
 //!
-//! Field names follow the TrueFoundry seed ("Configuration structure") and, for the strategies
-//! it does not have, the agentgateway and Zuplo seeds. Every strategy, per-target option and
-//! stickiness rule is read here with its field path; options this version does not implement
-//! (the complexity classifier model) are rejected as "not supported yet", never ignored.
+//! Field names follow TrueFoundry virtual models ("Configuration structure") and, for the
+//! strategies it does not have, agentgateway virtual models and Zuplo model load balancing. Every
+//! strategy, per-target option and stickiness rule is read here with its field path; options this
+//! version does not implement (the complexity classifier model) are rejected as "not supported
+//! yet", never ignored.
 
-use super::compile::{checked_header_name, header_value};
+use super::failure_rules::compile_failure_rules;
 use super::fields::{ConfigError, Fields};
-use super::{
-    name_key, AtLast, Classifier, ComplexityTarget, ConditionalTarget, HashKey, HeadersOverride,
-    Model, ModelId, NameEntry, PriorityTarget, Routing, SessionIdentifier, StickyRouting,
-    StickySource, TargetConfig, TargetPolicy, Thresholds, Tier, TimeoutRules, TimeoutScope,
-    VirtualModel, WeightedTarget, DEFAULT_JWT_PAYLOAD,
+use super::identifiers::{compile_identifier, jwt_claim};
+use super::root::{name_key, NameEntry};
+use super::strategy::{
+    Classifier, ComplexityTarget, ConditionalTarget, HashKey, PriorityTarget, Routing,
+    StickyRouting, Thresholds, Tier, WeightedTarget,
 };
-use crate::core::endpoint::{Api, Apis, ModelType, ModelTypes};
+use super::targets::{compile_targets, Catalog};
+use super::virtual_model::{TargetConfig, TargetPolicy, VirtualModel};
+use crate::core::endpoint::{ModelType, ModelTypes};
 use crate::core::health::sla::SlaCutoff;
-use crate::core::routing::condition::Condition;
-use hashbrown::HashMap;
+use crate::core::when::Condition;
 
 const SUPPORTED: &str = "supported: weight-based-routing, priority-based-routing, \
                          latency-based-routing, complexity-based-routing, conditional-routing, \
                          round-robin-routing, hash-based-routing";
 
+/// One `virtual_models[]` entry: its model types, its `routing_config` (strategy, targets,
+/// sticky sessions) and its failure rules, read in that order.
 pub(super) fn compile_virtual_model(
     mut f: Fields<'_>,
     catalog: &Catalog<'_>,
 ) -> Result<VirtualModel, ConfigError> {
     let name = f.str("name")?.to_string();
-
-    let mut model_types = ModelTypes::default();
-    let types = f
-        .opt_array("model_types")?
-        .ok_or_else(|| f.error("model_types", "is required, e.g. [\"chat\"]"))?;
-    for (path, value) in types {
-        let t = value
-            .as_str()
-            .and_then(ModelType::from_name)
-            .ok_or_else(|| {
-                let known: Vec<&str> = ModelType::ALL.iter().map(|(_, n)| *n).collect();
-                ConfigError::new(path, format!("expected one of: {}", known.join(", ")))
-            })?;
-        model_types.insert(t);
-    }
-    if model_types.is_empty() {
-        return Err(f.error("model_types", "must list at least one model type"));
-    }
-
+    let model_types = compile_model_types(&mut f)?;
     let mut rc = f
         .opt_object("routing_config")?
         .ok_or_else(|| f.error("routing_config", "is required"))?;
     let mut targets = Vec::new();
-    let routing = match rc.str("type")? {
-        "weight-based-routing" => {
-            Routing::Weighted(compile_weighted(&mut rc, catalog, &mut targets)?)
-        }
-        "priority-based-routing" => {
-            Routing::Priority(compile_priority(&mut rc, catalog, &mut targets)?)
-        }
-        "conditional-routing" => {
-            Routing::Conditional(compile_conditional(&mut rc, catalog, &mut targets)?)
-        }
-        "latency-based-routing" => {
-            let strategy = ("latency-based-routing", &["weight", "priority", "when"][..]);
-            let targets =
-                compile_targets(&mut rc, catalog, strategy, &mut targets, |_, m, _| Ok(m))?;
-            let caller = match rc.opt_object("caller_identifier")? {
-                Some(obj) => Some(compile_identifier(obj)?),
-                None => None,
-            };
-            Routing::Latency { targets, caller }
-        }
-        "complexity-based-routing" => {
-            let strategy = (
-                "complexity-based-routing",
-                &["weight", "priority", "when"][..],
-            );
-            let targets =
-                compile_targets(&mut rc, catalog, strategy, &mut targets, |t, model, _| {
-                    let name = t.str("tier")?;
-                    let tier = Tier::from_name(name).ok_or_else(|| {
-                        t.error(
-                            "tier",
-                            format!("expected `simple`, `medium` or `complex`, got `{name}`"),
-                        )
-                    })?;
-                    Ok(ComplexityTarget { model, tier })
-                })?;
-            // The seed: the one strategy that reads the body applies to these model types only.
-            let allowed = [ModelType::Chat, ModelType::Completion, ModelType::Responses];
-            if ModelType::ALL
-                .iter()
-                .any(|(t, _)| model_types.contains(*t) && !allowed.contains(t))
-            {
-                return Err(f.error(
-                    "model_types",
-                    "complexity-based-routing serves only chat, completion and responses",
-                ));
-            }
-            let (thresholds, classifier) = match rc.opt_object("complexity")? {
-                Some(obj) => compile_complexity(obj, catalog)?,
-                None => (
-                    Thresholds {
-                        medium: 2,
-                        complex: 5,
-                    },
-                    None,
-                ),
-            };
-            Routing::Complexity {
-                targets,
-                thresholds,
-                classifier,
-            }
-        }
-        "hash-based-routing" => {
-            let strategy = ("hash-based-routing", &["weight", "priority", "when"][..]);
-            let targets =
-                compile_targets(&mut rc, catalog, strategy, &mut targets, |_, m, _| Ok(m))?;
-            let by = match rc.opt_object("hash_key")? {
-                Some(obj) => compile_hash_key(obj)?,
-                None => return Err(rc.error("hash_key", "is required: {\"source\": \"user\" | \"conversation\" | \"headers\" | \"metadata\", \"key\": ...}")),
-            };
-            Routing::Hash { targets, by }
-        }
-        "round-robin-routing" => {
-            let strategy = ("round-robin-routing", &["weight", "priority", "when"][..]);
-            Routing::RoundRobin(compile_targets(
-                &mut rc,
-                catalog,
-                strategy,
-                &mut targets,
-                |_, m, _| Ok(m),
-            )?)
-        }
-        t => return Err(rc.error("type", format!("unknown routing type `{t}`; {SUPPORTED}"))),
-    };
-    let sticky = match rc.opt_object("sticky_routing")? {
-        Some(obj) if matches!(routing, Routing::Weighted(_)) => {
-            Some(compile_sticky(obj, 1..=30 * 86_400)?)
-        }
-        // A complexity pin holds a session on a price tier: 5 minutes to 1 hour (seed).
-        Some(obj) if matches!(routing, Routing::Complexity { .. }) => {
-            Some(compile_sticky(obj, 300..=3_600)?)
-        }
-        Some(_) => return Err(rc.error(
-            "sticky_routing",
-            "only applies to weight-based-routing and complexity-based-routing (TrueFoundry seed)",
-        )),
-        None => None,
-    };
+    let routing = compile_routing(&mut rc, catalog, &mut targets, (&f, model_types))?;
+    let sticky = compile_sticky_rule(&mut rc, &routing)?;
     rc.finish(&[])?;
     let failures = compile_failure_rules(&mut f)?;
     f.finish(&[])?;
@@ -169,229 +60,151 @@ pub(super) fn compile_virtual_model(
     })
 }
 
-/// A virtual model's own failure rules, beside each target's `retry_config` and fallback
-/// fields (Zuplo model load balancing, "Failures and retries").
-struct FailureRules {
-    fallback_timeout_ms: Option<u64>,
-    max_targets: Option<usize>,
-    timeout_rules: TimeoutRules,
-    fail_fast: Apis,
+/// `model_types`: the endpoints a virtual model serves (at least one).
+fn compile_model_types(f: &mut Fields<'_>) -> Result<ModelTypes, ConfigError> {
+    let mut model_types = ModelTypes::default();
+    let types = f
+        .opt_array("model_types")?
+        .ok_or_else(|| f.error("model_types", "is required, e.g. [\"chat\"]"))?;
+    for (path, value) in types {
+        let t = value
+            .as_str()
+            .and_then(ModelType::from_name)
+            .ok_or_else(|| {
+                let known: Vec<&str> = ModelType::ALL.iter().map(|(_, n)| *n).collect();
+                ConfigError::new(path, format!("expected one of: {}", known.join(", ")))
+            })?;
+        model_types.insert(t);
+    }
+    if model_types.is_empty() {
+        return Err(f.error("model_types", "must list at least one model type"));
+    }
+    Ok(model_types)
 }
 
-/// Reads `fallback_timeout_ms` and the options that shape it, `max_targets_per_request` and
-/// `fail_fast_endpoints`.
-fn compile_failure_rules(f: &mut Fields<'_>) -> Result<FailureRules, ConfigError> {
-    let fallback_timeout_ms = match f.opt_u64("fallback_timeout_ms", 3_600_000)? {
-        Some(0) => return Err(f.error("fallback_timeout_ms", "must be greater than 0")),
-        other => other,
-    };
-    let timeout_rules = compile_timeout_rules(f, fallback_timeout_ms.is_some())?;
-    let max_targets = match f.opt_u64("max_targets_per_request", 1_000)? {
-        Some(0) => return Err(f.error("max_targets_per_request", "must be at least 1")),
-        other => other.map(|n| n as usize),
-    };
-    let mut fail_fast = Apis::default();
-    for (path, value) in f.opt_array("fail_fast_endpoints")?.unwrap_or_default() {
-        let api = value.as_str().and_then(Api::from_name).ok_or_else(|| {
-            let known: Vec<&str> = Api::ALL.iter().map(|(_, n)| *n).collect();
-            ConfigError::new(path, format!("expected one of: {}", known.join(", ")))
-        })?;
-        fail_fast.insert(api);
-    }
-    Ok(FailureRules {
-        fallback_timeout_ms,
-        max_targets,
-        timeout_rules,
-        fail_fast,
+/// `routing_config.type` and the strategy's fields; each target's settings go to `targets`.
+/// `vm` is the virtual model's own object and model types, which complexity routing checks.
+fn compile_routing(
+    rc: &mut Fields<'_>,
+    catalog: &Catalog<'_>,
+    targets: &mut Vec<TargetConfig>,
+    vm: (&Fields<'_>, ModelTypes),
+) -> Result<Routing, ConfigError> {
+    Ok(match rc.str("type")? {
+        "weight-based-routing" => Routing::Weighted(compile_weighted(rc, catalog, targets)?),
+        "priority-based-routing" => Routing::Priority(compile_priority(rc, catalog, targets)?),
+        "conditional-routing" => Routing::Conditional(compile_conditional(rc, catalog, targets)?),
+        "latency-based-routing" => compile_latency(rc, catalog, targets)?,
+        "complexity-based-routing" => compile_complexity_routing(rc, catalog, targets, vm)?,
+        "hash-based-routing" => compile_hash(rc, catalog, targets)?,
+        "round-robin-routing" => {
+            let strategy = ("round-robin-routing", &["weight", "priority", "when"][..]);
+            let read = |_: &mut Fields<'_>, m, _: &mut TargetPolicy| Ok(m);
+            Routing::RoundRobin(compile_targets(rc, catalog, strategy, targets, read)?)
+        }
+        t => return Err(rc.error("type", format!("unknown routing type `{t}`; {SUPPORTED}"))),
     })
 }
 
-/// `fallback_timeout_growth`, `fallback_timeout_at_last` and `fallback_timeout_scope` (Zuplo
-/// model load balancing, "Failures and retries": the retry model "starts over with twice the
-/// time, and the request fails if that runs out too"; a response that doesn't stream is
-/// bounded whole). Refused without `fallback_timeout_ms`, which they would silently not
-/// change.
-fn compile_timeout_rules(
-    f: &mut Fields<'_>,
-    has_timeout: bool,
-) -> Result<TimeoutRules, ConfigError> {
-    let mut rules = TimeoutRules::default();
-    match f.opt_u64("fallback_timeout_growth", 10)? {
-        Some(0) => return Err(f.error("fallback_timeout_growth", "must be from 1 to 10")),
-        Some(growth) => rules.growth = growth as u32,
-        None => {}
-    }
-    rules.at_last = match f.opt_str("fallback_timeout_at_last")? {
-        None | Some("wait") => AtLast::Wait,
-        Some("fail") => AtLast::Fail,
-        Some(other) => {
-            let message = format!("expected `wait` or `fail`, got `{other}`");
-            return Err(f.error("fallback_timeout_at_last", message));
+/// `sticky_routing`, for the strategies that keep sessions.
+fn compile_sticky_rule(
+    rc: &mut Fields<'_>,
+    routing: &Routing,
+) -> Result<Option<StickyRouting>, ConfigError> {
+    match rc.opt_object("sticky_routing")? {
+        Some(obj) if matches!(routing, Routing::Weighted(_)) => {
+            Ok(Some(compile_sticky(obj, 1..=30 * 86_400)?))
         }
-    };
-    rules.scope = match f.opt_str("fallback_timeout_scope")? {
-        None | Some("whole_answer") => TimeoutScope::WholeAnswer,
-        Some("answer_start") => TimeoutScope::AnswerStart,
-        Some(other) => {
-            let message = format!("expected `whole_answer` or `answer_start`, got `{other}`");
-            return Err(f.error("fallback_timeout_scope", message));
+        // A complexity pin holds a session on a price tier: 5 minutes to 1 hour (seed).
+        Some(obj) if matches!(routing, Routing::Complexity { .. }) => {
+            Ok(Some(compile_sticky(obj, 300..=3_600)?))
         }
-    };
-    let needs_timeout = [
-        "fallback_timeout_growth",
-        "fallback_timeout_at_last",
-        "fallback_timeout_scope",
-    ];
-    if let Some(field) = needs_timeout.iter().find(|k| !has_timeout && f.has(k)) {
-        return Err(f.error(field, "has no effect without fallback_timeout_ms"));
+        Some(_) => Err(rc.error(
+            "sticky_routing",
+            "only applies to weight-based-routing and complexity-based-routing (TrueFoundry virtual models)",
+        )),
+        None => Ok(None),
     }
-    Ok(rules)
 }
 
-/// The names a target may refer to.
-pub(super) struct Catalog<'c> {
-    pub models: &'c [Model],
-    pub names: &'c HashMap<String, NameEntry>,
-    pub virtual_names: &'c [&'c str],
-    pub header_names: &'c super::HeaderNames,
-    /// `model_name_case: "insensitive"`.
-    pub fold_case: bool,
-    /// The environment `${env:NAME}` references are read from.
-    pub env: &'c super::upstream::Env<'c>,
-}
-
-/// Reads `load_balance_targets`: each target's shared retry and fallback fields, its strategy
-/// field by `read`, and refuses the other strategy's field (the seed makes `weight` and
-/// `priority` mutually exclusive).
-fn compile_targets<T>(
+/// `latency-based-routing`: its targets and `caller_identifier`.
+fn compile_latency(
     rc: &mut Fields<'_>,
     catalog: &Catalog<'_>,
-    (strategy, other_strategy_fields): (&str, &[&str]),
     targets: &mut Vec<TargetConfig>,
-    mut read: impl FnMut(&mut Fields<'_>, ModelId, &mut TargetPolicy) -> Result<T, ConfigError>,
-) -> Result<Vec<T>, ConfigError> {
-    let items = rc
-        .opt_array("load_balance_targets")?
-        .ok_or_else(|| rc.error("load_balance_targets", "is required"))?;
-    if items.is_empty() {
-        return Err(rc.error("load_balance_targets", "must list at least one target"));
-    }
-    let mut out = Vec::with_capacity(items.len());
-    for (path, value) in items {
-        let mut t = Fields::new(path, value)?;
-        let model = resolve_target(&mut t, catalog)?;
-        if targets.iter().any(|x| x.model == model) {
-            return Err(t.error("target", "is listed twice in this virtual model"));
-        }
-        let mut policy = compile_policy(&mut t)?;
-        out.push(read(&mut t, model, &mut policy)?);
-        let metadata_match = t
-            .opt_string_map("metadata_match")?
-            .into_iter()
-            .map(|e| (e.key.to_string(), e.value.to_string()))
-            .collect();
-        let headers_override = match t.opt_object("headers_override")? {
-            Some(h) => compile_headers_override(h, catalog)?,
-            None => HeadersOverride::default(),
-        };
-        let override_params = compile_override_params(&mut t)?;
-        targets.push(TargetConfig {
-            model,
-            policy,
-            metadata_match,
-            headers_override,
-            override_params,
-        });
-        if let Some(field) = other_strategy_fields.iter().find(|f| t.has(f)) {
-            return Err(t.error(field, format!("does not apply to `{strategy}`")));
-        }
-        t.finish(&[])?;
-    }
-    Ok(out)
-}
-
-/// `headers_override {set, remove}`: keys case-insensitive (lower-cased here).
-fn compile_headers_override(
-    mut f: Fields<'_>,
-    catalog: &Catalog<'_>,
-) -> Result<HeadersOverride, ConfigError> {
-    let mut out = HeadersOverride::default();
-    for entry in f.opt_string_map("set")? {
-        let name = checked_header_name(entry.key, catalog.header_names)
-            .map_err(|m| ConfigError::new(entry.path.clone(), m))?;
-        let value = header_value(entry.value, &entry.path, catalog.env)?;
-        out.set.push((name, value));
-    }
-    for (path, value) in f.opt_array("remove")?.unwrap_or_default() {
-        let name = value
-            .as_str()
-            .ok_or_else(|| ConfigError::new(path.clone(), "expected a header name"))
-            .and_then(|n| {
-                checked_header_name(n, catalog.header_names).map_err(|m| ConfigError::new(path, m))
-            })?;
-        out.remove.push(name);
-    }
-    f.finish(&[])?;
-    Ok(out)
-}
-
-/// `override_params`: top-level body fields set for this target, kept as raw JSON.
-fn compile_override_params(t: &mut Fields<'_>) -> Result<Vec<(String, String)>, ConfigError> {
-    let Some(map) = t.opt_raw_object("override_params")? else {
-        return Ok(Vec::new());
+) -> Result<Routing, ConfigError> {
+    let strategy = ("latency-based-routing", &["weight", "priority", "when"][..]);
+    let targets = compile_targets(rc, catalog, strategy, targets, |_, m, _| Ok(m))?;
+    let caller = match rc.opt_object("caller_identifier")? {
+        Some(obj) => Some(compile_identifier(obj)?),
+        None => None,
     };
-    let mut out = Vec::with_capacity(map.len());
-    for (key, value) in map {
-        let path = t.field_path(&format!("override_params.{key}"));
-        match key.as_str() {
-            "model" | "stream" => {
-                return Err(ConfigError::new(
-                    path,
-                    "is decided by Switchboard and the client; it cannot be overridden",
-                ))
-            }
-            "prompt_version_fqn" => {
-                return Err(ConfigError::new(
-                    path,
-                    "prompt hydration is not supported by Switchboard",
-                ))
-            }
-            _ => out.push((key.clone(), value.to_string())),
-        }
-    }
-    Ok(out)
+    Ok(Routing::Latency { targets, caller })
 }
 
-/// The per-target retry and fallback fields every strategy shares.
-fn compile_policy(t: &mut Fields<'_>) -> Result<TargetPolicy, ConfigError> {
-    let mut p = TargetPolicy::default();
-    if let Some(mut r) = t.opt_object("retry_config")? {
-        if let Some(n) = r.opt_u64("attempts", 10)? {
-            p.retry_attempts = n as u32;
-        }
-        if let Some(ms) = r.opt_u64("delay", 60_000)? {
-            p.retry_delay_ms = ms;
-        }
-        match r.opt_u64("backoff_multiplier", 10)? {
-            Some(0) => return Err(r.error("backoff_multiplier", "must be from 1 to 10")),
-            Some(m) => p.retry_backoff = m as u32,
-            None => {}
-        }
-        if let Some(b) = r.opt_bool("on_connection_failure")? {
-            p.retry_no_answer = b;
-        }
-        if let Some(codes) = r.opt_status_codes("on_status_codes")? {
-            p.retry_on = codes;
-        }
-        r.finish(&[])?;
+/// `complexity-based-routing`: each target's `tier`, the model types it may serve, and the
+/// `complexity` thresholds and classifier.
+fn compile_complexity_routing(
+    rc: &mut Fields<'_>,
+    catalog: &Catalog<'_>,
+    targets: &mut Vec<TargetConfig>,
+    (vm, model_types): (&Fields<'_>, ModelTypes),
+) -> Result<Routing, ConfigError> {
+    let strategy = (
+        "complexity-based-routing",
+        &["weight", "priority", "when"][..],
+    );
+    let targets = compile_targets(rc, catalog, strategy, targets, |t, model, _| {
+        let name = t.str("tier")?;
+        let tier = Tier::from_name(name).ok_or_else(|| {
+            t.error(
+                "tier",
+                format!("expected `simple`, `medium` or `complex`, got `{name}`"),
+            )
+        })?;
+        Ok(ComplexityTarget { model, tier })
+    })?;
+    // The seed: the one strategy that reads the body applies to these model types only.
+    let allowed = [ModelType::Chat, ModelType::Completion, ModelType::Responses];
+    if ModelType::ALL
+        .iter()
+        .any(|(t, _)| model_types.contains(*t) && !allowed.contains(t))
+    {
+        return Err(vm.error(
+            "model_types",
+            "complexity-based-routing serves only chat, completion and responses",
+        ));
     }
-    if let Some(codes) = t.opt_status_codes("fallback_status_codes")? {
-        p.fallback_on = codes;
-    }
-    if let Some(b) = t.opt_bool("fallback_candidate")? {
-        p.fallback_candidate = b;
-    }
-    Ok(p)
+    let (thresholds, classifier) = match rc.opt_object("complexity")? {
+        Some(obj) => compile_complexity(obj, catalog)?,
+        None => (
+            Thresholds {
+                medium: 2,
+                complex: 5,
+            },
+            None,
+        ),
+    };
+    Ok(Routing::Complexity {
+        targets,
+        thresholds,
+        classifier,
+    })
+}
+
+/// `hash-based-routing`: its targets and the required `hash_key`.
+fn compile_hash(
+    rc: &mut Fields<'_>,
+    catalog: &Catalog<'_>,
+    targets: &mut Vec<TargetConfig>,
+) -> Result<Routing, ConfigError> {
+    let strategy = ("hash-based-routing", &["weight", "priority", "when"][..]);
+    let targets = compile_targets(rc, catalog, strategy, targets, |_, m, _| Ok(m))?;
+    let by = match rc.opt_object("hash_key")? {
+        Some(obj) => compile_hash_key(obj)?,
+        None => return Err(rc.error("hash_key", "is required: {\"source\": \"user\" | \"conversation\" | \"headers\" | \"metadata\", \"key\": ...}")),
+    };
+    Ok(Routing::Hash { targets, by })
 }
 
 fn compile_weighted(
@@ -567,53 +380,7 @@ fn compile_hash_key(mut f: Fields<'_>) -> Result<HashKey, ConfigError> {
     Ok(by)
 }
 
-/// `{claim, payload_in_metadata}` of a `jwt` source, with their defaults.
-fn jwt_claim(f: &mut Fields<'_>) -> Result<(String, String), ConfigError> {
-    let claim = f.opt_str("claim")?.unwrap_or("sub").to_string();
-    let payload = f
-        .opt_str("payload_in_metadata")?
-        .unwrap_or(DEFAULT_JWT_PAYLOAD)
-        .to_string();
-    if claim.is_empty() || payload.is_empty() {
-        return Err(f.error(
-            "claim",
-            "the claim and payload_in_metadata must not be empty",
-        ));
-    }
-    Ok((payload, claim))
-}
-
-/// `{key, source: headers|metadata}`, or `{source: jwt, claim, payload_in_metadata}`: where a
-/// session or caller identity is read.
-pub(super) fn compile_identifier(mut id: Fields<'_>) -> Result<SessionIdentifier, ConfigError> {
-    let source = match id.str("source")? {
-        "headers" => StickySource::Headers,
-        "metadata" => StickySource::Metadata,
-        "jwt" => StickySource::Jwt,
-        other => {
-            return Err(id.error(
-                "source",
-                format!("expected `headers`, `metadata` or `jwt`, got `{other}`"),
-            ))
-        }
-    };
-    let (key, payload) = match source {
-        StickySource::Headers => (id.str("key")?.to_ascii_lowercase(), String::new()),
-        StickySource::Metadata => (id.str("key")?.to_string(), String::new()),
-        StickySource::Jwt => {
-            let (payload, claim) = jwt_claim(&mut id)?;
-            (claim, payload)
-        }
-    };
-    id.finish(&[])?;
-    Ok(SessionIdentifier {
-        key,
-        source,
-        payload,
-    })
-}
-
-/// `sla_cutoff` (TrueFoundry seed, "SLA cutoff"): either threshold or both.
+/// `sla_cutoff` (TrueFoundry virtual models, "SLA cutoff"): either threshold or both.
 fn compile_sla(mut f: Fields<'_>) -> Result<SlaCutoff, ConfigError> {
     let ms = |v: Option<u64>| v.map(|n| n as u32);
     let cutoff = SlaCutoff {
@@ -628,27 +395,6 @@ fn compile_sla(mut f: Fields<'_>) -> Result<SlaCutoff, ConfigError> {
     }
     f.finish(&[])?;
     Ok(cutoff)
-}
-
-/// Reads `target` and resolves it to a catalog model; virtual models are not allowed
-/// (TrueFoundry seed FAQ: targets must be real catalog models).
-fn resolve_target(t: &mut Fields<'_>, catalog: &Catalog<'_>) -> Result<ModelId, ConfigError> {
-    let name = t.str("target")?;
-    let key = name_key(name, catalog.fold_case);
-    match catalog.names.get(key.as_ref()) {
-        Some(NameEntry::Catalog(id)) if id.0 < catalog.models.len() => Ok(*id),
-        _ if catalog
-            .virtual_names
-            .iter()
-            .any(|v| name_key(v, catalog.fold_case) == key) =>
-        {
-            Err(t.error(
-                "target",
-                format!("`{name}` is a virtual model; targets must be catalog models"),
-            ))
-        }
-        _ => Err(t.error("target", format!("`{name}` is not a model in `models`"))),
-    }
 }
 
 #[cfg(test)]
@@ -1084,7 +830,7 @@ mod tests {
             err(&with_vm(r#"{"name": "vm", "model_types": ["chat"], "routing_config": {"type": "round-robin-routing",
                 "sticky_routing": {"ttl_seconds": 1, "session_identifiers": [{"key": "a", "source": "headers"}]},
                 "load_balance_targets": [{"target": "a"}]}}"#)),
-            "virtual_models[0].routing_config.sticky_routing: only applies to weight-based-routing and complexity-based-routing (TrueFoundry seed)"
+            "virtual_models[0].routing_config.sticky_routing: only applies to weight-based-routing and complexity-based-routing (TrueFoundry virtual models)"
         );
     }
 

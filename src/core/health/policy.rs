@@ -1,16 +1,19 @@
-//! What makes a target unhealthy, and when it is evicted: the knobs of the two seeds.
+//! What makes a target unhealthy, and when it is evicted: the knobs of TrueFoundry's and
+//! agentgateway's virtual models.
 //!
-//! TrueFoundry seed, "Unhealthy target detection": 5xx, 429, 401, 403 and connection failures
-//! count; 2 or more in a rolling 2-minute window make a target unhealthy. agentgateway seed,
-//! "Health vs eviction": per model `health {unhealthy_status_codes, eviction {duration,
-//! consecutive_failures, health_threshold, restore_health}}`.
+//! TrueFoundry virtual models, "Unhealthy target detection": 5xx, 429, 401, 403 and connection
+//! failures count; 2 or more in a rolling 2-minute window make a target unhealthy. agentgateway
+//! virtual models, "Health vs eviction": per model `health {unhealthy_status_codes, eviction
+//! {duration, consecutive_failures, health_threshold, restore_health}}`.
 
 use crate::core::status_set::StatusSet;
 
-/// Default eviction when nothing else gives a duration (agentgateway seed).
+/// Default eviction when nothing else gives a duration (agentgateway virtual models, "Health
+/// vs eviction": 3s).
 pub const DEFAULT_EVICTION_MS: u64 = 3_000;
 
-/// The rolling failure window shared by every target (TrueFoundry seed).
+/// The rolling failure window shared by every target (TrueFoundry virtual models, "Unhealthy
+/// target detection").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FailureWindow {
     /// Failures needed in the window to mark a target unhealthy.
@@ -28,7 +31,8 @@ impl Default for FailureWindow {
     }
 }
 
-/// Eviction settings of one catalog model (agentgateway seed `health.eviction`).
+/// Eviction settings of one catalog model (agentgateway virtual models, "Health vs eviction":
+/// `health.eviction`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Eviction {
     /// Base eviction time; when unset, a 429's Retry-After, then 3 s.

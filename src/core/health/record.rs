@@ -37,7 +37,7 @@ pub enum Standing {
 }
 
 /// A bounded set of latency samples: at most 10 kept, averaged over the last 3 minutes and
-/// only from 3 samples up (TrueFoundry seed, "SLA cutoff").
+/// only from 3 samples up (TrueFoundry virtual models, "SLA cutoff").
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Samples(pub Vec<(u64, u32)>);
 
@@ -69,7 +69,7 @@ impl Samples {
 }
 
 /// Time per output token in one-minute buckets of (minute, sum of µs per token, answers)
-/// (TrueFoundry seed, "Latency-based routing": TPOT of successful requests of the last 20
+/// (TrueFoundry virtual models, "Latency-based routing": TPOT of successful requests of the last 20
 /// minutes). Microseconds, because fast providers run under a millisecond per token.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TpotWindow(pub Vec<(u32, u64, u32)>);

@@ -1,5 +1,5 @@
 //! How long a provider asked us to stay away: `Retry-After` (seconds or HTTP date),
-//! `retry-after-ms`, and the `x-ratelimit-reset*` family (agentgateway seed, "Health vs
+//! `retry-after-ms`, and the `x-ratelimit-reset*` family (agentgateway virtual models, "Health vs
 //! eviction": the eviction duration comes from a 429's Retry-After when none is configured).
 //!
 //! `now_ms` is passed in, so an HTTP date is turned into a duration without a clock here.

@@ -1,5 +1,5 @@
-//! SLA cutoff for `priority-based-routing` (TrueFoundry seed, "SLA cutoff"): a target whose
-//! rolling average time to first token or time per output token is over its threshold is
+//! SLA cutoff for `priority-based-routing` (TrueFoundry virtual models, "SLA cutoff"): a target
+//! whose rolling average time to first token or time per output token is over its threshold is
 //! unhealthy until the average recovers or its samples age out.
 
 use super::record::HealthRecord;

@@ -1,7 +1,7 @@
-//! Unicode Normalization Form C (UAX #15), for hash-routing keys: the Zuplo seed ("Sticky by
-//! expression") converts a key to NFC before hashing it, so two spellings of the same text share
-//! a model. The generated `tables` hold the character data; this file is the algorithm: full
-//! canonical decomposition, canonical ordering, then canonical composition.
+//! Unicode Normalization Form C (UAX #15), for hash-routing keys: Zuplo model load balancing
+//! ("Sticky by expression") converts a key to NFC before hashing it, so two spellings of the same
+//! text share a model. The generated `tables` hold the character data; this file is the algorithm:
+//! full canonical decomposition, canonical ordering, then canonical composition.
 
 mod tables;
 

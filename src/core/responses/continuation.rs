@@ -9,16 +9,16 @@
 //! when the origin is no longer a target, 400 when the origin no longer serves the Responses
 //! API natively.
 
-use super::id::{self, Keys, Origin, MARK_PREFIX, PREFIX};
-use crate::core::caller::identify;
+use super::id::{self, Origin, MARK_PREFIX, PREFIX};
 use crate::core::config::{Config, ModelId, Named, Routing, VirtualModel, Visibility};
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
 use crate::core::headers::Headers;
 use crate::core::metadata::Metadata;
 use crate::core::request::{raw_field, Edit};
-use crate::core::routing::state::RoutingState;
+use crate::core::routing::RoutingState;
 use crate::core::routing::{Plan, Request};
+use crate::core::seal::Keys;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
@@ -215,7 +215,7 @@ pub fn check_caller(
     if !config.bind_ids_to_caller {
         return Ok(());
     }
-    let caller = identify(&config.caller_identity, request);
+    let caller = request.caller(&config.caller_identity);
     match origin.caller {
         Some(c) if c == caller => Ok(()),
         _ => Err(ErrorReply::foreign_response_id()),

@@ -7,7 +7,8 @@ pub mod id;
 pub mod rewrite;
 pub mod stored;
 
-use id::{Keys, Turn, MARK_PREFIX};
+use crate::core::seal::Keys;
+use id::{Turn, MARK_PREFIX};
 use rewrite::Minter;
 
 /// Mints the ids and marks of one answer: a turn of a virtual model served by a target.

@@ -1,7 +1,7 @@
-//! The optional classifier model of `complexity-based-routing` (TrueFoundry seed): a catalog
-//! chat model is asked for the tier of a request and answers with one word. Its call is made by
-//! the adapter with a timeout; no answer, or an answer that is not a tier, leaves the decision
-//! to the in-process heuristic.
+//! The optional classifier model of `complexity-based-routing` (TrueFoundry virtual models,
+//! "Complexity-based routing"): a catalog chat model is asked for the tier of a request and answers
+//! with one word. Its call is made by the adapter with a timeout; no answer, or an answer that is
+//! not a tier, leaves the decision to the in-process heuristic.
 
 use crate::core::config::{Model, Tier};
 

@@ -1,14 +1,69 @@
-//! `complexity-based-routing` (TrueFoundry seed, "Complexity-based routing"): every target has
-//! a tier (`simple`, `medium`, `complex`); an in-process heuristic classifies each request from
-//! its text, with no extra call or latency, and the request goes to its tier's targets. A
-//! failing tier escalates to the next higher tier, never a lower one. A session can be pinned
-//! to the tier of its first request (`sticky_routing`). Health demotion does not apply here
-//! (seed, "Unhealthy target detection"): order is by tier and escalation.
+//! `complexity-based-routing` (TrueFoundry virtual models, "Complexity-based routing"): every
+//! target has a tier (`simple`, `medium`, `complex`); an in-process heuristic classifies each
+//! request from its text, with no extra call or latency, and the request goes to its tier's
+//! targets. A failing tier escalates to the next higher tier, never a lower one. A session can be
+//! pinned to the tier of its first request (`sticky_routing`). Health demotion does not apply here
+//! (TrueFoundry virtual models, "Unhealthy target detection"): order is by tier and escalation.
 //!
 //! The score adds points for what makes a request hard: long text, code blocks, reasoning and
 //! multi-step markers, tools, and many turns; thresholds turn it into a tier.
 
-use crate::core::config::{ComplexityTarget, ModelId, Thresholds, Tier};
+use super::request::Request;
+use super::sticky;
+use crate::core::config::{ComplexityTarget, ModelId, Thresholds, Tier, VirtualModel};
+
+/// The order of a request's targets (those it may reach): its tier's, from a random start,
+/// then escalation.
+pub fn route(
+    vm: &VirtualModel,
+    targets: &[ComplexityTarget],
+    thresholds: &Thresholds,
+    request: &Request<'_>,
+    now_ms: u64,
+    rng: &mut fastrand::Rng,
+) -> Vec<ModelId> {
+    let tier = tier(vm, thresholds, request, now_ms);
+    let start = rng.usize(..targets.len().max(1));
+    order(targets, tier, start)
+}
+
+/// The request's tier. An optional session pin holds the tier of the session's first request;
+/// a request without any session identifier has no session to pin.
+fn tier(vm: &VirtualModel, thresholds: &Thresholds, request: &Request<'_>, now_ms: u64) -> Tier {
+    let identified = vm
+        .sticky
+        .as_ref()
+        .filter(|rule| sticky::identified(rule, request));
+    let Some(rule) = identified else {
+        return classify_request(thresholds, request);
+    };
+    let session = sticky::session(&vm.name, rule, request, now_ms);
+    let pinned = request
+        .state
+        .pinned(&vm.name, session.hash, session.window)
+        .and_then(|v| v.strip_prefix("tier:").and_then(Tier::from_name));
+    pinned.unwrap_or_else(|| {
+        let tier = classify_request(thresholds, request);
+        let value = format!("tier:{}", tier.name());
+        request
+            .state
+            .pin(&vm.name, session.hash, session.window, &value);
+        tier
+    })
+}
+
+/// The classifier model's tier, when it gave one (it spares reading the text), else the
+/// heuristic's.
+fn classify_request(thresholds: &Thresholds, request: &Request<'_>) -> Tier {
+    request.tier_hint.unwrap_or_else(|| {
+        let (text, turns) = crate::core::conversation::all_text(|n| request.field(n));
+        let tools = request
+            .fields
+            .iter()
+            .any(|(k, _)| k == "tools" || k == "functions");
+        classify(score(&text, turns, tools), thresholds)
+    })
+}
 
 /// Words that mark a request asking for reasoning or several steps.
 const REASONING_MARKERS: [&str; 10] = [

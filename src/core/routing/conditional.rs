@@ -1,10 +1,10 @@
-//! `conditional-routing` (agentgateway seed, "Conditional routing"): the first target whose
-//! `when` expression holds for the request wins; the others that hold follow, in config order,
-//! as its fallbacks. None holding is the caller's 400.
+//! `conditional-routing` (agentgateway virtual models, "Conditional routing"): the first target
+//! whose `when` expression holds for the request wins; the others that hold follow, in config
+//! order, as its fallbacks. None holding is the caller's 400.
 
-use super::condition::Facts;
-use super::Request;
+use super::request::Request;
 use crate::core::config::{ConditionalTarget, ModelId};
+use crate::core::when::Facts;
 
 impl Facts for Request<'_> {
     fn header(&self, lower_case_name: &str) -> Option<&str> {
@@ -45,7 +45,7 @@ mod tests {
     use crate::core::headers::Headers;
     use crate::core::headers::NO_HEADERS;
     use crate::core::metadata::Metadata;
-    use crate::core::routing::condition::Condition;
+    use crate::core::when::Condition;
 
     fn targets(whens: &[&str]) -> Vec<ConditionalTarget> {
         whens
@@ -72,7 +72,7 @@ mod tests {
             ("x-tier", "pro"),
         ]);
         let metadata = Metadata::resolve(Some(br#"{"region":"uk"}"#), &[]).unwrap();
-        let state = crate::core::routing::state::LocalState::default();
+        let state = crate::core::routing::LocalState::default();
         let request = Request {
             endpoint: Endpoint::ChatCompletions,
             model: "vm",

@@ -1,21 +1,21 @@
-//! `hash-based-routing` (Zuplo seed, "Sticky routing"): every model is scored by hashing the
-//! request's key with the model's name, and the highest score wins; the second-highest is the
-//! retry model, so it is stable too, and adding or removing a model only moves the keys it
+//! `hash-based-routing` (Zuplo model load balancing, "Sticky routing"): every model is scored by
+//! hashing the request's key with the model's name, and the highest score wins; the second-highest
+//! is the retry model, so it is stable too, and adding or removing a model only moves the keys it
 //! wins or was winning. The key is the caller (the `authorization` header), the conversation
-//! (system prompt and first user message text), a header or metadata value, or a claim of the
-//! JWT Envoy's `jwt_authn` verified (Zuplo seed, "Sticky by user": `request.user.sub`, the
-//! authenticated subject, not a raw credential). A request without a usable key goes round
+//! (system prompt and first user message text), a header or metadata value, or a claim of the JWT
+//! Envoy's `jwt_authn` verified (Zuplo model load balancing, "Sticky by user": `request.user.sub`,
+//! the authenticated subject, not a raw credential). A request without a usable key goes round
 //! robin. Keys are hashed at once, never stored or logged.
 
 use std::borrow::Cow;
 
-use super::conversation_field;
-use super::hashing::{hash64, rendezvous_score};
-use super::Request;
+use super::rendezvous::{hash64, rendezvous_score};
+use super::request::Request;
+use super::round_robin;
 use crate::core::config::{Config, HashKey, ModelId};
 use crate::core::nfc::nfc;
 
-/// Longest key value accepted, in UTF-8 bytes (Zuplo seed, "Sticky by expression").
+/// Longest key value accepted, in UTF-8 bytes (Zuplo model load balancing, "Sticky by expression").
 pub const MAX_KEY_BYTES: usize = 256;
 
 /// The hash of the request's key, or `None` when it has no usable one.
@@ -28,7 +28,7 @@ pub fn key_hash(by: &HashKey, request: &Request<'_>) -> Option<u64> {
         // carry one (an embeddings or moderations `input` is no user message).
         HashKey::Conversation if !request.endpoint.is_conversation() => return None,
         HashKey::Conversation => {
-            let text = crate::core::conversation::key(|name| conversation_field(request, name))?;
+            let text = crate::core::conversation::key(|name| request.field(name))?;
             hash64(&[text.as_bytes()])
         }
         HashKey::Header(name) => hash64(&[usable(header(name)?)?.as_bytes()]),
@@ -43,9 +43,10 @@ pub fn key_hash(by: &HashKey, request: &Request<'_>) -> Option<u64> {
     Some(hash)
 }
 
-/// The seed's value rules: the value made well-formed (invalid UTF-8 becomes U+FFFD) and NFC,
-/// then refused when empty, over 256 bytes, or holding a control character, U+2028 or U+2029.
-/// The conversation key is hashed as sent: it is long, and the seed's rules are for values.
+/// Zuplo model load balancing's value rules ("Sticky by expression"): the value made well-formed
+/// (invalid UTF-8 becomes U+FFFD) and NFC, then refused when empty, over 256 bytes, or holding a
+/// control character, U+2028 or U+2029. The conversation key is hashed as sent: it is long, and
+/// those rules are for values.
 fn usable(value: &[u8]) -> Option<Cow<'_, str>> {
     // NFC shrinks text at most threefold (three Hangul jamo become one syllable), so a longer
     // value can never pass; refusing it first bounds the work.
@@ -65,6 +66,25 @@ fn usable(value: &[u8]) -> Option<Cow<'_, str>> {
             .chars()
             .any(|c| c.is_control() || c == '\u{2028}' || c == '\u{2029}');
     ok.then_some(text)
+}
+
+/// The order of a request's targets (those it may reach): by its key, or round robin when it
+/// has no usable one (Zuplo model load balancing, "Sticky routing").
+pub fn route(
+    config: &Config,
+    index: usize,
+    targets: &[ModelId],
+    by: &HashKey,
+    request: &Request<'_>,
+    rng: &mut fastrand::Rng,
+) -> Vec<ModelId> {
+    match key_hash(by, request) {
+        Some(key) => order(config, targets, key),
+        None => {
+            let start = request.next_turn(&config.caller_identity, index, targets.len(), rng);
+            round_robin::order(targets, start)
+        }
+    }
 }
 
 /// Every target by descending score for the key.
@@ -154,7 +174,7 @@ mod tests {
         use crate::core::endpoint::Endpoint;
         use crate::core::headers::NO_HEADERS;
         use crate::core::metadata::Metadata;
-        use crate::core::routing::state::LocalState;
+        use crate::core::routing::LocalState;
         let body = br#"{"model":"vm","input":"embed me"}"#;
         let fields = crate::core::request::inspect(body).unwrap().fields;
         let (metadata, state) = (Metadata::default(), LocalState::default());

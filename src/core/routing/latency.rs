@@ -1,4 +1,4 @@
-//! `latency-based-routing` (TrueFoundry seed, "Latency-based routing"): no weights. Each
+//! `latency-based-routing` (TrueFoundry virtual models, "Latency-based routing"): no weights. Each
 //! target's time per output token (TPOT) over the successful answers of the last 20 minutes is
 //! measured; targets without samples count as the average. A caller is pinned for a 10-minute
 //! epoch by a deterministic weighted rendezvous hash whose odds are inversely proportional to
@@ -7,12 +7,45 @@
 //! inputs stay fixed for the whole epoch. The caller's identity is hashed at once and never
 //! stored.
 
-use super::hashing::{hash64, rendezvous_score_f64};
-use super::standing::HealthInput;
-use crate::core::config::{Config, ModelId};
+use super::health_input::HealthInput;
+use super::rendezvous::{hash64, rendezvous_score_f64};
+use super::request::Request;
+use crate::core::config::{Config, ModelId, SessionIdentifier};
 
 /// A caller keeps its target for this long.
 pub const EPOCH_MS: u64 = 600_000;
+
+/// The order of a request's targets (those it may reach) for its caller: its
+/// `caller_identifier`, else the config's `caller_identity`.
+pub fn route(
+    config: &Config,
+    vm_name: &str,
+    targets: &[ModelId],
+    caller: Option<&SessionIdentifier>,
+    request: &Request<'_>,
+    health: &HealthInput<'_>,
+) -> Vec<ModelId> {
+    let id = caller_key(config, caller, request);
+    order(config, vm_name, targets, &id, health)
+}
+
+/// Who the caller is for latency routing: its `caller_identifier`, else the config's
+/// `caller_identity` (by default the client's credential); hashed at once so the raw value
+/// goes nowhere.
+fn caller_key(
+    config: &Config,
+    caller: Option<&SessionIdentifier>,
+    request: &Request<'_>,
+) -> [u8; 8] {
+    let hash = match caller {
+        Some(id) => hash64(&[request.identifier(id).as_deref().unwrap_or_default()]),
+        None => {
+            let caller = request.caller(&config.caller_identity);
+            hash64(&[&caller.0])
+        }
+    };
+    hash.to_le_bytes()
+}
 
 /// The caller's target first, then the rest fastest first.
 pub fn order(

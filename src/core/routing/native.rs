@@ -21,7 +21,7 @@ use crate::core::config::{Config, ModelId, NonNativeResponses, VirtualModel};
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
 
-use super::Request;
+use super::request::Request;
 
 /// Whether targets that do not serve `endpoint` natively stay among a request's targets, to
 /// be refused when picked: only on `/v1/responses` under `"reject"`.
@@ -65,13 +65,26 @@ pub fn refuse_or_cut(
     }
 }
 
+/// Whether a plan of `len` candidates ended before reaching `max_targets_per_request` because
+/// a target that does not serve the Responses API natively stood next ([`refuse_or_cut`]).
+pub fn cut_short(config: &Config, vm: &VirtualModel, request: &Request<'_>, len: usize) -> bool {
+    let non_native = |m: ModelId| {
+        config
+            .model(m)
+            .is_some_and(|model| !request.endpoint.served_by(model.apis))
+    };
+    keeps_non_native(request.endpoint, config.non_native_responses)
+        && vm.targets.iter().any(|t| non_native(t.model))
+        && vm.max_targets.is_none_or(|n| len < n)
+}
+
 #[cfg(test)]
 mod tests {
     use crate::core::config::{Config, ModelId};
     use crate::core::endpoint::Endpoint;
     use crate::core::headers::NO_HEADERS;
     use crate::core::metadata::Metadata;
-    use crate::core::routing::state::LocalState;
+    use crate::core::routing::LocalState;
     use crate::core::routing::{plan, HealthInput, Request};
 
     /// `claude` (Anthropic: Messages and chat completions) and `vllm` (OpenAI-compatible) do

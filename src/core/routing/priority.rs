@@ -1,16 +1,31 @@
-//! `priority-based-routing` (TrueFoundry seed, "Priority-based routing"; agentgateway seed,
-//! "Failover routing"): the lowest `priority` value wins, 0 being the highest.
+//! `priority-based-routing` (TrueFoundry virtual models, "Priority-based routing"; agentgateway
+//! virtual models, "Failover routing"): the lowest `priority` value wins, 0 being the highest.
 //!
 //! Targets that share a priority form a group (priorities 0, 0, 1 become `[[a, b], [c]]`). The
-//! group shares its load by a composite of health and latency (agentgateway seed: healthier,
-//! faster targets are favoured): each member's share is its health score times how much faster
-//! than the group's average it answers. Later groups stand behind it in the fallback order, and
-//! take over when health ordering (`standing.rs`) moves the group's targets back: unhealthy by
-//! the failure window (TrueFoundry seed) or evicted; with `failure_window: {failures: 0}` only
-//! eviction does (agentgateway seed: "only after every target in the current group is
-//! evicted"). A lower score alone never spills over to the next group.
+//! group shares its load by a composite of health and latency (agentgateway virtual models,
+//! "Failover routing": healthier, faster targets are favoured): each member's share is its health
+//! score times how much faster than the group's average it answers. Later groups stand behind it in
+//! the fallback order, and take over when health ordering (`health_input.rs`) moves the group's
+//! targets back: unhealthy by the failure window (TrueFoundry virtual models, "Unhealthy target
+//! detection") or evicted; with `failure_window: {failures: 0}` only eviction does (agentgateway
+//! virtual models, "Failover routing": "only after every target in the current group is evicted").
+//! A lower score alone never spills over to the next group.
 
+use super::health_input::HealthInput;
 use crate::core::config::{ModelId, PriorityTarget};
+
+/// The order of a request's targets (those it may reach), each group's share from its
+/// members' health and speed.
+pub fn route(
+    targets: &[PriorityTarget],
+    health: &HealthInput<'_>,
+    rng: &mut fastrand::Rng,
+) -> Vec<ModelId> {
+    let models: Vec<ModelId> = targets.iter().map(|t| t.model).collect();
+    let share = health.shares(&models);
+    let of = |m: ModelId| share.iter().find(|(x, _)| *x == m).map_or(1.0, |(_, s)| *s);
+    order(targets, of, rng)
+}
 
 /// Orders the targets for one request: groups by ascending priority; inside a group the first
 /// is drawn in proportion to `share` (health and latency), the rest follow by share.
@@ -89,7 +104,8 @@ mod tests {
 
     #[test]
     fn a_group_shares_first_attempts_and_the_next_group_stands_behind() {
-        // Priorities 0, 0, 1 become [[a, b], [c]] (agentgateway seed).
+        // Priorities 0, 0, 1 become [[a, b], [c]] (agentgateway virtual models, "Failover
+        // routing").
         let t = targets(&[0, 0, 1]);
         let mut rng = fastrand::Rng::with_seed(11);
         let mut firsts = [0u32; 3];

@@ -8,10 +8,10 @@
 //! (a pin the adapter keeps in shared data). Inside a session the fallback order is the other
 //! targets in config order, not by weight. Session keys are hashed at once and never stored.
 
-use super::hashing::{hash64, rendezvous_score};
-use super::standing::rank;
-use super::Request;
-use crate::core::config::{Config, ModelId, StickyRouting, WeightedTarget};
+use super::health_input::rank;
+use super::rendezvous::{hash64, rendezvous_score};
+use super::request::Request;
+use crate::core::config::{Config, ModelId, Named, StickyRouting, WeightedTarget};
 use crate::core::health::record::Standing;
 
 /// A session and the TTL window the request falls in.
@@ -48,6 +48,22 @@ pub fn session(
         hash: hash64(&[vm_name.as_bytes(), &key]),
         window: now_ms / sticky.ttl_ms.max(1),
     }
+}
+
+/// The catalog model the session was pinned to after a successful fallback, in its window.
+pub fn pinned_target(
+    config: &Config,
+    vm_name: &str,
+    session: Session,
+    request: &Request<'_>,
+) -> Option<ModelId> {
+    request
+        .state
+        .pinned(vm_name, session.hash, session.window)
+        .and_then(|name| match config.lookup(&name) {
+            Some(Named::Catalog(id, _)) => Some(id),
+            _ => None,
+        })
 }
 
 /// The session's target first (its pin if it has one, else the rendezvous winner among the
@@ -97,8 +113,8 @@ mod tests {
     use crate::core::headers::Headers;
     use crate::core::headers::NO_HEADERS;
     use crate::core::metadata::Metadata;
-    use crate::core::routing::state::{LocalState, RoutingState};
     use crate::core::routing::{plan, HealthInput, Request};
+    use crate::core::routing::{LocalState, RoutingState};
 
     const CONFIG: &str = r#"{"models": [
         {"name": "a", "cluster": "c", "model": "m"},

@@ -1,5 +1,5 @@
-//! `weight-based-routing` (TrueFoundry seed, "Weight-based routing"): traffic in proportion
-//! to integer weights that sum to 100; weight 0 drains a target.
+//! `weight-based-routing` (TrueFoundry virtual models, "Weight-based routing"): traffic in
+//! proportion to integer weights that sum to 100; weight 0 drains a target.
 //!
 //! The primary is drawn with the caller's RNG; the rest follow by descending weight (ties in
 //! config order), so a fallback prefers the target meant to carry more traffic. Drained
@@ -11,9 +11,40 @@
 //! target's share went to whichever target is next by weight. Unhealthy targets, then evicted
 //! ones, follow, each group ordered the same way among themselves.
 
-use super::standing::rank;
-use crate::core::config::{ModelId, WeightedTarget};
+use super::health_input::{rank, HealthInput};
+use super::request::Request;
+use super::sticky::{self, Session};
+use crate::core::config::{Config, ModelId, VirtualModel, WeightedTarget};
 use crate::core::health::record::Standing;
+
+/// The order of a request's targets (those it may reach), with its sticky session when
+/// `sticky_routing` holds one: the session's target first, else a weighted draw; health
+/// applied either way.
+pub fn route(
+    config: &Config,
+    vm: &VirtualModel,
+    targets: &[WeightedTarget],
+    request: &Request<'_>,
+    health: &HealthInput<'_>,
+    rng: &mut fastrand::Rng,
+) -> (Vec<ModelId>, Option<Session>) {
+    // `missing_identifier: "none"`: a request with none of the identifiers has no session,
+    // and is weighted like any other.
+    let rule = vm
+        .sticky
+        .as_ref()
+        .filter(|rule| rule.shared_when_missing || sticky::identified(rule, request));
+    let standing = |m| health.standing(vm, m);
+    match rule {
+        Some(rule) => {
+            let session = sticky::session(&vm.name, rule, request, health.now_ms);
+            let pinned = sticky::pinned_target(config, &vm.name, session, request);
+            let order = sticky::order(config, targets, session, pinned, standing);
+            (order, Some(session))
+        }
+        None => (order_by_health(targets, standing, rng), None),
+    }
+}
 
 /// Orders the targets by standing: a weighted draw among the healthy targets, the other
 /// healthy ones by weight, then the unhealthy and the evicted targets, each group in the

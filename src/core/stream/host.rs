@@ -8,8 +8,8 @@ use crate::core::flight::{Attempt, CallRequest, Effect};
 use crate::core::headers::Headers;
 use crate::core::report::Write;
 use crate::core::request::Edits;
-use crate::core::routing::state::RoutingState;
 use crate::core::routing::HealthInput;
+use crate::core::routing::RoutingState;
 
 /// What a hook tells the host about the stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -16,8 +16,8 @@ use crate::core::health::store::{self, MemoryStore};
 use crate::core::health::view::HealthView;
 use crate::core::report::Write;
 use crate::core::request::Edits;
-use crate::core::routing::state::{LocalState, RoutingState};
 use crate::core::routing::HealthInput;
+use crate::core::routing::{LocalState, RoutingState};
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 

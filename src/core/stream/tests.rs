@@ -8,8 +8,8 @@ use crate::core::config::{Config, ModelId};
 use crate::core::flight::{CallAnswer, CallRequest, Effect};
 use crate::core::report::Write;
 use crate::core::request::Edits;
-use crate::core::routing::state::{LocalState, RoutingState};
 use crate::core::routing::HealthInput;
+use crate::core::routing::{LocalState, RoutingState};
 
 /// What the fake host was asked to do, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]

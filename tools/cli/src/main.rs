@@ -10,8 +10,8 @@
 //!   turn Switchboard's metric names into `virtual_model`, `target`, `class` and `reason` labels.
 //!
 //! - `switchboard import --from truefoundry|agentgateway|zuplo FILE [--name NAME]
-//!   [--provider NAME=KIND]...` turns a seed dialect's virtual-model config into a plugin
-//!   config (stdout), reporting what it could not carry over (stderr).
+//!   [--provider NAME=KIND]...` turns a TrueFoundry, agentgateway or Zuplo virtual-model config
+//!   into a plugin config (stdout), reporting what it could not carry over (stderr).
 //!
 //! The same core crate as the filter decides; nothing here re-implements routing.
 
@@ -19,14 +19,14 @@ mod import;
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
-use switchboard::core::config::{Config, Named, Routing, StickySource};
+use switchboard::core::config::{
+    Config, ModelId, Named, Routing, StickySource, TargetConfig, VirtualModel,
+};
 use switchboard::core::decision::{decide, request_metadata};
 use switchboard::core::endpoint::Endpoint;
 use switchboard::core::headers::Headers;
 use switchboard::core::outbound::Outbound;
-use switchboard::core::routing::state::LocalState;
-use switchboard::core::routing::{HealthInput, Request};
-use switchboard::core::trace::{self, Skip};
+use switchboard::core::routing::{HealthInput, LocalState, Plan, Request, Skip};
 
 const USAGE: &str = "usage:
   switchboard check CONFIG.json
@@ -175,12 +175,6 @@ fn check(args: &[String]) -> Result<String, String> {
     ))
 }
 
-/// The multipart boundary of the request's content type, if it is an upload.
-fn multipart_boundary(headers: &Headers) -> Option<&str> {
-    let ct = headers.get_str("content-type")?;
-    switchboard::core::multipart::boundary(ct).ok().flatten()
-}
-
 fn endpoint(path: &str) -> Result<Endpoint, String> {
     Endpoint::from_path(path).ok_or(format!("{path} is not an endpoint Switchboard routes"))
 }
@@ -207,111 +201,115 @@ fn explain(args: &[String]) -> Result<String, String> {
         &mut rng,
     )
     .map_err(|e| format!("the filter would answer {}: {}", e.status, e.body))?;
-    let mut out = Vec::new();
-    // The filter already accepted the body: read the model the way it did (JSON or multipart).
-    let requested = match multipart_boundary(&headers) {
-        Some(b) => {
-            switchboard::core::request::inspect_multipart(&body, b).map(|i| i.model.into_owned())
+    let plan = &decision.plan;
+    let mut out = match plan.virtual_model(&config) {
+        Some(vm) => {
+            let metadata = request_metadata(&config, &headers).map_err(|e| e.body)?;
+            let request = Request::without_body(endpoint, &vm.name, &metadata, &headers, &state);
+            explain_virtual(&config, vm, &request, plan)
         }
-        None => switchboard::core::request::inspect(&body).map(|i| i.model.into_owned()),
-    }
-    .unwrap_or_default();
-    let metadata = request_metadata(&config, &headers).map_err(|e| e.body)?;
-    match config.lookup(&requested) {
-        Some(Named::Virtual(_, vm)) => {
-            let note = match &vm.routing {
-                Routing::Weighted(_) if vm.sticky.is_some() => " with sticky_routing",
-                Routing::Latency { .. } => " (no samples here: every target counts as average)",
-                _ => "",
-            };
-            out.push(format!(
-                "`{requested}` is a virtual model using {}{note} on {}",
-                vm.routing.type_name(),
-                endpoint.display_path()
-            ));
-            let request = Request {
-                endpoint,
-                model: &requested,
-                metadata: &metadata,
-                headers: &headers,
-                state: &state,
-                body: b"",
-                fields: &[],
-                tier_hint: None,
-            };
-            // Why a target is out: the filter's own reasons (the trace header's `skipped`).
-            let skipped = trace::skipped(&config, vm, &request, &decision.plan);
-            for t in &vm.targets {
-                let Some(m) = config.model(t.model) else {
-                    continue;
-                };
-                let mut notes = Vec::new();
-                match skipped
-                    .iter()
-                    .find(|(s, _)| *s == t.model)
-                    .map(|(_, why)| *why)
-                {
-                    Some(Skip::Apis) => notes.push(format!(
-                        "out: its apis do not include `{}`, which serves {}",
-                        endpoint.api().name(),
-                        endpoint.display_path()
-                    )),
-                    Some(Skip::MetadataMatch) => notes.push(format!(
-                        "out: metadata_match {:?} does not hold",
-                        t.metadata_match
-                    )),
-                    Some(why) => notes.push(format!("out: {}", why.name())),
-                    None => {}
-                }
-                if let Routing::Conditional(ts) = &vm.routing {
-                    if let Some(c) = ts.iter().find(|c| c.model == t.model) {
-                        notes.push(format!("when is {}", c.when.eval(&request)));
-                    }
-                }
-                if let Routing::Weighted(ws) = &vm.routing {
-                    if let Some(w) = ws.iter().find(|w| w.model == t.model) {
-                        notes.push(format!("weight {}", w.weight));
-                    }
-                }
-                if let Routing::Complexity { targets, .. } = &vm.routing {
-                    if let Some(c) = targets.iter().find(|c| c.model == t.model) {
-                        notes.push(format!("tier {}", c.tier.name()));
-                    }
-                }
-                if let Routing::Priority(ps) = &vm.routing {
-                    if let Some(p) = ps.iter().find(|p| p.model == t.model) {
-                        notes.push(format!("priority {}", p.priority));
-                    }
-                }
-                if !t.policy.fallback_candidate {
-                    notes.push("never a fallback".to_string());
-                }
-                out.push(format!(
-                    "  target {} (cluster {}): {}",
-                    m.name,
-                    m.cluster,
-                    notes.join(", ")
-                ));
-            }
-            if let Some(s) = decision.plan.sticky {
-                out.push(format!(
-                    "  sticky session {:016x}, window {}",
-                    s.hash, s.window
-                ));
-            }
-        }
-        Some(Named::Catalog(..)) => out.push(format!(
-            "`{requested}` is a public catalog model: it routes to itself"
-        )),
-        None => {}
-    }
+        None => plan
+            .primary()
+            .and_then(|m| config.model(m))
+            .map(|m| {
+                format!(
+                    "`{}` is a public catalog model: it routes to itself",
+                    m.name
+                )
+            })
+            .into_iter()
+            .collect(),
+    };
     out.push("candidates, in the order they would be tried:".to_string());
-    for (i, m) in decision.plan.candidates.iter().enumerate() {
+    for (i, m) in plan.candidates.iter().enumerate() {
         let model = config.model(*m).map_or("?", |m| m.name.as_str());
         out.push(format!("  {}. {model}", i + 1));
     }
     out.extend(first_attempt(&decision.outbound, &body));
     Ok(out.join("\n"))
+}
+
+/// A virtual model's strategy, each target with why it is in or out (the plan's own reasons,
+/// as the trace header's `skipped` gives them) and what the strategy knows of it, and the
+/// sticky session.
+fn explain_virtual(
+    config: &Config,
+    vm: &VirtualModel,
+    request: &Request<'_>,
+    plan: &Plan,
+) -> Vec<String> {
+    let note = match &vm.routing {
+        Routing::Weighted(_) if vm.sticky.is_some() => " with sticky_routing",
+        Routing::Latency { .. } => " (no samples here: every target counts as average)",
+        _ => "",
+    };
+    let mut out = vec![format!(
+        "`{}` is a virtual model using {}{note} on {}",
+        vm.name,
+        vm.routing.type_name(),
+        request.endpoint.display_path()
+    )];
+    let skipped = plan.skipped(config, request);
+    for t in &vm.targets {
+        let Some(m) = config.model(t.model) else {
+            continue;
+        };
+        let why = skipped.iter().find(|(s, _)| *s == t.model).map(|(_, w)| *w);
+        let notes: Vec<String> = why
+            .map(|why| out_note(why, request.endpoint, t))
+            .into_iter()
+            .chain(strategy_note(&vm.routing, t.model, why))
+            .chain((!t.policy.fallback_candidate).then(|| "never a fallback".to_string()))
+            .collect();
+        out.push(format!(
+            "  target {} (cluster {}): {}",
+            m.name,
+            m.cluster,
+            notes.join(", ")
+        ));
+    }
+    if let Some(s) = plan.sticky {
+        out.push(format!(
+            "  sticky session {:016x}, window {}",
+            s.hash, s.window
+        ));
+    }
+    out
+}
+
+/// Why a target is out, in words.
+fn out_note(why: Skip, endpoint: Endpoint, t: &TargetConfig) -> String {
+    match why {
+        Skip::Apis => format!(
+            "out: its apis do not include `{}`, which serves {}",
+            endpoint.api().name(),
+            endpoint.display_path()
+        ),
+        Skip::MetadataMatch => format!("out: metadata_match {:?} does not hold", t.metadata_match),
+        Skip::When => "out: its when is false".to_string(),
+        why => format!("out: {}", why.name()),
+    }
+}
+
+/// What the strategy knows of target `m`: its `when` held (it is in), its weight, its tier or
+/// its priority.
+fn strategy_note(routing: &Routing, m: ModelId, why: Option<Skip>) -> Option<String> {
+    match routing {
+        Routing::Conditional(_) if why.is_none() => Some("when holds".to_string()),
+        Routing::Weighted(ws) => ws
+            .iter()
+            .find(|w| w.model == m)
+            .map(|w| format!("weight {}", w.weight)),
+        Routing::Complexity { targets, .. } => targets
+            .iter()
+            .find(|c| c.model == m)
+            .map(|c| format!("tier {}", c.tier.name())),
+        Routing::Priority(ps) => ps
+            .iter()
+            .find(|p| p.model == m)
+            .map(|p| format!("priority {}", p.priority)),
+        _ => None,
+    }
 }
 
 /// The first attempt's request as the filter would send it. Header values are not shown:
@@ -362,57 +360,22 @@ fn simulate(args: &[String]) -> Result<String, String> {
         return Err(USAGE.to_string());
     };
     let config = o.at_gateway(load(config_path)?);
-    let model = match &o.model {
-        Some(m) => m.clone(),
-        None => config
-            .virtual_models
-            .first()
-            .map(|vm| vm.name.clone())
-            .ok_or("the config has no virtual model; pass --model")?,
-    };
+    let model = simulated_model(&o, &config)?;
     let endpoint = endpoint(&o.path)?;
-    // Each simulated request is its own caller and conversation, unless --header fixes one.
-    let body_for = |i: usize| {
-        serde_json::json!({"model": model, "messages": [{"role": "user", "content": format!("question {i}")}]})
-            .to_string()
-    };
-    let fixed_authorization = o.headers.iter().any(|(k, _)| k == "authorization");
     let state = LocalState::default();
     let mut rng = fastrand::Rng::with_seed(42);
-    // A sticky virtual model keeps a session on one target: give each simulated request its
-    // own session, unless --header fixed the identifier.
-    let sticky_headers: Vec<String> = match config.lookup(&model) {
-        Some(Named::Virtual(_, vm)) => vm
-            .sticky
-            .iter()
-            .flat_map(|s| &s.session_identifiers)
-            .filter(|id| id.source == StickySource::Headers)
-            .map(|id| id.key.clone())
-            .filter(|k| !o.headers.iter().any(|(h, _)| h == k))
-            .collect(),
-        _ => Vec::new(),
-    };
+    let sessions = session_headers(&config, &model, &o.headers);
     let clock = now();
     let mut split: BTreeMap<String, usize> = BTreeMap::new();
     for i in 0..o.requests {
-        let mut headers = o.headers.clone();
-        if !fixed_authorization {
-            headers.push((
-                "authorization".to_string(),
-                format!("Bearer caller-{i}").into_bytes(),
-            ));
-        }
-        let body = body_for(i);
-        headers.extend(
-            sticky_headers
-                .iter()
-                .map(|k| (k.clone(), format!("session-{i}").into_bytes())),
-        );
+        // Each simulated request is its own conversation.
+        let body = serde_json::json!({"model": model, "messages": [{"role": "user", "content": format!("question {i}")}]})
+            .to_string();
         let d = decide(
             &config,
             endpoint,
             body.as_bytes(),
-            &Headers::from_pairs(headers),
+            &simulated_headers(&o.headers, &sessions, i),
             &clock.input(),
             &state,
             &mut rng,
@@ -424,15 +387,63 @@ fn simulate(args: &[String]) -> Result<String, String> {
             .to_string();
         *split.entry(name).or_default() += 1;
     }
-    let mut out = vec![format!(
-        "{} requests to `{model}`, first attempts:",
-        o.requests
-    )];
-    for (name, n) in &split {
-        out.push(format!(
-            "  {name:<40} {n:>8}  {:>6.2}%",
-            100.0 * *n as f64 / o.requests.max(1) as f64
+    Ok(split_lines(&model, o.requests, &split))
+}
+
+/// The model `simulate` asks for: `--model`, else the config's first virtual model.
+fn simulated_model(o: &Options, config: &Config) -> Result<String, String> {
+    match &o.model {
+        Some(m) => Ok(m.clone()),
+        None => config
+            .virtual_models
+            .first()
+            .map(|vm| vm.name.clone())
+            .ok_or("the config has no virtual model; pass --model".to_string()),
+    }
+}
+
+/// The sticky-session headers of `model` that `--header` does not fix: a sticky virtual model
+/// keeps a session on one target, so each simulated request gets its own session.
+fn session_headers(config: &Config, model: &str, fixed: &[(String, Vec<u8>)]) -> Vec<String> {
+    match config.lookup(model) {
+        Some(Named::Virtual(_, vm)) => vm
+            .sticky
+            .iter()
+            .flat_map(|s| &s.session_identifiers)
+            .filter(|id| id.source == StickySource::Headers)
+            .map(|id| id.key.clone())
+            .filter(|k| !fixed.iter().any(|(h, _)| h == k))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The headers of simulated request `i`: `--header`'s, its own caller unless `--header` fixed
+/// the `authorization`, and its own session.
+fn simulated_headers(fixed: &[(String, Vec<u8>)], sessions: &[String], i: usize) -> Headers {
+    let mut headers = fixed.to_vec();
+    if !fixed.iter().any(|(k, _)| k == "authorization") {
+        headers.push((
+            "authorization".to_string(),
+            format!("Bearer caller-{i}").into_bytes(),
         ));
     }
-    Ok(out.join("\n"))
+    headers.extend(
+        sessions
+            .iter()
+            .map(|k| (k.clone(), format!("session-{i}").into_bytes())),
+    );
+    Headers::from_pairs(headers)
+}
+
+/// Each target's share of first attempts.
+fn split_lines(model: &str, requests: usize, split: &BTreeMap<String, usize>) -> String {
+    let mut out = vec![format!("{requests} requests to `{model}`, first attempts:")];
+    for (name, n) in split {
+        out.push(format!(
+            "  {name:<40} {n:>8}  {:>6.2}%",
+            100.0 * *n as f64 / requests.max(1) as f64
+        ));
+    }
+    out.join("\n")
 }

@@ -133,6 +133,43 @@ fn explain_lists_the_candidates_and_why_targets_are_out() {
 }
 
 #[test]
+fn explain_prints_the_plans_own_reasons_for_each_target() {
+    // A conditional virtual model whose second target's `when` is false, and whose third
+    // target's `metadata_match` does not hold: the same words as the trace header's `skipped`.
+    let config = temp(
+        "explain-conditional.json",
+        r#"{"models":[{"name":"a","cluster":"ca","model":"m"},{"name":"b","cluster":"cb","model":"m"},
+            {"name":"c","cluster":"cc","model":"m"}],
+            "virtual_models":[{"name":"v","model_types":["chat"],"routing_config":{
+            "type":"conditional-routing","load_balance_targets":[
+            {"target":"a","when":"true"},{"target":"b","when":"request.headers[\"x-tier\"] == \"gold\""},
+            {"target":"c","when":"true","metadata_match":{"region":"eu"}}]}}]}"#,
+    );
+    let request = temp("explain-conditional-request.json", r#"{"model": "v"}"#);
+    let (ok, out, err) = run(&[
+        "explain",
+        config.to_str().unwrap(),
+        request.to_str().unwrap(),
+    ]);
+    std::fs::remove_file(config).unwrap();
+    std::fs::remove_file(request).unwrap();
+    assert!(ok, "{err}");
+    assert!(out.contains("target a (cluster ca): when holds"), "{out}");
+    assert!(
+        out.contains("target b (cluster cb): out: its when is false"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            r#"target c (cluster cc): out: metadata_match [("region", "eu")] does not hold"#
+        ),
+        "{out}"
+    );
+    assert!(out.contains("  1. a"), "{out}");
+    assert!(!out.contains("  2."), "{out}");
+}
+
+#[test]
 fn explain_shows_the_filter_error_for_a_bad_request() {
     let req = temp("unknown-model.json", r#"{"model": "nobody"}"#);
     let (ok, _, err) = run(&[

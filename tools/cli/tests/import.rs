@@ -1,10 +1,10 @@
-//! `switchboard import` on every example config of the three seeds
-//! (`tests/fixtures/seeds/<seed>/`): each imports, passes `switchboard check`, and
-//! `switchboard explain` (or `simulate`) shows the outcome the seed states for it; a fragment
-//! (session identifiers, a zone match) is put where the seed puts it first. Where the seed
-//! states what failures do, [`Replay`] runs the imported config through the filter's core with
-//! the health records its targets' answers leave. Fields that cannot be carried over are
-//! reported on stderr; bad input is an error naming the file and field.
+//! `switchboard import` on every example config of the three vendor documents
+//! (`tests/fixtures/seeds/<vendor>/`, docs/sources.md): each imports, passes `switchboard
+//! check`, and `switchboard explain` (or `simulate`) shows the outcome the document states for
+//! it; a fragment (session identifiers, a zone match) is put where the document puts it first.
+//! Where the document states what failures do, [`Replay`] runs the imported config through the
+//! filter's core with the health records its targets' answers leave. Fields that cannot be
+//! carried over are reported on stderr; bad input is an error naming the file and field.
 
 mod common;
 
@@ -18,19 +18,19 @@ use switchboard::core::fallback::AttemptOutcome;
 use switchboard::core::flight::health_outcome;
 use switchboard::core::headers::Headers;
 use switchboard::core::health::record::HealthRecord;
-use switchboard::core::routing::state::LocalState;
 use switchboard::core::routing::HealthInput;
+use switchboard::core::routing::LocalState;
 
 const FIXTURES: &str = "tools/cli/tests/fixtures/seeds";
 
 /// Imports a fixture and checks the output; returns the config path and stderr.
-fn import(seed: &str, file: &str, extra: &[&str]) -> (PathBuf, String) {
-    let src = format!("{FIXTURES}/{seed}/{file}");
-    let mut args = vec!["import", "--from", seed, src.as_str()];
+fn import(vendor: &str, file: &str, extra: &[&str]) -> (PathBuf, String) {
+    let src = format!("{FIXTURES}/{vendor}/{file}");
+    let mut args = vec!["import", "--from", vendor, src.as_str()];
     args.extend_from_slice(extra);
     let (ok, out, err) = run(&args);
     assert!(ok, "{src}: {err}");
-    let config = temp(&format!("{seed}-{file}.json"), &out);
+    let config = temp(&format!("{vendor}-{file}.json"), &out);
     let (ok, checked, err2) = run(&["check", config.to_str().unwrap()]);
     assert!(
         ok && checked.contains(": ok ("),
@@ -164,7 +164,7 @@ const VM: &str = "my-group/production-chat";
 struct Replay {
     config: Config,
     records: Vec<HealthRecord>,
-    /// Each decision draws with the next seed.
+    /// Each decision draws with the next RNG seed.
     seed: std::cell::Cell<u64>,
 }
 
@@ -329,7 +329,8 @@ fn truefoundry_header_overrides_example_sets_each_targets_own_headers() {
 #[test]
 fn truefoundry_metadata_match_example_filters_targets_by_request_metadata() {
     let n = ["--name", VM];
-    // The seed's metadata header keeps its name: region eu leaves only openai/gpt-4o.
+    // TrueFoundry's metadata header keeps its name ("Metadata-based target filtering"): region eu
+    // leaves only openai/gpt-4o.
     let (c, err) = import("truefoundry", "metadata-match.yaml", &n);
     assert!(err.contains("x-tfy-metadata"), "{err}");
     assert_eq!(
@@ -361,7 +362,8 @@ fn truefoundry_gateway_region_example_sends_each_region_to_its_deployment() {
         err.contains("`tfy_gateway_region` is `gateway_region`"),
         "{err}"
     );
-    // The seed's gateways by region: their location, which a client's metadata cannot claim.
+    // TrueFoundry's gateways by region ("Metadata-based target filtering"): their location, which a
+    // client's metadata cannot claim.
     for (region, first) in [("US", "azure-us"), ("EU", "azure-eu"), ("IN", "azure-in")] {
         assert_eq!(
             candidates_at(&c, VM, CHAT, &[], &["--gateway-region", region]),
@@ -440,8 +442,8 @@ fn fixture(file: &str) -> String {
     std::fs::read_to_string(format!("{dir}/{file}")).unwrap()
 }
 
-/// The session-identifier fragments, put in the sticky routing example where the seed puts
-/// them.
+/// The session-identifier fragments, put in the sticky routing example where TrueFoundry
+/// virtual models, "Sticky routing", puts them.
 #[test]
 fn truefoundry_session_identifier_fragments_combine_into_one_session_key() {
     let sticky = fixture("sticky-routing.yaml");
@@ -588,10 +590,10 @@ fn agentgateway_examples_import_check_and_explain() {
     );
 }
 
-/// agentgateway seed, "Failover routing": "traffic moves to the next group only after every
-/// target in the current group is evicted. Lowering a health score alone is not enough"; and
-/// "Health vs eviction": with no health policy "endpoints are never evicted, so traffic never
-/// fails over to the next priority".
+/// agentgateway virtual models, "Failover routing": "traffic moves to the next group only after
+/// every target in the current group is evicted. Lowering a health score alone is not enough"; and
+/// "Health vs eviction": with no health policy "endpoints are never evicted, so traffic never fails
+/// over to the next priority".
 #[test]
 fn agentgateway_priority_groups_spill_only_when_every_target_is_evicted() {
     let src = temp(
@@ -621,7 +623,8 @@ fn agentgateway_priority_groups_spill_only_when_every_target_is_evicted() {
         "failing but never evicted: the priority 0 group keeps its traffic"
     );
 
-    // The seed's example: one unhealthy response evicts claude-primary for 60 s.
+    // agentgateway virtual models, "Health vs eviction": one unhealthy response evicts
+    // claude-primary for 60 s.
     let (c, _) = import("agentgateway", "failover-routing.yaml", &[]);
     let mut r = Replay::load(&c);
     r.answer("claude-primary", FAILED_503, None, 0);
@@ -646,12 +649,12 @@ fn agentgateway_priority_groups_spill_only_when_every_target_is_evicted() {
     assert_eq!(r.candidates("resilient", &[], 60_000)[0], "claude-primary");
 }
 
-/// Zuplo seed, "Failures and retries": "The policy doesn't remember failures between
-/// requests. While a model is down, every request that picks it tries it first ... With
-/// `sticky` routing, the same callers pick the failing model every time."
-/// agentgateway seed, "Failover routing": "Failover is driven by eviction of the active set,
-/// not by rewriting a single in-flight request to another target. The request that triggers
-/// eviction still fails": a connection failure or timeout included.
+/// Zuplo model load balancing, "Failures and retries": "The policy doesn't remember failures
+/// between requests. While a model is down, every request that picks it tries it first ... With
+/// `sticky` routing, the same callers pick the failing model every time." agentgateway virtual
+/// models, "Failover routing": "Failover is driven by eviction of the active set, not by rewriting
+/// a single in-flight request to another target. The request that triggers eviction still fails": a
+/// connection failure or timeout included.
 #[test]
 fn agentgateway_a_failed_request_is_never_moved_to_another_target() {
     for (file, vm, path) in [
@@ -665,10 +668,10 @@ fn agentgateway_a_failed_request_is_never_moved_to_another_target() {
     }
 }
 
-/// Zuplo seed, "Endpoints": `GET`/`DELETE /v1/responses/{id}` are "routed to the account that
-/// holds the response, when the policy can tell which one it is"; "Stored responses": when
-/// every model that stores responses has one provider name they go there, and otherwise
-/// (no user or expression key) they fail with 400.
+/// Zuplo model load balancing, "Endpoints": `GET`/`DELETE /v1/responses/{id}` are "routed to the
+/// account that holds the response, when the policy can tell which one it is"; "Stored responses":
+/// when every model that stores responses has one provider name they go there, and otherwise (no
+/// user or expression key) they fail with 400.
 #[test]
 fn zuplo_stored_response_reads_are_routed_by_the_imported_policy() {
     let (c, err) = import(
@@ -713,9 +716,9 @@ fn zuplo_stored_response_reads_are_routed_by_the_imported_policy() {
     assert!(!out.contains("stored_responses_virtual_model"), "{out}");
 }
 
-/// Zuplo seed, "Endpoints": "OpenRouter stores no responses. When the list also has a model
-/// that does, OpenRouter gets only creates that set `store` to `false`"; Bedrock Mantle serves
-/// the Responses API for models other than Claude, and stores what it creates.
+/// Zuplo model load balancing, "Endpoints": "OpenRouter stores no responses. When the list also has
+/// a model that does, OpenRouter gets only creates that set `store` to `false`"; Bedrock Mantle
+/// serves the Responses API for models other than Claude, and stores what it creates.
 #[test]
 fn zuplo_bedrock_mantle_stores_responses_and_openrouter_does_not() {
     let src = temp(
@@ -746,10 +749,10 @@ fn zuplo_bedrock_mantle_stores_responses_and_openrouter_does_not() {
     );
 }
 
-/// An `openai` account under its own provider name, as the README's `openai-east/gpt-4o`,
-/// is an OpenAI model: it serves the Responses API (Zuplo seed, "Endpoints": "OpenAI models";
-/// TrueFoundry seed: every target must serve the operation natively). Where a name does not
-/// tell, `--provider NAME=KIND` does.
+/// An `openai` account under its own provider name, as the README's `openai-east/gpt-4o`, is an
+/// OpenAI model: it serves the Responses API (Zuplo model load balancing, "Endpoints": "OpenAI
+/// models"; TrueFoundry virtual models, "Supported API Types": every target must serve the
+/// operation natively). Where a name does not tell, `--provider NAME=KIND` does.
 #[test]
 fn a_provider_named_for_openai_is_openai_and_provider_sets_any_kind() {
     let src = temp(

@@ -2,8 +2,8 @@ use super::*;
 use crate::core::decision::decide;
 use crate::core::endpoint::Endpoint;
 use crate::core::headers::NO_HEADERS;
-use crate::core::routing::state::LocalState;
 use crate::core::routing::HealthInput;
+use crate::core::routing::LocalState;
 
 const CONFIG: &str = r#"{
   "models": [
@@ -89,7 +89,7 @@ fn an_id_that_looks_like_ours_but_does_not_decode_is_a_409_before_anything_else(
         "resp_real42",
     );
     let other = id::mint(
-        &id::Keys::new(&["another-key-entirely"]),
+        &crate::core::seal::Keys::new(&["another-key-entirely"]),
         &id::Turn::unbound("vm", "openai-b/gpt-4o"),
         "r",
     );
@@ -200,7 +200,7 @@ fn plain_history_and_unmarked_reasoning_load_balance_like_a_first_turn() {
 
 #[test]
 fn raw_provider_ids_conversations_and_item_references_name_stored_state() {
-    let keys = id::Keys::default();
+    let keys = crate::core::seal::Keys::default();
     for body in [
         r#"{"model":"vm","previous_response_id":"resp_raw"}"#,
         r#"{"model":"vm","conversation":"conv_1"}"#,

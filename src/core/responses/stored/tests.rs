@@ -4,8 +4,8 @@ use crate::core::endpoint::Endpoint;
 use crate::core::headers::{Headers, NO_HEADERS};
 use crate::core::health::policy::FailureWindow;
 use crate::core::health::record::HealthRecord;
-use crate::core::routing::state::LocalState;
 use crate::core::routing::HealthInput;
+use crate::core::routing::LocalState;
 
 /// `routing` is the virtual model's routing_config.
 fn config(routing: &str) -> Config {

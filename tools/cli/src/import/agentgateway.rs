@@ -1,4 +1,4 @@
-//! agentgateway virtual models (seed "Virtual models"): `llm.models[]` become catalog entries
+//! agentgateway virtual models ("Virtual models"): `llm.models[]` become catalog entries
 //! (`params.model` upstream, `params.apiKey: $VAR` a credential header read from the Wasm VM's
 //! environment, `health.eviction` as is), `llm.virtualModels[]` become virtual models
 //! (`weighted` weights scaled to sum to 100, `failover` priority groups, `conditional` `when`,
@@ -21,39 +21,7 @@ use serde_json::{json, Map, Value};
 const UNKNOWN: &str = "not an agentgateway field Switchboard knows";
 
 pub fn import(source: &Value, out: &mut Builder) -> Result<(), String> {
-    let (llm, base) = match source {
-        Value::Object(root) if root.contains_key("llm") => {
-            drop_unknown(
-                out,
-                "",
-                root,
-                &["llm"],
-                "only the `llm` section holds virtual models",
-            );
-            (object(&source["llm"], "llm")?.clone(), "llm")
-        }
-        Value::Object(root) => (root.clone(), ""),
-        // The model list shape: one list of models and virtual models.
-        Value::Array(items) => {
-            let (vms, models): (Vec<Value>, Vec<Value>) = items
-                .iter()
-                .cloned()
-                .partition(|i| i.get("routing").is_some());
-            let llm: Map<String, Value> = [
-                ("models".to_string(), Value::Array(models)),
-                ("virtualModels".to_string(), Value::Array(vms)),
-            ]
-            .into_iter()
-            .collect();
-            (llm, "")
-        }
-        other => {
-            return Err(format!(
-                "expected an object with `llm`, got {}",
-                super::type_name(other)
-            ))
-        }
-    };
+    let (llm, base) = llm_section(source, out)?;
     drop_unknown(out, base, &llm, &["models", "virtualModels"], UNKNOWN);
     let models_path = join(base, "models");
     if let Some(models) = llm.get("models") {
@@ -76,6 +44,50 @@ pub fn import(source: &Value, out: &mut Builder) -> Result<(), String> {
     // "Failover routing": a priority group spills only once every target in it is evicted;
     // TrueFoundry's failure window, the default, would demote a failing target before that.
     out.set_root("failure_window", json!({"failures": 0}));
+    notes(out);
+    Ok(())
+}
+
+/// The `llm` section and its path: the file's `llm`, the file itself (the section alone), or
+/// the model list shape (one list of models and virtual models).
+fn llm_section(
+    source: &Value,
+    out: &mut Builder,
+) -> Result<(Map<String, Value>, &'static str), String> {
+    match source {
+        Value::Object(root) if root.contains_key("llm") => {
+            drop_unknown(
+                out,
+                "",
+                root,
+                &["llm"],
+                "only the `llm` section holds virtual models",
+            );
+            Ok((object(&source["llm"], "llm")?.clone(), "llm"))
+        }
+        Value::Object(root) => Ok((root.clone(), "")),
+        Value::Array(items) => {
+            let (vms, models): (Vec<Value>, Vec<Value>) = items
+                .iter()
+                .cloned()
+                .partition(|i| i.get("routing").is_some());
+            let llm: Map<String, Value> = [
+                ("models".to_string(), Value::Array(models)),
+                ("virtualModels".to_string(), Value::Array(vms)),
+            ]
+            .into_iter()
+            .collect();
+            Ok((llm, ""))
+        }
+        other => Err(format!(
+            "expected an object with `llm`, got {}",
+            super::type_name(other)
+        )),
+    }
+}
+
+/// What the import sets for every model and virtual model, and why.
+fn notes(out: &mut Builder) {
     out.note(
         "failure_window: {failures: 0}: failures lower a target's health score but never mark \
          it unhealthy, so a priority group spills to the next only when every target in it is \
@@ -95,7 +107,6 @@ pub fn import(source: &Value, out: &mut Builder) -> Result<(), String> {
          connection failure or timeout move the request to the next candidate"
             .to_string(),
     );
-    Ok(())
 }
 
 /// One `llm.models[]` entry.
@@ -107,16 +118,8 @@ fn model(m: &Map<String, Value>, path: &str, out: &mut Builder) -> Result<(), St
         &["name", "visibility", "provider", "params", "health"],
         UNKNOWN,
     );
-    let name = string(
-        m.get("name")
-            .ok_or_else(|| format!("{path}.name: is required"))?,
-        &join(path, "name"),
-    )?;
-    let provider = string(
-        m.get("provider")
-            .ok_or_else(|| format!("{path}.provider: is required"))?,
-        &join(path, "provider"),
-    )?;
+    let name = required_string(m, path, "name")?;
+    let provider = required_string(m, path, "provider")?;
     let kind = out.provider_kind(provider);
     let params_path = join(path, "params");
     let params = match m.get("params") {
@@ -141,81 +144,111 @@ fn model(m: &Map<String, Value>, path: &str, out: &mut Builder) -> Result<(), St
             join(path, "provider")
         ));
     }
-    match kind {
-        "openai" => entry["authority"] = json!("api.openai.com"),
-        "anthropic" => entry["authority"] = json!("api.anthropic.com"),
-        _ => {}
+    if let Some(authority) = authority(kind) {
+        entry["authority"] = json!(authority);
     }
     if let Some(v) = m.get("visibility") {
         entry["visibility"] = v.clone();
     }
     if let Some(key) = params.get("apiKey") {
-        let key_path = join(&params_path, "apiKey");
-        let key = string(key, &key_path)?;
-        match key
-            .strip_prefix('$')
-            .map(|v| v.trim_matches(|c| c == '{' || c == '}'))
-        {
-            Some(var) if !var.is_empty() => {
-                let (header, value) = match kind {
-                    "anthropic" => ("x-api-key", format!("${{env:{var}}}")),
-                    "azure" => ("api-key", format!("${{env:{var}}}")),
-                    _ => ("authorization", format!("Bearer ${{env:{var}}}")),
-                };
-                entry["headers"] = json!({ header: value });
-                out.note(format!(
-                    "apiKey ${var}: sent as `{header}: ...${{env:{var}}}`; list {var} in the \
-                     Wasm vm_config.environment_variables.host_env_keys"
-                ));
-            }
-            _ => out.dropped(
-                &key_path,
-                "a literal key is never copied into the plugin config (it shows in Envoy's \
-                 config dump); put it in an environment variable and write $NAME",
-            ),
+        if let Some(headers) = api_key(key, &join(&params_path, "apiKey"), kind, out)? {
+            entry["headers"] = headers;
         }
     }
     if let Some(h) = m.get("health") {
-        let hp = join(path, "health");
-        let h = object(h, &hp)?;
-        drop_unknown(out, &hp, h, &["eviction", "unhealthyExpression"], UNKNOWN);
-        if h.contains_key("unhealthyExpression") {
-            out.dropped(
-                &join(&hp, "unhealthyExpression"),
-                "CEL expressions on responses are not supported; any 5xx counts as unhealthy",
-            );
-        }
-        if let Some(e) = h.get("eviction") {
-            let ep = join(&hp, "eviction");
-            let e = object(e, &ep)?;
-            let mut ev = Map::new();
-            for (from, to) in [
-                ("duration", "duration"),
-                ("consecutiveFailures", "consecutive_failures"),
-                ("healthThreshold", "health_threshold"),
-                ("restoreHealth", "restore_health"),
-            ] {
-                if let Some(v) = e.get(from) {
-                    ev.insert(to.to_string(), v.clone());
-                }
-            }
-            drop_unknown(
-                out,
-                &ep,
-                e,
-                &[
-                    "duration",
-                    "consecutiveFailures",
-                    "healthThreshold",
-                    "restoreHealth",
-                ],
-                UNKNOWN,
-            );
-            entry["health"]["eviction"] = Value::Object(ev);
+        if let Some(eviction) = eviction(h, &join(path, "health"), out)? {
+            entry["health"]["eviction"] = eviction;
         }
     }
     out.add_model(entry, provider);
     Ok(())
+}
+
+/// The string `key` of object `m` at `path`, which must be there.
+fn required_string<'v>(
+    m: &'v Map<String, Value>,
+    path: &str,
+    key: &str,
+) -> Result<&'v str, String> {
+    let value = m
+        .get(key)
+        .ok_or_else(|| format!("{path}.{key}: is required"))?;
+    string(value, &join(path, key))
+}
+
+/// The host of a hosted provider's API.
+fn authority(kind: &str) -> Option<&'static str> {
+    match kind {
+        "openai" => Some("api.openai.com"),
+        "anthropic" => Some("api.anthropic.com"),
+        _ => None,
+    }
+}
+
+/// `params.apiKey`: `$VAR` becomes the provider's credential header read from the environment;
+/// a literal key is dropped.
+fn api_key(
+    key: &Value,
+    key_path: &str,
+    kind: &str,
+    out: &mut Builder,
+) -> Result<Option<Value>, String> {
+    let key = string(key, key_path)?;
+    match key
+        .strip_prefix('$')
+        .map(|v| v.trim_matches(|c| c == '{' || c == '}'))
+    {
+        Some(var) if !var.is_empty() => {
+            let (header, value) = match kind {
+                "anthropic" => ("x-api-key", format!("${{env:{var}}}")),
+                "azure" => ("api-key", format!("${{env:{var}}}")),
+                _ => ("authorization", format!("Bearer ${{env:{var}}}")),
+            };
+            out.note(format!(
+                "apiKey ${var}: sent as `{header}: ...${{env:{var}}}`; list {var} in the \
+                 Wasm vm_config.environment_variables.host_env_keys"
+            ));
+            Ok(Some(json!({ header: value })))
+        }
+        _ => {
+            out.dropped(
+                key_path,
+                "a literal key is never copied into the plugin config (it shows in Envoy's \
+                 config dump); put it in an environment variable and write $NAME",
+            );
+            Ok(None)
+        }
+    }
+}
+
+/// `health`: its `eviction`, renamed; `unhealthyExpression` dropped.
+fn eviction(h: &Value, hp: &str, out: &mut Builder) -> Result<Option<Value>, String> {
+    let h = object(h, hp)?;
+    drop_unknown(out, hp, h, &["eviction", "unhealthyExpression"], UNKNOWN);
+    if h.contains_key("unhealthyExpression") {
+        out.dropped(
+            &join(hp, "unhealthyExpression"),
+            "CEL expressions on responses are not supported; any 5xx counts as unhealthy",
+        );
+    }
+    let Some(e) = h.get("eviction") else {
+        return Ok(None);
+    };
+    let ep = join(hp, "eviction");
+    let e = object(e, &ep)?;
+    let fields = [
+        ("duration", "duration"),
+        ("consecutiveFailures", "consecutive_failures"),
+        ("healthThreshold", "health_threshold"),
+        ("restoreHealth", "restore_health"),
+    ];
+    let ev: Map<String, Value> = fields
+        .iter()
+        .filter_map(|(from, to)| Some((to.to_string(), e.get(*from)?.clone())))
+        .collect();
+    let known: Vec<&str> = fields.iter().map(|(from, _)| *from).collect();
+    drop_unknown(out, &ep, e, &known, UNKNOWN);
+    Ok(Some(Value::Object(ev)))
 }
 
 /// One `llm.virtualModels[]` entry.
@@ -232,25 +265,9 @@ fn virtual_model(vm: &Map<String, Value>, path: &str, out: &mut Builder) -> Resu
             .ok_or_else(|| format!("{rp}: is required"))?,
         &rp,
     )?;
-    let modes = ["weighted", "failover", "conditional"];
-    let present: Vec<&str> = modes
-        .iter()
-        .copied()
-        .filter(|m| routing.contains_key(*m))
-        .collect();
-    let [mode] = present.as_slice() else {
-        return Err(format!(
-            "{rp}: expected exactly one of weighted, failover, conditional; found {}",
-            if present.is_empty() {
-                "none".to_string()
-            } else {
-                present.join(", ")
-            }
-        ));
-    };
-    drop_unknown(out, &rp, routing, &modes, UNKNOWN);
+    let mode = routing_mode(routing, &rp, out)?;
     let mp = join(&rp, mode);
-    let m = object(&routing[*mode], &mp)?;
+    let m = object(&routing[mode], &mp)?;
     drop_unknown(out, &mp, m, &["targets"], UNKNOWN);
     let tp = join(&mp, "targets");
     let targets = list(
@@ -258,43 +275,16 @@ fn virtual_model(vm: &Map<String, Value>, path: &str, out: &mut Builder) -> Resu
             .ok_or_else(|| format!("{tp}: is required"))?,
         &tp,
     )?;
-    let field = match *mode {
+    let field = match mode {
         "weighted" => "weight",
         "failover" => "priority",
         _ => "when",
     };
     let mut out_targets = Vec::new();
     for (i, t) in targets.iter().enumerate() {
-        let p = format!("{tp}[{i}]");
-        let t = object(t, &p)?;
-        drop_unknown(out, &p, t, &["model", field, "params"], UNKNOWN);
-        let model = string(
-            t.get("model")
-                .ok_or_else(|| format!("{p}.model: is required"))?,
-            &join(&p, "model"),
-        )?;
-        if out.find_model(model, false).is_none() {
-            return Err(format!("{p}.model: `{model}` is not a model in llm.models"));
-        }
-        let mut o = json!({"target": model, "fallback_status_codes": []});
-        if let Some(v) = t.get(field) {
-            o[field] = v.clone();
-        }
-        if let Some(params) = t.get("params") {
-            let pp = join(&p, "params");
-            let mut params = object(params, &pp)?.clone();
-            for key in ["model", "stream"] {
-                if params.remove(key).is_some() {
-                    out.dropped(&join(&pp, key), "decided by Switchboard and the client; a target's upstream model is its catalog entry's");
-                }
-            }
-            if !params.is_empty() {
-                o["override_params"] = Value::Object(params);
-            }
-        }
-        out_targets.push(o);
+        out_targets.push(target(t, &format!("{tp}[{i}]"), field, out)?);
     }
-    let kind = match *mode {
+    let kind = match mode {
         "weighted" => {
             scale_weights(&mut out_targets, &tp, out)?;
             "weight-based-routing"
@@ -313,6 +303,60 @@ fn virtual_model(vm: &Map<String, Value>, path: &str, out: &mut Builder) -> Resu
         "routing_config": {"type": kind, "load_balance_targets": out_targets},
     }));
     Ok(())
+}
+
+/// The one route selection mode of `routing`: `weighted`, `failover` or `conditional`.
+fn routing_mode(
+    routing: &Map<String, Value>,
+    rp: &str,
+    out: &mut Builder,
+) -> Result<&'static str, String> {
+    let modes = ["weighted", "failover", "conditional"];
+    let present: Vec<&str> = modes
+        .iter()
+        .copied()
+        .filter(|m| routing.contains_key(*m))
+        .collect();
+    let [mode] = present.as_slice() else {
+        return Err(format!(
+            "{rp}: expected exactly one of weighted, failover, conditional; found {}",
+            if present.is_empty() {
+                "none".to_string()
+            } else {
+                present.join(", ")
+            }
+        ));
+    };
+    drop_unknown(out, rp, routing, &modes, UNKNOWN);
+    Ok(mode)
+}
+
+/// One target: its catalog model, its mode's `field` as is, `params` as `override_params`
+/// (but `model` and `stream`), and no fallback status.
+fn target(t: &Value, p: &str, field: &str, out: &mut Builder) -> Result<Value, String> {
+    let t = object(t, p)?;
+    drop_unknown(out, p, t, &["model", field, "params"], UNKNOWN);
+    let model = required_string(t, p, "model")?;
+    if out.find_model(model, false).is_none() {
+        return Err(format!("{p}.model: `{model}` is not a model in llm.models"));
+    }
+    let mut o = json!({"target": model, "fallback_status_codes": []});
+    if let Some(v) = t.get(field) {
+        o[field] = v.clone();
+    }
+    if let Some(params) = t.get("params") {
+        let pp = join(p, "params");
+        let mut params = object(params, &pp)?.clone();
+        for key in ["model", "stream"] {
+            if params.remove(key).is_some() {
+                out.dropped(&join(&pp, key), "decided by Switchboard and the client; a target's upstream model is its catalog entry's");
+            }
+        }
+        if !params.is_empty() {
+            o["override_params"] = Value::Object(params);
+        }
+    }
+    Ok(o)
 }
 
 /// Largest relative weight read: keeps `w * 100` and the sum far from overflow.

@@ -1,10 +1,9 @@
-//! `switchboard import --from truefoundry|agentgateway|zuplo FILE [--name NAME]
-//! [--provider NAME=KIND]...`: reads a
-//! virtual-model config written in one of the three seed dialects (YAML or JSON) and prints
-//! the Switchboard plugin config that reproduces it. Every field that cannot be carried over,
-//! and every derived value the operator must provide for (the Envoy clusters), is reported on
-//! stderr; nothing is dropped silently. The output is compiled by the filter's own config code
-//! before it is printed, so it always passes `switchboard check`.
+//! `switchboard import --from truefoundry|agentgateway|zuplo FILE [--name NAME] [--provider
+//! NAME=KIND]...`: reads a virtual-model config written in one of the three vendors' dialects
+//! (docs/sources.md; YAML or JSON) and prints the Switchboard plugin config that reproduces it.
+//! Every field that cannot be carried over, and every derived value the operator must provide for
+//! (the Envoy clusters), is reported on stderr; nothing is dropped silently. The output is compiled
+//! by the filter's own config code before it is printed, so it always passes `switchboard check`.
 
 mod agentgateway;
 mod truefoundry;

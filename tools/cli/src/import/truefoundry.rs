@@ -1,4 +1,4 @@
-//! TrueFoundry virtual models (seed "Configuration structure"): Switchboard's own field names,
+//! TrueFoundry virtual models ("Configuration structure"): Switchboard's own field names,
 //! so `routing_config` maps field for field. What changes: each `providerName/model` target
 //! becomes a catalog entry, `metadata_match` keys `tfy_gateway_region`/`tfy_gateway_zone`
 //! become `gateway_region`/`gateway_zone` (Envoy's node locality), and the metadata and

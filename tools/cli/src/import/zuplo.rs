@@ -1,9 +1,9 @@
-//! Zuplo Model Load Balancing (seed "Model Load Balancing Policy"): a `policies.json` policy
+//! Zuplo model load balancing ("Model Load Balancing Policy"): a `policies.json` policy
 //! entry, the whole document, an `inboundPolicyChain` or one chain entry with `options`, or
 //! the bare `options`. Each policy becomes one virtual model named by the policy's `name` (or
 //! `--name`) over its `completions` and `embeddings` lists.
 //!
-//! The import sets what reproduces the seed's "Failures and retries" and "Limitations": a 429
+//! The import sets what reproduces the document's "Failures and retries" and "Limitations": a 429
 //! is retried twice, after 250 ms then 500 ms (`retry_config` with `backoff_multiplier: 2`);
 //! a 5xx, 408 or 425, or a model that can't be reached, moves to the retry model at once
 //! (`fallback_status_codes`, `on_connection_failure: false`); at most two models are tried
@@ -101,71 +101,22 @@ fn forget_failures(out: &mut Builder) {
     );
 }
 
-/// The load-balancing policies in any of the shapes the seed shows.
+/// The load-balancing policies in any of the shapes the document shows ("Configuration",
+/// "Policy order").
 fn find_policies<'v>(
     source: &'v Value,
     default_options: &'v Value,
     out: &mut Builder,
 ) -> Result<Vec<Policy<'v>>, String> {
     let root = object(source, "the file")?;
-    let name = |v: &'v Value| v.get("name").and_then(Value::as_str);
     if root.contains_key("policyType") {
         return Ok(vec![policy_entry(source, "")?]);
     }
     if let Some(entries) = root.get("policies") {
-        let mut found = Vec::new();
-        for (i, e) in list(entries, "policies")?.iter().enumerate() {
-            let p = format!("policies[{i}]");
-            if e.get("policyType").and_then(Value::as_str) == Some(POLICY_TYPE) {
-                found.push(policy_entry(e, &p)?);
-            } else {
-                out.dropped(&p, "not a Model Load Balancing policy");
-            }
-        }
-        if found.is_empty() {
-            return Err(format!("policies: no entry has policyType `{POLICY_TYPE}`"));
-        }
-        return Ok(found);
+        return policies_json(entries, out);
     }
     if let Some(chain) = root.get("inboundPolicyChain") {
-        let mut found = Vec::new();
-        for (i, e) in list(chain, "inboundPolicyChain")?.iter().enumerate() {
-            let p = format!("inboundPolicyChain[{i}]");
-            match (name(e), e.get("options")) {
-                (_, Some(options)) => found.push(Policy {
-                    name: name(e),
-                    options,
-                    path: join(&p, "options"),
-                }),
-                (Some(POLICY_TYPE), None) => {
-                    out.note(format!(
-                        "{p}: no options, so the declared ones apply; Zuplo's default \
-                         declared options are the one-model list openai/gpt-4o-mini"
-                    ));
-                    found.push(Policy {
-                        name: Some(POLICY_TYPE),
-                        options: default_options,
-                        path: p,
-                    });
-                }
-                (Some(n), None) if n.contains("fallback-model") => out.dropped(
-                    &p,
-                    "Fallback Model's `fallback` (openai/gpt-4o-mini unless its declared options \
-                     change it) would become the retry model; add it as a target by hand",
-                ),
-                (n, None) => out.dropped(
-                    &p,
-                    &format!(
-                        "`{}` is not the Model Load Balancing policy; only that one is imported",
-                        n.unwrap_or("?")
-                    ),
-                ),
-            }
-        }
-        if found.is_empty() {
-            return Err("inboundPolicyChain: no Model Load Balancing entry".to_string());
-        }
-        return Ok(found);
+        return policy_chain(chain, default_options, out);
     }
     if let Some(options) = root.get("options") {
         drop_unknown(
@@ -176,7 +127,7 @@ fn find_policies<'v>(
             "not a field of a chain entry",
         );
         return Ok(vec![Policy {
-            name: name(source),
+            name: source.get("name").and_then(Value::as_str),
             options,
             path: "options".to_string(),
         }]);
@@ -193,6 +144,71 @@ fn find_policies<'v>(
          `policies`, an `inboundPolicyChain`, or the policy's options (`models`)"
             .to_string(),
     )
+}
+
+/// `policies`: the Model Load Balancing entries of a `policies.json`, the others dropped.
+fn policies_json<'v>(entries: &'v Value, out: &mut Builder) -> Result<Vec<Policy<'v>>, String> {
+    let mut found = Vec::new();
+    for (i, e) in list(entries, "policies")?.iter().enumerate() {
+        let p = format!("policies[{i}]");
+        if e.get("policyType").and_then(Value::as_str) == Some(POLICY_TYPE) {
+            found.push(policy_entry(e, &p)?);
+        } else {
+            out.dropped(&p, "not a Model Load Balancing policy");
+        }
+    }
+    if found.is_empty() {
+        return Err(format!("policies: no entry has policyType `{POLICY_TYPE}`"));
+    }
+    Ok(found)
+}
+
+/// `inboundPolicyChain`: each entry with `options`, or the policy named bare (its declared
+/// options); Fallback Model and other policies dropped.
+fn policy_chain<'v>(
+    chain: &'v Value,
+    default_options: &'v Value,
+    out: &mut Builder,
+) -> Result<Vec<Policy<'v>>, String> {
+    let name = |v: &'v Value| v.get("name").and_then(Value::as_str);
+    let mut found = Vec::new();
+    for (i, e) in list(chain, "inboundPolicyChain")?.iter().enumerate() {
+        let p = format!("inboundPolicyChain[{i}]");
+        match (name(e), e.get("options")) {
+            (_, Some(options)) => found.push(Policy {
+                name: name(e),
+                options,
+                path: join(&p, "options"),
+            }),
+            (Some(POLICY_TYPE), None) => {
+                out.note(format!(
+                    "{p}: no options, so the declared ones apply; Zuplo's default \
+                     declared options are the one-model list openai/gpt-4o-mini"
+                ));
+                found.push(Policy {
+                    name: Some(POLICY_TYPE),
+                    options: default_options,
+                    path: p,
+                });
+            }
+            (Some(n), None) if n.contains("fallback-model") => out.dropped(
+                &p,
+                "Fallback Model's `fallback` (openai/gpt-4o-mini unless its declared options \
+                 change it) would become the retry model; add it as a target by hand",
+            ),
+            (n, None) => out.dropped(
+                &p,
+                &format!(
+                    "`{}` is not the Model Load Balancing policy; only that one is imported",
+                    n.unwrap_or("?")
+                ),
+            ),
+        }
+    }
+    if found.is_empty() {
+        return Err("inboundPolicyChain: no Model Load Balancing entry".to_string());
+    }
+    Ok(found)
 }
 
 /// A `policies.json` entry: `{name, policyType, handler: {export, module, options}}`.
@@ -229,6 +245,37 @@ fn policy(p: &Policy<'_>, out: &mut Builder) -> Result<Option<String>, String> {
         "not an option of the Model Load Balancing policy",
     );
     let name = out.vm_name(p.name, "the policy")?;
+    let mut routing = policy_routing(opts, path, out)?;
+    let timeout_s = fallback_timeout_seconds(opts, path)?;
+    let (targets, model_types) = policy_models(opts, &join(path, "models"), out)?;
+    routing["load_balance_targets"] = Value::Array(targets);
+    let responses = model_types.contains(&"responses");
+    out.add_virtual_model(json!({
+        "name": name,
+        "model_types": model_types,
+        "max_targets_per_request": 2,
+        "fallback_timeout_ms": timeout_s * 1000,
+        // "Failures and retries": Responses and Messages fail on a 5xx, 408, 425 or an
+        // unreachable model, and keep waiting for a slow one.
+        "fail_fast_endpoints": ["responses", "messages"],
+        // The retry model "starts over with twice the time, and the request fails if that
+        // runs out too".
+        "fallback_timeout_growth": 2,
+        "fallback_timeout_at_last": "fail",
+        // "A response that doesn't stream starts only when it's complete, so the timeout
+        // covers the whole response."
+        "fallback_timeout_scope": "whole_answer",
+        "routing_config": routing,
+    }));
+    Ok(responses.then_some(name))
+}
+
+/// `strategy`, `stickyBy` and `expression`: the `routing_config` without its targets.
+fn policy_routing(
+    opts: &serde_json::Map<String, Value>,
+    path: &str,
+    out: &mut Builder,
+) -> Result<Value, String> {
     let field = |key: &str| join(path, key);
     let get_str = |key: &str| -> Result<Option<&str>, String> {
         opts.get(key).map(|v| string(v, &field(key))).transpose()
@@ -264,28 +311,40 @@ fn policy(p: &Policy<'_>, out: &mut Builder) -> Result<Option<String>, String> {
             field("expression")
         ));
     }
-    let timeout_s = match opts.get("fallbackTimeoutSeconds") {
-        None => 60,
-        Some(v) => v
-            .as_u64()
-            .filter(|s| (1..=300).contains(s))
-            .ok_or_else(|| {
-                format!(
-                    "{}: expected a whole number of seconds from 1 through 300, got {v}",
-                    field("fallbackTimeoutSeconds")
-                )
-            })?,
-    };
+    Ok(routing)
+}
 
-    let mp = field("models");
+/// `fallbackTimeoutSeconds`: 1 through 300 (default 60).
+fn fallback_timeout_seconds(
+    opts: &serde_json::Map<String, Value>,
+    path: &str,
+) -> Result<u64, String> {
+    let Some(v) = opts.get("fallbackTimeoutSeconds") else {
+        return Ok(60);
+    };
+    v.as_u64().filter(|s| (1..=300).contains(s)).ok_or_else(|| {
+        format!(
+            "{}: expected a whole number of seconds from 1 through 300, got {v}",
+            join(path, "fallbackTimeoutSeconds")
+        )
+    })
+}
+
+/// `models`: the targets of its `completions` and `embeddings` lists (each catalog model
+/// once) and the model types they serve.
+fn policy_models(
+    opts: &serde_json::Map<String, Value>,
+    mp: &str,
+    out: &mut Builder,
+) -> Result<(Vec<Value>, Vec<&'static str>), String> {
     let models = object(
         opts.get("models")
             .ok_or_else(|| format!("{mp}: is required"))?,
-        &mp,
+        mp,
     )?;
     drop_unknown(
         out,
-        &mp,
+        mp,
         models,
         &["completions", "embeddings"],
         "not a request type of the policy",
@@ -299,62 +358,54 @@ fn policy(p: &Policy<'_>, out: &mut Builder) -> Result<Option<String>, String> {
         let Some(entries) = models.get(list_name) else {
             continue;
         };
-        let lp = join(&mp, list_name);
-        let entries = list(entries, &lp)?;
-        if entries.is_empty() || entries.len() > 32 {
-            return Err(format!(
-                "{lp}: must list from 1 through 32 models, got {}",
-                entries.len()
-            ));
-        }
+        model_list(entries, &join(mp, list_name), list_name, &mut targets, out)?;
         model_types.extend_from_slice(types);
-        let mut seen: Vec<String> = Vec::new();
-        for (i, e) in entries.iter().enumerate() {
-            let ep = format!("{lp}[{i}]");
-            let written = string(e, &ep)?;
-            if seen.iter().any(|s| s.eq_ignore_ascii_case(written)) {
-                return Err(format!(
-                    "{ep}: `{written}` is listed twice (entries compare without regard to case)"
-                ));
-            }
-            seen.push(written.to_string());
-            let catalog = out.provider_model(&ep, written, true)?;
-            add_apis(out, &catalog, list_name);
-            if !targets.iter().any(|t| {
-                t["target"]
-                    .as_str()
-                    .is_some_and(|n| n.eq_ignore_ascii_case(&catalog))
-            }) {
-                targets.push(target(&catalog));
-            }
-        }
     }
     if model_types.is_empty() {
         return Err(format!(
             "{mp}: set at least one list: completions or embeddings"
         ));
     }
-    let mut routing = routing;
-    routing["load_balance_targets"] = Value::Array(targets);
-    let responses = model_types.contains(&"responses");
-    out.add_virtual_model(json!({
-        "name": name,
-        "model_types": model_types,
-        "max_targets_per_request": 2,
-        "fallback_timeout_ms": timeout_s * 1000,
-        // "Failures and retries": Responses and Messages fail on a 5xx, 408, 425 or an
-        // unreachable model, and keep waiting for a slow one.
-        "fail_fast_endpoints": ["responses", "messages"],
-        // The retry model "starts over with twice the time, and the request fails if that
-        // runs out too".
-        "fallback_timeout_growth": 2,
-        "fallback_timeout_at_last": "fail",
-        // "A response that doesn't stream starts only when it's complete, so the timeout
-        // covers the whole response."
-        "fallback_timeout_scope": "whole_answer",
-        "routing_config": routing,
-    }));
-    Ok(responses.then_some(name))
+    Ok((targets, model_types))
+}
+
+/// One list of `models` (1 through 32 entries, none twice without regard to case): each
+/// entry's catalog model, its `apis`, and a target unless another list has it.
+fn model_list(
+    entries: &Value,
+    lp: &str,
+    list_name: &str,
+    targets: &mut Vec<Value>,
+    out: &mut Builder,
+) -> Result<(), String> {
+    let entries = list(entries, lp)?;
+    if entries.is_empty() || entries.len() > 32 {
+        return Err(format!(
+            "{lp}: must list from 1 through 32 models, got {}",
+            entries.len()
+        ));
+    }
+    let mut seen: Vec<String> = Vec::new();
+    for (i, e) in entries.iter().enumerate() {
+        let ep = format!("{lp}[{i}]");
+        let written = string(e, &ep)?;
+        if seen.iter().any(|s| s.eq_ignore_ascii_case(written)) {
+            return Err(format!(
+                "{ep}: `{written}` is listed twice (entries compare without regard to case)"
+            ));
+        }
+        seen.push(written.to_string());
+        let catalog = out.provider_model(&ep, written, true)?;
+        add_apis(out, &catalog, list_name);
+        if !targets.iter().any(|t| {
+            t["target"]
+                .as_str()
+                .is_some_and(|n| n.eq_ignore_ascii_case(&catalog))
+        }) {
+            targets.push(target(&catalog));
+        }
+    }
+    Ok(())
 }
 
 /// "Endpoints": `GET`/`DELETE /v1/responses/{id}` and its input items are "routed to the
@@ -370,7 +421,7 @@ fn stored_responses(serving: &[String], out: &mut Builder) {
             out.note(format!(
                 "stored_responses_virtual_model: `{name}`: a retrieve, input-items list or \
                  delete of a provider's response id is routed among its targets by the \
-                 seed's stored-response rules"
+                 Zuplo's stored-response rules"
             ));
         }
         names => out.dropped(
@@ -386,7 +437,7 @@ fn stored_responses(serving: &[String], out: &mut Builder) {
     }
 }
 
-/// The seed's `sticky` by `user`, `conversation` or `expression`, as hash routing.
+/// Zuplo's `sticky` by `user`, `conversation` or `expression`, as hash routing.
 fn sticky(
     by: &str,
     expression: Option<&str>,
@@ -461,7 +512,7 @@ fn expression_key(e: &str, path: &str, out: &mut Builder) -> Option<Value> {
     None
 }
 
-/// A target with the seed's retry and fallback behaviour.
+/// A target with Zuplo's retry and fallback behaviour ("Failures and retries").
 fn target(name: &str) -> Value {
     json!({
         "target": name,
@@ -476,7 +527,7 @@ fn target(name: &str) -> Value {
     })
 }
 
-/// Sets the entry's `apis` by the seed's "Endpoints" rules: by provider and by whether the
+/// Sets the entry's `apis` by Zuplo's "Endpoints" rules: by provider and by whether the
 /// model is Claude, never by what the model serves.
 fn add_apis(out: &mut Builder, catalog: &str, list_name: &str) {
     let (provider, model) = catalog.split_once('/').unwrap_or(("", catalog));

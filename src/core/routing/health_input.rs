@@ -1,11 +1,11 @@
 //! Health applied on top of a strategy's order: healthy targets first, then unhealthy ones,
 //! then evicted ones, each group keeping the strategy's order.
 //!
-//! TrueFoundry seed, "Unhealthy target detection": unhealthy targets move to the end of the
-//! list and are used only as a last resort. agentgateway seed, "Failover routing": an evicted
-//! target leaves the active set, so a priority group spills to the next only when every one of
-//! its targets is evicted. Evicted targets stay at the very end rather than vanish, so a
-//! request still has somewhere to go when everything is evicted.
+//! TrueFoundry virtual models, "Unhealthy target detection": unhealthy targets move to the end of
+//! the list and are used only as a last resort. agentgateway virtual models, "Failover routing": an
+//! evicted target leaves the active set, so a priority group spills to the next only when every one
+//! of its targets is evicted. Evicted targets stay at the very end rather than vanish, so a request
+//! still has somewhere to go when everything is evicted.
 
 use crate::core::config::{ModelId, VirtualModel};
 use crate::core::health::policy::FailureWindow;

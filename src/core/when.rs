@@ -1,6 +1,10 @@
-//! `conditional-routing` (agentgateway seed, "Conditional routing"): each target of a virtual
-//! model carries a `when` expression over the request, and the first target whose expression
-//! is true wins.
+//! The `when` expression language of `conditional-routing` (agentgateway virtual models,
+//! "Conditional routing"): each target of a virtual model carries a `when` expression over the
+//! request, and the first target whose expression is true wins.
+//!
+//! It reads a request only through [`Facts`], so it imports nothing else of the crate: the
+//! config compiles expressions with it, and the strategy (`routing/conditional.rs`) implements
+//! [`Facts`] for a routing request.
 //!
 //! The language is a small CEL subset: header, path, method, model and metadata values;
 //! string, number, `null`, boolean and list literals; `==`, `!=`, `in`, `!`, `&&`, `||` and

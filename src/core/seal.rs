@@ -1,0 +1,195 @@
+//! Sealing the plaintext of a response id or reasoning mark (`responses::id`): the tag is
+//! HMAC-SHA256 of the plaintext, truncated to 16 bytes, and also the nonce of an HMAC-SHA256
+//! keystream that hides it (a deterministic authenticated encryption in the SIV style), the
+//! whole as unpadded base64url. The keys come from the config's `response_id_keys`; the first
+//! signs and every one verifies, so keys can be rotated.
+//!
+//! A leaf: the config holds the [`Keys`] and imports nothing of `responses`.
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+/// Used when the config names no `response_id_keys`: it catches corrupted and hand-edited
+/// ids, not forgeries (anyone with this source can mint an id).
+const BUILT_IN_KEY: &[u8] = b"switchboard built-in response id key, version 1";
+
+const TAG_LEN: usize = 16;
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// Keys derived from one secret: one for the keystream, one for the tag.
+#[derive(Clone, PartialEq, Eq)]
+struct KeyPair {
+    enc: [u8; 32],
+    mac: [u8; 32],
+}
+
+// Key material never shows in a debug print.
+impl std::fmt::Debug for KeyPair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KeyPair(..)")
+    }
+}
+
+fn prf(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
+    // HMAC accepts a key of any length, so this never fails.
+    let Ok(mut mac) = HmacSha256::new_from_slice(key) else {
+        return [0; 32];
+    };
+    for part in parts {
+        mac.update(part);
+    }
+    mac.finalize().into_bytes().into()
+}
+
+impl KeyPair {
+    fn derive(secret: &[u8]) -> KeyPair {
+        KeyPair {
+            enc: prf(secret, &[b"switchboard response id: keystream"]),
+            mac: prf(secret, &[b"switchboard response id: tag"]),
+        }
+    }
+
+    fn tag(&self, plaintext: &[u8]) -> [u8; TAG_LEN] {
+        let full = prf(&self.mac, &[plaintext]);
+        let mut tag = [0; TAG_LEN];
+        tag.copy_from_slice(full.get(..TAG_LEN).unwrap_or(&[0; TAG_LEN]));
+        tag
+    }
+
+    /// XORs `data` with the keystream of `tag`.
+    fn xor(&self, tag: &[u8], data: &mut [u8]) {
+        for (block, chunk) in data.chunks_mut(32).enumerate() {
+            let counter = u32::try_from(block).unwrap_or(u32::MAX).to_be_bytes();
+            let stream = prf(&self.enc, &[tag, &counter]);
+            for (b, k) in chunk.iter_mut().zip(stream) {
+                *b ^= k;
+            }
+        }
+    }
+}
+
+/// The keys ids are minted and verified with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keys {
+    /// The first signs; all verify. Never empty.
+    pairs: Vec<KeyPair>,
+    /// Whether these are the built-in key only.
+    pub built_in: bool,
+}
+
+impl Default for Keys {
+    fn default() -> Self {
+        Keys {
+            pairs: vec![KeyPair::derive(BUILT_IN_KEY)],
+            built_in: true,
+        }
+    }
+}
+
+impl Keys {
+    /// Keys from configured secrets (the first signs); the built-in key when there are none.
+    pub fn new<S: AsRef<[u8]>>(secrets: &[S]) -> Keys {
+        if secrets.is_empty() {
+            return Keys::default();
+        }
+        Keys {
+            pairs: secrets
+                .iter()
+                .map(|s| KeyPair::derive(s.as_ref()))
+                .collect(),
+            built_in: false,
+        }
+    }
+
+    fn signer(&self) -> KeyPair {
+        self.pairs
+            .first()
+            .cloned()
+            .unwrap_or_else(|| KeyPair::derive(BUILT_IN_KEY))
+    }
+
+    /// Seals `plaintext` into base64url(tag ‖ ciphertext).
+    pub fn seal(&self, plaintext: &[u8]) -> String {
+        let key = self.signer();
+        let tag = key.tag(plaintext);
+        let mut sealed = Vec::with_capacity(TAG_LEN + plaintext.len());
+        sealed.extend_from_slice(&tag);
+        sealed.extend_from_slice(plaintext);
+        if let Some(body) = sealed.get_mut(TAG_LEN..) {
+            key.xor(&tag, body);
+        }
+        base64url_encode(&sealed)
+    }
+
+    /// Opens what [`Keys::seal`] made with any of the keys.
+    pub fn open(&self, text: &str) -> Option<Vec<u8>> {
+        let sealed = base64url_decode(text)?;
+        let (tag, body) = (sealed.get(..TAG_LEN)?, sealed.get(TAG_LEN..)?);
+        self.pairs.iter().find_map(|key| {
+            let mut plain = body.to_vec();
+            key.xor(tag, &mut plain);
+            // Compared in constant time by the MAC crate.
+            let mut mac = HmacSha256::new_from_slice(&key.mac).ok()?;
+            mac.update(&plain);
+            mac.verify_truncated_left(tag).ok()?;
+            Some(plain)
+        })
+    }
+}
+
+const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+/// Unpadded base64url: ids stay one token, safe in a URL path and a JSON string.
+pub fn base64url_encode(data: &[u8]) -> String {
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let b = [
+            chunk.first().copied().unwrap_or(0),
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..=chunk.len() {
+            let sextet = (n >> (18 - 6 * i)) & 63;
+            out.push(char::from(
+                ALPHABET.get(sextet as usize).copied().unwrap_or(b'A'),
+            ));
+        }
+    }
+    out
+}
+
+/// [`base64url_encode`] reversed; `None` for anything it could not have made.
+pub fn base64url_decode(text: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(text.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for c in text.bytes() {
+        let v = ALPHABET.iter().position(|&a| a == c)?;
+        acc = (acc << 6) | u32::try_from(v).ok()?;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push(u8::try_from((acc >> bits) & 0xff).ok()?);
+        }
+    }
+    // A length of 1 mod 4 cannot come from encoding, and unused bits must be zero: one id has
+    // one spelling.
+    (bits < 6 && acc & ((1 << bits) - 1) == 0).then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64url_round_trips_every_length() {
+        for len in 0..40 {
+            let data: Vec<u8> = (0..len).map(|i| (i * 37 + 11) as u8).collect();
+            let text = base64url_encode(&data);
+            assert!(text.bytes().all(|b| ALPHABET.contains(&b)));
+            assert_eq!(base64url_decode(&text).unwrap(), data, "len {len}");
+        }
+        assert_eq!(base64url_decode("A"), None);
+    }
+}
