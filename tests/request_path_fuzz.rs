@@ -10,10 +10,11 @@
 use serde_json::{Map, Value};
 use std::collections::BTreeSet;
 use switchboard::core::config::{Config, ModelId};
-use switchboard::core::decision::{body_for, decide, Decision};
+use switchboard::core::decision::{decide, Decision};
 use switchboard::core::endpoint::Endpoint;
 use switchboard::core::errors::ErrorReply;
 use switchboard::core::headers::Headers;
+use switchboard::core::outbound::body_for;
 use switchboard::core::request::inspect_multipart;
 use switchboard::core::routing::HealthInput;
 use switchboard::core::routing::LocalState;

@@ -6,7 +6,7 @@
 //! ([`crate::core::outbound`]).
 
 use crate::core::caller::Caller;
-use crate::core::config::{Config, ModelId, Named, VirtualModel};
+use crate::core::config::{Config, ModelId, Named};
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
 use crate::core::flight::{Replay, Start};
@@ -14,7 +14,7 @@ use crate::core::headers::Headers;
 use crate::core::metadata::Metadata;
 use crate::core::outbound::{outbound, ClientRequest, Outbound};
 use crate::core::request::{inspect, inspect_multipart};
-use crate::core::request::{raw_field, rewrite, Edits, Layout};
+use crate::core::request::{raw_field, Layout};
 use crate::core::responses::continuation::{self, Continuation};
 use crate::core::responses::stored::{self, Storage};
 use crate::core::routing::RoutingState;
@@ -290,31 +290,6 @@ pub fn decide_stored_path(
     planned
         .primary()
         .ok_or_else(|| ErrorReply::no_target_available(&vm.name))
-}
-
-/// How the client's body changes for `target` (its upstream model id and, for a virtual
-/// model's target, its `override_params`): `Some(None)` when it does not, `None` if it cannot.
-pub fn body_for(
-    config: &Config,
-    vm: Option<&VirtualModel>,
-    body: &[u8],
-    layout: &Layout,
-    target: ModelId,
-) -> Option<Option<Edits>> {
-    let model = config.model(target)?;
-    if layout.multipart {
-        // A form field holds the bare name; override_params are JSON fields and do not apply.
-        return rewrite(body, layout, model.upstream_model.as_bytes(), &[]);
-    }
-    let overrides = vm
-        .and_then(|vm| vm.target(target))
-        .map_or(&[][..], |t| t.override_params.as_slice());
-    rewrite(
-        body,
-        layout,
-        model.upstream_model_json.as_bytes(),
-        overrides,
-    )
 }
 
 #[cfg(test)]

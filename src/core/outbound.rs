@@ -12,10 +12,9 @@ use crate::core::config::{
     is_credential, Config, HeaderNames, HeadersOverride, Model, ModelId, Provider,
     CREDENTIAL_HEADERS,
 };
-use crate::core::decision::body_for;
 use crate::core::endpoint::Endpoint;
 use crate::core::headers::Headers;
-use crate::core::request::{Edits, Layout};
+use crate::core::request::{rewrite, Edits, Layout};
 use std::borrow::Cow;
 
 /// Anthropic refuses a request without `anthropic-version`; this is the version of the
@@ -107,6 +106,31 @@ pub fn outbound<'c>(
         set,
         edits,
     })
+}
+
+/// How the client's body changes for `target` (its upstream model id and, for a virtual
+/// model's target, its `override_params`): `Some(None)` when it does not, `None` if it cannot.
+pub fn body_for(
+    config: &Config,
+    vm: Option<&VirtualModel>,
+    body: &[u8],
+    layout: &Layout,
+    target: ModelId,
+) -> Option<Option<Edits>> {
+    let model = config.model(target)?;
+    if layout.multipart {
+        // A form field holds the bare name; override_params are JSON fields and do not apply.
+        return rewrite(body, layout, model.upstream_model.as_bytes(), &[]);
+    }
+    let overrides = vm
+        .and_then(|vm| vm.target(target))
+        .map_or(&[][..], |t| t.override_params.as_slice());
+    rewrite(
+        body,
+        layout,
+        model.upstream_model_json.as_bytes(),
+        overrides,
+    )
 }
 
 /// Catalog headers not overridden, then the override's, then Anthropic's version if no one
