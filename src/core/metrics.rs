@@ -21,6 +21,7 @@
 use crate::core::config::{Config, ModelId, VirtualModel, Visibility};
 use crate::core::fallback::AttemptOutcome;
 use crate::core::health::record::Standing;
+use crate::core::plugin::Plugin;
 use crate::core::routing::HealthInput;
 
 /// What Envoy keeps for a metric.
@@ -358,9 +359,10 @@ fn slot_targets(config: &Config) -> impl Iterator<Item = Vec<ModelId>> + '_ {
 /// Each pair's `health` gauge as `health` stands: (pair number, host id, value). Pair numbers
 /// run from 0 in table order, so an adapter can keep the last value it wrote of each.
 pub fn health_gauges<'a>(
-    config: &'a Config,
+    plugin: &'a Plugin,
     health: &'a HealthInput<'_>,
 ) -> impl Iterator<Item = (usize, u32, u64)> + 'a {
+    let (config, table) = (&plugin.config, &plugin.metrics);
     let slots = config.virtual_models.len();
     slot_targets(config)
         .enumerate()
@@ -379,7 +381,7 @@ pub fn health_gauges<'a>(
                     }),
                 };
                 let index = (slot < slots).then_some(slot);
-                let id = config.metrics.pair(index, m, PairMetric::Health);
+                let id = table.pair(index, m, PairMetric::Health);
                 Some((id, health_value(standing)))
             })
         })
@@ -391,12 +393,12 @@ pub fn health_gauges<'a>(
 /// last set, by pair number; grown as needed) and notes it there: a view refresh sets only
 /// the gauges that moved.
 pub fn changed_health_gauges(
-    config: &Config,
+    plugin: &Plugin,
     health: &HealthInput<'_>,
     last: &mut Vec<u8>,
     mut set: impl FnMut(u32, u64),
 ) {
-    for (n, id, value) in health_gauges(config, health) {
+    for (n, id, value) in health_gauges(plugin, health) {
         if last.len() <= n {
             last.resize(n + 1, u8::MAX);
         }
@@ -688,9 +690,9 @@ mod tests {
     fn health_gauges_follow_each_virtual_models_view_of_its_targets() {
         use crate::core::health::policy::FailureWindow;
         use crate::core::health::record::HealthRecord;
-        let mut config = config();
+        let config = config();
         let n = definitions(&config).len() as u32;
-        config = config.with_metric_ids((0..n).map(|i| 1000 + i).collect());
+        let plugin = Plugin::new(config).with_metric_ids((0..n).map(|i| 1000 + i).collect());
         let (defs, _) = defined();
         let records = vec![
             HealthRecord::default(),
@@ -704,7 +706,7 @@ mod tests {
             now_ms: 1_000,
             window: FailureWindow::default(),
         };
-        let gauges: Vec<(usize, String, u64)> = health_gauges(&config, &health)
+        let gauges: Vec<(usize, String, u64)> = health_gauges(&plugin, &health)
             .map(|(n, id, v)| (n, defs[(id - 1000) as usize].1.clone(), v))
             .collect();
         let vm = "vm.my-group/production-chat";
@@ -741,7 +743,7 @@ mod tests {
         use crate::core::health::record::HealthRecord;
         let config = config();
         let n = definitions(&config).len() as u32;
-        let config = config.with_metric_ids((0..n).collect());
+        let plugin = Plugin::new(config).with_metric_ids((0..n).collect());
         let mut records = vec![HealthRecord::default(), HealthRecord::default()];
         let mut last = Vec::new();
         let sets = |records: &[HealthRecord], last: &mut Vec<u8>| {
@@ -751,7 +753,7 @@ mod tests {
                 window: FailureWindow::default(),
             };
             let mut out = Vec::new();
-            changed_health_gauges(&config, &health, last, |id, v| out.push((id, v)));
+            changed_health_gauges(&plugin, &health, last, |id, v| out.push((id, v)));
             out.len()
         };
         assert_eq!(

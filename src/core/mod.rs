@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod multipart;
 pub mod nfc;
 pub mod outbound;
+pub mod plugin;
 pub mod report;
 pub mod request;
 pub mod responses;

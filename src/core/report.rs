@@ -2,7 +2,7 @@
 //! answer for both adapters (proxy-wasm and the Envoy dynamic module), which only perform
 //! the writes this hands them.
 //!
-//! A write is a host id from the config's [`MetricTable`](crate::core::metrics::MetricTable)
+//! A write is a host id from the plugin's [`MetricTable`]
 //! and what to do with it; the adapter passes a sink closure, so nothing is collected or
 //! allocated on the request path.
 
@@ -11,8 +11,10 @@ use crate::core::decision::request_metadata;
 use crate::core::endpoint::Endpoint;
 use crate::core::flight::{AttemptKind, Effect, Ending};
 use crate::core::headers::Headers;
+use crate::core::metrics::MetricTable;
 use crate::core::metrics::{PairMetric, Reason, StatusClass, VmMetric};
 use crate::core::outbound::Outbound;
+use crate::core::plugin::Plugin;
 use crate::core::routing::RoutingState;
 use crate::core::routing::{HealthInput, Plan, Request};
 use crate::core::trace::Trace;
@@ -32,20 +34,20 @@ pub trait Sink: FnMut(u32, Write) {}
 impl<F: FnMut(u32, Write)> Sink for F {}
 
 fn pair(
-    config: &Config,
+    table: &MetricTable,
     vm: Option<usize>,
     t: ModelId,
     m: PairMetric,
     w: Write,
     s: &mut impl Sink,
 ) {
-    if let Some(id) = config.metrics.pair(vm, t, m) {
+    if let Some(id) = table.pair(vm, t, m) {
         s(id, w);
     }
 }
 
-fn per_vm(config: &Config, vm: Option<usize>, m: VmMetric, w: Write, s: &mut impl Sink) {
-    if let Some(id) = config.metrics.vm(vm, m) {
+fn per_vm(table: &MetricTable, vm: Option<usize>, m: VmMetric, w: Write, s: &mut impl Sink) {
+    if let Some(id) = table.vm(vm, m) {
         s(id, w);
     }
 }
@@ -53,11 +55,12 @@ fn per_vm(config: &Config, vm: Option<usize>, m: VmMetric, w: Write, s: &mut imp
 /// A request was routed: it counts against its first target; the decision's time (µs; 0
 /// for a stored-response request, whose target its id names) goes to `decision_us` when
 /// `request_histograms` is on; and the decision's debug line is written.
-pub fn decided(config: &Config, plan: &Plan, decision_us: u64, mut sink: impl Sink) {
+pub fn decided(plugin: &Plugin, plan: &Plan, decision_us: u64, mut sink: impl Sink) {
+    let (config, table) = (&plugin.config, &plugin.metrics);
     let vm = plan.virtual_model;
     if let Some(first) = plan.primary() {
         pair(
-            config,
+            table,
             vm,
             first,
             PairMetric::Requests,
@@ -67,7 +70,7 @@ pub fn decided(config: &Config, plan: &Plan, decision_us: u64, mut sink: impl Si
     }
     if config.request_histograms && decision_us > 0 {
         per_vm(
-            config,
+            table,
             vm,
             VmMetric::DecisionUs,
             Write::Record(decision_us),
@@ -78,9 +81,9 @@ pub fn decided(config: &Config, plan: &Plan, decision_us: u64, mut sink: impl Si
 }
 
 /// A failure of `target` on a request to `vm` evicted it.
-pub fn evicted(config: &Config, vm: Option<usize>, target: ModelId, mut sink: impl Sink) {
+pub fn evicted(plugin: &Plugin, vm: Option<usize>, target: ModelId, mut sink: impl Sink) {
     pair(
-        config,
+        &plugin.metrics,
         vm,
         target,
         PairMetric::Evictions,
@@ -209,10 +212,11 @@ impl Report {
     /// if the request asked for it.
     pub fn effect(
         &mut self,
-        config: &Config,
+        plugin: &Plugin,
         effect: &Effect<'_>,
         mut sink: impl Sink,
     ) -> Option<String> {
+        let table = &plugin.metrics;
         let vm = self.virtual_model;
         let s = &mut sink;
         match effect {
@@ -221,13 +225,13 @@ impl Report {
                     AttemptKind::First => {}
                     AttemptKind::Retry(o) => {
                         let m = PairMetric::Retries(Reason::of(o));
-                        pair(config, vm, a.target, m, Write::Add(1), s);
+                        pair(table, vm, a.target, m, Write::Add(1), s);
                     }
                     AttemptKind::Fallback(o) => {
                         let reason = Reason::of(o);
                         if let Some(from) = self.current {
                             let m = PairMetric::Fallbacks(reason);
-                            pair(config, vm, from, m, Write::Add(1), s);
+                            pair(table, vm, from, m, Write::Add(1), s);
                         }
                         self.fallback = Some(reason);
                     }
@@ -252,47 +256,41 @@ impl Report {
                 let t = *target;
                 if let Some(ms) = sample.ttft_ms {
                     let w = Write::Record(u64::from(ms));
-                    pair(config, vm, t, PairMetric::TtftMs, w, s);
+                    pair(table, vm, t, PairMetric::TtftMs, w, s);
                 }
                 if let Some(us) = sample.tpot_us {
-                    pair(config, vm, t, PairMetric::TpotUs, Write::Record(us), s);
+                    pair(table, vm, t, PairMetric::TpotUs, Write::Record(us), s);
                 }
                 if let Some(n) = tokens.prompt {
-                    pair(config, vm, t, PairMetric::PromptTokens, Write::Add(n), s);
+                    pair(table, vm, t, PairMetric::PromptTokens, Write::Add(n), s);
                 }
                 if let Some(n) = tokens.completion {
-                    pair(
-                        config,
-                        vm,
-                        t,
-                        PairMetric::CompletionTokens,
-                        Write::Add(n),
-                        s,
-                    );
+                    pair(table, vm, t, PairMetric::CompletionTokens, Write::Add(n), s);
                 }
                 None
             }
             Effect::Deliver(_) | Effect::Reply(_) | Effect::Fail(_) => {
-                ending(effect).and_then(|e| self.ended(config, e, s))
+                ending(effect).and_then(|e| self.ended(plugin, e, s))
             }
             Effect::ArmTimer { .. } | Effect::Pin { .. } | Effect::ReplaceBody { .. } => None,
         }
     }
 
     /// The request's answer goes to the client (with the warn line if it failed).
-    fn ended(&mut self, config: &Config, ending: &Ending, s: &mut impl Sink) -> Option<String> {
+    fn ended(&mut self, plugin: &Plugin, ending: &Ending, s: &mut impl Sink) -> Option<String> {
+        let (config, table) = (&plugin.config, &plugin.metrics);
         let vm = self.virtual_model;
         warn_if_failed(config, vm, ending);
         match ending.target {
             Some(t) => {
                 let m = PairMetric::Answers(StatusClass::of(ending.status));
-                pair(config, vm, t, m, Write::Add(1), s);
+                pair(table, vm, t, m, Write::Add(1), s);
             }
-            None => per_vm(config, vm, VmMetric::NoAnswer, Write::Add(1), s),
+            None => per_vm(table, vm, VmMetric::NoAnswer, Write::Add(1), s),
         }
         if config.request_histograms {
             let w = Write::Record(u64::from(ending.attempts));
-            per_vm(config, vm, VmMetric::Attempts, w, s);
+            per_vm(table, vm, VmMetric::Attempts, w, s);
         }
         self.trace.as_ref().map(|t| t.render(config))
     }
@@ -381,12 +379,12 @@ mod tests {
       ]
     }"#;
 
-    /// The config with its metrics defined (id = index), and each id's name.
-    fn defined() -> (Config, Vec<String>) {
+    /// The plugin with its metrics defined (id = index), and each id's name.
+    fn defined() -> (Plugin, Vec<String>) {
         let config = Config::parse(CONFIG.as_bytes()).unwrap();
         let names: Vec<String> = definitions(&config).into_iter().map(|(_, n)| n).collect();
         let ids = (0..names.len() as u32).collect();
-        (config.with_metric_ids(ids), names)
+        (Plugin::new(config).with_metric_ids(ids), names)
     }
 
     fn attempt(target: usize, number: u32, kind: AttemptKind) -> Effect<'static> {

@@ -14,6 +14,7 @@ use crate::core::access_log::Value;
 use crate::core::config::{Config, ModelId};
 use crate::core::flight::{CallAnswer, CallRequest, Effect};
 use crate::core::headers::Headers;
+use crate::core::plugin::Plugin as CorePlugin;
 use crate::core::report::Write;
 use crate::core::request::{Edits, ENVOY_SLICE};
 use crate::core::routing::pins;
@@ -68,7 +69,7 @@ impl Filter {
         &mut self,
         s: &mut Stream,
         at: BodyAt,
-        f: impl FnOnce(&mut stream::Stream, &Config, &mut Envoy<'_>) -> T,
+        f: impl FnOnce(&mut stream::Stream, &CorePlugin, &mut Envoy<'_>) -> T,
     ) -> T {
         let mut host = Envoy {
             s,
@@ -77,7 +78,7 @@ impl Filter {
             wake: &mut self.wake,
             after: &mut self.after,
         };
-        f(&mut self.stream, &self.plugin.config, &mut host)
+        f(&mut self.stream, &self.plugin.core, &mut host)
     }
 
     /// The request headers arrived.
@@ -85,58 +86,58 @@ impl Filter {
         // One call for every header: these are the client's headers as sent, which a retry or
         // fallback replays.
         let headers = s.headers(Side::Request);
-        self.event(s, BodyAt::Buffer, |m, config, host| {
-            m.on_request_headers(config, host, headers, end_of_stream)
+        self.event(s, BodyAt::Buffer, |m, plugin, host| {
+            m.on_request_headers(plugin, host, headers, end_of_stream)
         })
     }
 
     /// A chunk of the request body arrived (`size` bytes held so far, this chunk included).
     pub fn on_request_body(&mut self, s: &mut Stream, size: usize, end: bool) -> Verdict {
-        self.event(s, BodyAt::BufferAndChunk, |m, config, host| {
-            m.on_request_body(config, host, size, end)
+        self.event(s, BodyAt::BufferAndChunk, |m, plugin, host| {
+            m.on_request_body(plugin, host, size, end)
         })
     }
 
     /// The request's trailers arrived.
     pub fn on_request_trailers(&mut self, s: &mut Stream) -> Verdict {
-        self.event(s, BodyAt::Buffer, |m, config, host| {
-            m.on_request_trailers(config, host)
+        self.event(s, BodyAt::Buffer, |m, plugin, host| {
+            m.on_request_trailers(plugin, host)
         })
     }
 
     /// A call-out this stream made finished: `answer` is `None` when it got none.
     pub fn on_callout_done(&mut self, s: &mut Stream, id: u64, answer: Option<(Headers, Vec<u8>)>) {
         let answer = answer.map(|(headers, body)| CallAnswer { headers, body });
-        self.event(s, BodyAt::Buffer, |m, config, host| {
-            m.on_call_done(config, host, id, answer)
+        self.event(s, BodyAt::Buffer, |m, plugin, host| {
+            m.on_call_done(plugin, host, id, answer)
         });
     }
 
     /// An event this stream's scheduler posted: a timer's token.
     pub fn on_scheduled(&mut self, s: &mut Stream, token: u64) {
-        self.event(s, BodyAt::Buffer, |m, config, host| {
-            m.on_timer(config, host, token)
+        self.event(s, BodyAt::Buffer, |m, plugin, host| {
+            m.on_timer(plugin, host, token)
         });
     }
 
     /// The response headers arrived (`end`: with no body after them).
     pub fn on_response_headers(&mut self, s: &mut Stream, end: bool) -> Verdict {
-        self.event(s, BodyAt::Buffer, |m, config, host| {
-            m.on_response_headers(config, host, end)
+        self.event(s, BodyAt::Buffer, |m, plugin, host| {
+            m.on_response_headers(plugin, host, end)
         })
     }
 
     /// A chunk of the response body arrived.
     pub fn on_response_body(&mut self, s: &mut Stream, end: bool) -> Verdict {
-        self.event(s, BodyAt::Buffer, |m, config, host| {
-            m.on_response_body(config, host, end)
+        self.event(s, BodyAt::Buffer, |m, plugin, host| {
+            m.on_response_body(plugin, host, end)
         })
     }
 
     /// The response trailers arrived.
     pub fn on_response_trailers(&mut self, s: &mut Stream) -> Verdict {
-        self.event(s, BodyAt::Buffer, |m, config, host| {
-            m.on_response_trailers(config, host)
+        self.event(s, BodyAt::Buffer, |m, plugin, host| {
+            m.on_response_trailers(plugin, host)
         })
     }
 }
@@ -177,13 +178,14 @@ impl Host for Envoy<'_> {
 
     fn with_routing<T>(
         &mut self,
-        config: &Config,
+        plugin: &CorePlugin,
         now_ms: u64,
         decide: impl FnOnce(&HealthInput<'_>, &dyn RoutingState) -> T,
     ) -> T {
         let s = &*self.s;
+        let config = &plugin.config;
         let gauges = |health: &HealthInput<'_>, last: &mut Vec<u8>| {
-            super::metrics::update_health(s, config, health, last);
+            super::metrics::update_health(s, plugin, health, last);
         };
         let routing = Routing {
             plugin: self.plugin,

@@ -248,10 +248,10 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
                 // One line for the whole Envoy: the config is shared by every worker.
                 log::info!(
                     "loaded config {version}: {} models and {} virtual models",
-                    plugin.config.models.len(),
-                    plugin.config.virtual_models.len()
+                    plugin.config().models.len(),
+                    plugin.config().virtual_models.len()
                 );
-                for warning in &plugin.config.warnings {
+                for warning in &plugin.config().warnings {
                     log::warn!("config {version}: {warning}");
                 }
                 Arc::into_raw(Arc::new(plugin)).cast()

@@ -9,17 +9,17 @@
 
 use super::ffi::{Api, ConfigEnvoyPtr, ModuleBuffer};
 use super::host::Stream;
-use crate::core::config::Config;
 use crate::core::metrics::{self, Kind, UNDEFINED};
+use crate::core::plugin::Plugin;
 use crate::core::routing::HealthInput;
 
 /// `envoy_dynamic_module_type_metrics_result_Success`.
 const SUCCESS: u32 = 0;
 
-/// Defines every metric of `config` on Envoy's config object and returns it with their ids;
+/// Defines every metric of `plugin` on Envoy's config object and returns it with their ids;
 /// sets the config version gauge to `version`.
-pub fn define(api: &Api, envoy: ConfigEnvoyPtr, config: Config, version: u64) -> Config {
-    let ids = metrics::definitions(&config)
+pub fn define(api: &Api, envoy: ConfigEnvoyPtr, plugin: Plugin, version: u64) -> Plugin {
+    let ids = metrics::definitions(&plugin.config)
         .iter()
         .map(|(kind, name)| {
             let define = match kind {
@@ -38,18 +38,18 @@ pub fn define(api: &Api, envoy: ConfigEnvoyPtr, config: Config, version: u64) ->
             }
         })
         .collect();
-    let config = config.with_metric_ids(ids);
-    if let Some(id) = config.metrics.config_version() {
+    let plugin = plugin.with_metric_ids(ids);
+    if let Some(id) = plugin.metrics.config_version() {
         // SAFETY: as above; the id is one Envoy just gave.
         unsafe {
             (api.http_filter_config_set_gauge)(envoy, id as usize, std::ptr::null_mut(), 0, version)
         };
     }
-    config
+    plugin
 }
 
 /// Sets the `health` gauges that changed since `last` (this worker's last written values,
 /// by pair number), through `stream`.
-pub fn update_health(s: &Stream, config: &Config, health: &HealthInput<'_>, last: &mut Vec<u8>) {
-    metrics::changed_health_gauges(config, health, last, |id, value| s.set_gauge(id, value));
+pub fn update_health(s: &Stream, plugin: &Plugin, health: &HealthInput<'_>, last: &mut Vec<u8>) {
+    metrics::changed_health_gauges(plugin, health, last, |id, value| s.set_gauge(id, value));
 }

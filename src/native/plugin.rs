@@ -6,6 +6,7 @@ use super::host::Stream;
 use super::store::{self, Shared};
 use crate::core::caller::Caller;
 use crate::core::config::{CallerIdentity, Config};
+use crate::core::plugin::Plugin as CorePlugin;
 use crate::core::routing::pins;
 use crate::core::routing::round_robin::Cursors;
 use crate::core::routing::RoutingState;
@@ -19,8 +20,8 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 pub struct Plugin {
     /// Envoy's callbacks.
     pub api: &'static Api,
-    /// The compiled plugin config.
-    pub config: Config,
+    /// The compiled plugin config, with its metrics' ids in Envoy.
+    pub core: CorePlugin,
     /// This config's id (worker views are per config).
     pub id: u64,
 }
@@ -32,15 +33,20 @@ impl Plugin {
     pub fn load(
         api: &'static Api,
         json: &[u8],
-        define: impl FnOnce(Config) -> Config,
+        define: impl FnOnce(CorePlugin) -> CorePlugin,
     ) -> Result<Plugin, String> {
         let env = |name: &str| std::env::var(name).ok();
         let mut config = Config::parse_with_env(json, &env).map_err(|e| e.to_string())?;
         config.warnings.extend(config.env_warning());
-        let config = define(without_jwt_caller(config));
+        let core = define(CorePlugin::new(without_jwt_caller(config)));
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         store::register(id);
-        Ok(Plugin { api, config, id })
+        Ok(Plugin { api, core, id })
+    }
+
+    /// The compiled plugin config.
+    pub fn config(&self) -> &Config {
+        &self.core.config
     }
 }
 

@@ -9,7 +9,7 @@
 use super::host;
 use super::runtime::{Runtime, Slot};
 use super::stream::{action, call_answer, Wasm};
-use crate::core::config::Config;
+use crate::core::plugin::Plugin;
 use crate::core::stream::{Stream, Verdict};
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
@@ -18,7 +18,7 @@ use std::rc::Rc;
 /// One per HTTP stream.
 pub struct Http {
     context_id: u32,
-    config: Option<Rc<Config>>,
+    plugin: Option<Rc<Plugin>>,
     runtime: Rc<Runtime>,
     /// The stream's machine until it is forwarded (then the runtime holds it).
     stream: Option<Stream>,
@@ -28,13 +28,13 @@ impl Http {
     /// A context for one request, sharing the root's compiled config and runtime.
     pub fn new(
         context_id: u32,
-        config: Option<Rc<Config>>,
+        plugin: Option<Rc<Plugin>>,
         runtime: Rc<Runtime>,
         rng: fastrand::Rng,
     ) -> Self {
         Http {
             context_id,
-            config,
+            plugin,
             runtime,
             stream: Some(Stream::new(rng)),
         }
@@ -45,20 +45,20 @@ impl Http {
     fn event<T>(
         &mut self,
         body_size: usize,
-        f: impl FnOnce(&mut Stream, &Config, &mut Wasm<'_>) -> T,
+        f: impl FnOnce(&mut Stream, &Plugin, &mut Wasm<'_>) -> T,
     ) -> Option<T> {
         let rt = &*self.runtime;
         let mut wasm = Wasm::new(rt, self.context_id, body_size);
         let Some(stream) = self.stream.as_mut() else {
             return rt.with_stream(self.context_id, |slot| {
-                f(&mut slot.stream, &slot.config, &mut wasm)
+                f(&mut slot.stream, &slot.plugin, &mut wasm)
             });
         };
-        let config = self.config.clone()?;
-        let out = f(stream, &config, &mut wasm);
+        let plugin = self.plugin.clone()?;
+        let out = f(stream, &plugin, &mut wasm);
         if stream.forwarded() {
             if let Some(stream) = self.stream.take() {
-                rt.add_stream(self.context_id, Slot { config, stream });
+                rt.add_stream(self.context_id, Slot { plugin, stream });
             }
         }
         Some(out)
@@ -68,7 +68,7 @@ impl Http {
     fn hook(
         &mut self,
         body_size: usize,
-        f: impl FnOnce(&mut Stream, &Config, &mut Wasm<'_>) -> Verdict,
+        f: impl FnOnce(&mut Stream, &Plugin, &mut Wasm<'_>) -> Verdict,
     ) -> Action {
         action(self.event(body_size, f).unwrap_or(Verdict::Continue))
     }
@@ -86,8 +86,8 @@ impl Context for Http {
         let _span = super::profile::span("on_http_call_response");
         let answer = call_answer(num_headers, body_size);
         self.runtime.take_call(token);
-        self.event(0, |m, config, host| {
-            m.on_call_done(config, host, u64::from(token), answer)
+        self.event(0, |m, plugin, host| {
+            m.on_call_done(plugin, host, u64::from(token), answer)
         });
     }
 }
@@ -104,7 +104,7 @@ impl Drop for Http {
 impl HttpContext for Http {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
         let _span = super::profile::span("on_http_request_headers");
-        if self.config.is_none() {
+        if self.plugin.is_none() {
             // Never fail open: without a config, no client-chosen cluster either.
             host::remove_request_header("x-switchboard-cluster");
             return Action::Continue;
@@ -112,15 +112,15 @@ impl HttpContext for Http {
         // One host call for every header: cheaper than several lookups, and these are the
         // client's headers as sent, which a retry or fallback replays.
         let headers = host::request_headers();
-        self.hook(0, |m, config, host| {
-            m.on_request_headers(config, host, headers, end_of_stream)
+        self.hook(0, |m, plugin, host| {
+            m.on_request_headers(plugin, host, headers, end_of_stream)
         })
     }
 
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
         let _span = super::profile::span("on_http_request_body");
-        self.hook(body_size, |m, config, host| {
-            m.on_request_body(config, host, body_size, end_of_stream)
+        self.hook(body_size, |m, plugin, host| {
+            m.on_request_body(plugin, host, body_size, end_of_stream)
         })
     }
 
@@ -128,27 +128,27 @@ impl HttpContext for Http {
         let _span = super::profile::span("on_http_request_trailers");
         // A body that ends with trailers never sees end_of_stream in the body callback; the
         // body callbacks already held it to the size limit.
-        self.hook(usize::MAX, |m, config, host| {
-            m.on_request_trailers(config, host)
+        self.hook(usize::MAX, |m, plugin, host| {
+            m.on_request_trailers(plugin, host)
         })
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
         let _span = super::profile::span("on_http_response_headers");
-        self.hook(0, |m, config, host| {
-            m.on_response_headers(config, host, end_of_stream)
+        self.hook(0, |m, plugin, host| {
+            m.on_response_headers(plugin, host, end_of_stream)
         })
     }
 
     fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
         let _span = super::profile::span("on_http_response_body");
-        self.hook(body_size, |m, config, host| {
-            m.on_response_body(config, host, end_of_stream)
+        self.hook(body_size, |m, plugin, host| {
+            m.on_response_body(plugin, host, end_of_stream)
         })
     }
 
     fn on_http_response_trailers(&mut self, _num_trailers: usize) -> Action {
         let _span = super::profile::span("on_http_response_trailers");
-        self.hook(0, |m, config, host| m.on_response_trailers(config, host))
+        self.hook(0, |m, plugin, host| m.on_response_trailers(plugin, host))
     }
 }

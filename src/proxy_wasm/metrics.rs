@@ -6,16 +6,16 @@
 //! own config's series.
 
 use super::host;
-use crate::core::config::Config;
 use crate::core::metrics::{self, Kind, UNDEFINED};
+use crate::core::plugin::Plugin;
 use crate::core::report::Write;
 use crate::core::routing::HealthInput;
 use proxy_wasm::types::MetricType;
 
-/// Defines every metric of `config` and returns it with their ids; sets the config version
+/// Defines every metric of `plugin` and returns it with their ids; sets the config version
 /// gauge to `version`.
-pub fn define(config: Config, version: u64) -> Config {
-    let ids = metrics::definitions(&config)
+pub fn define(plugin: Plugin, version: u64) -> Plugin {
+    let ids = metrics::definitions(&plugin.config)
         .iter()
         .map(|(kind, name)| {
             let kind = match kind {
@@ -26,11 +26,11 @@ pub fn define(config: Config, version: u64) -> Config {
             host::define_metric(kind, name).unwrap_or(UNDEFINED)
         })
         .collect();
-    let config = config.with_metric_ids(ids);
-    if let Some(id) = config.metrics.config_version() {
+    let plugin = plugin.with_metric_ids(ids);
+    if let Some(id) = plugin.metrics.config_version() {
         host::record_metric(id, version);
     }
-    config
+    plugin
 }
 
 /// Performs a write the core decided ([`crate::core::report`]).
@@ -43,6 +43,6 @@ pub fn write(id: u32, w: Write) {
 
 /// Sets the `health` gauges that changed since `last` (this worker's last written values,
 /// by pair number; resized and reset with the config).
-pub fn update_health(config: &Config, health: &HealthInput<'_>, last: &mut Vec<u8>) {
-    metrics::changed_health_gauges(config, health, last, host::record_metric);
+pub fn update_health(plugin: &Plugin, health: &HealthInput<'_>, last: &mut Vec<u8>) {
+    metrics::changed_health_gauges(plugin, health, last, host::record_metric);
 }

@@ -6,6 +6,7 @@ use super::http::Http;
 use super::runtime::Runtime;
 use super::stream;
 use crate::core::config::{Config, ConfigVersion};
+use crate::core::plugin::Plugin;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::ContextType;
 use std::cell::Cell;
@@ -13,7 +14,7 @@ use std::rc::Rc;
 
 /// One per plugin per worker thread.
 pub struct Root {
-    config: Option<Rc<Config>>,
+    plugin: Option<Rc<Plugin>>,
     runtime: Rc<Runtime>,
     /// State of a splitmix64 sequence that seeds each request's RNG.
     seed: Cell<u64>,
@@ -23,7 +24,7 @@ impl Root {
     /// A root context with no config yet.
     pub fn new(context_id: u32) -> Self {
         Root {
-            config: None,
+            plugin: None,
             runtime: Rc::new(Runtime::default()),
             // Every worker's root context starts in the same millisecond with the same id, so
             // without the host's entropy all workers would draw the same sequence of picks.
@@ -75,7 +76,6 @@ impl RootContext for Root {
                 // there yet).
                 let locality = |key: &str| host::property(&["xds", "node", "locality", key]);
                 let config = config.with_gateway_location(locality("region"), locality("zone"));
-                let config = super::metrics::define(config, version.0);
                 log::info!(
                     "loaded config {version}: {} models and {} virtual models",
                     config.models.len(),
@@ -84,7 +84,8 @@ impl RootContext for Root {
                 for warning in &config.warnings {
                     log::warn!("config {version}: {warning}");
                 }
-                self.config = Some(Rc::new(config));
+                let plugin = super::metrics::define(Plugin::new(config), version.0);
+                self.plugin = Some(Rc::new(plugin));
                 self.runtime.reset_for_new_config();
                 self.runtime.share_slot_secret();
                 true
@@ -114,7 +115,7 @@ impl RootContext for Root {
         let rng = fastrand::Rng::with_seed(self.next_seed());
         Some(Box::new(Http::new(
             context_id,
-            self.config.clone(),
+            self.plugin.clone(),
             Rc::clone(&self.runtime),
             rng,
         )))

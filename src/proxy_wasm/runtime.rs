@@ -13,6 +13,7 @@ use crate::core::caller::Caller;
 use crate::core::config::{Config, ModelId};
 use crate::core::flight::{self, Effect};
 use crate::core::health::view::HealthView;
+use crate::core::plugin::Plugin;
 use crate::core::routing::pins::{self, SlotSecret};
 use crate::core::routing::round_robin::Cursors;
 use crate::core::routing::HealthInput;
@@ -35,8 +36,8 @@ struct Timer {
 /// One forwarded request: its stream's machine and the config it was routed with (a reload
 /// does not change a request in flight).
 pub struct Slot {
-    /// The config the request started with.
-    pub config: Rc<Config>,
+    /// The plugin the request started with.
+    pub plugin: Rc<Plugin>,
     /// Its machine.
     pub stream: Stream,
 }
@@ -136,14 +137,14 @@ impl Runtime {
     /// Runs `f` with the health input of `now_ms`, refreshing the cached view if it is stale.
     pub fn with_health<T>(
         &self,
-        config: &Config,
+        plugin: &Plugin,
         now_ms: u64,
         f: impl FnOnce(&HealthInput<'_>) -> T,
     ) -> T {
         let mut view = self.health.borrow_mut();
-        let (refreshed, input) = view.read(config, now_ms, &SharedData);
+        let (refreshed, input) = view.read(&plugin.config, now_ms, &SharedData);
         if refreshed {
-            metrics::update_health(config, &input, &mut self.gauges.borrow_mut());
+            metrics::update_health(plugin, &input, &mut self.gauges.borrow_mut());
         }
         f(&input)
     }

@@ -8,6 +8,7 @@ use super::runtime::Runtime;
 use crate::core::access_log::Value;
 use crate::core::config::{Config, ModelId};
 use crate::core::flight::{CallAnswer, CallRequest, Effect};
+use crate::core::plugin::Plugin;
 use crate::core::report::Write;
 use crate::core::request::Edits;
 use crate::core::routing::HealthInput;
@@ -60,12 +61,12 @@ impl Host for Wasm<'_> {
 
     fn with_routing<T>(
         &mut self,
-        config: &Config,
+        plugin: &Plugin,
         now_ms: u64,
         decide: impl FnOnce(&HealthInput<'_>, &dyn RoutingState) -> T,
     ) -> T {
         let rt = self.rt;
-        rt.with_health(config, now_ms, |health| {
+        rt.with_health(plugin, now_ms, |health| {
             let _span = super::profile::span("core: inspect, decide, rewrite");
             decide(health, rt)
         })
@@ -166,7 +167,7 @@ impl Host for Wasm<'_> {
 pub fn on_timer(rt: &Runtime, context_id: u32, token: u64) {
     let mut wasm = Wasm::new(rt, context_id, 0);
     rt.with_stream(context_id, |slot| {
-        slot.stream.on_timer(&slot.config, &mut wasm, token)
+        slot.stream.on_timer(&slot.plugin, &mut wasm, token)
     });
 }
 
@@ -184,7 +185,7 @@ pub fn on_root_call_response(rt: &Runtime, token: u32, num_headers: usize, body_
     let mut wasm = Wasm::new(rt, context_id, 0);
     rt.with_stream(context_id, |slot| {
         slot.stream
-            .on_call_done(&slot.config, &mut wasm, u64::from(token), answer)
+            .on_call_done(&slot.plugin, &mut wasm, u64::from(token), answer)
     });
 }
 

@@ -97,12 +97,10 @@ pub(super) fn compile(
         models,
         virtual_models,
         names,
-        metrics: crate::core::metrics::MetricTable::default(),
         env_unlisted: env.unlisted(),
     };
     root.finish(ROOT_NOT_YET)?;
     config.warnings = warnings(&config);
-    config.metrics = crate::core::metrics::MetricTable::new(&config);
     Ok(config)
 }
 

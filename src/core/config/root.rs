@@ -75,8 +75,6 @@ pub struct Config {
     pub gateway_metadata: Vec<(String, String)>,
     /// `model_name_case: "insensitive"`: model names are looked up without regard to ASCII case.
     pub fold_case: bool,
-    /// Where each Prometheus metric of this config sits, and its host id once defined.
-    pub metrics: crate::core::metrics::MetricTable,
     /// `trace`: when answers carry the routing trace header.
     pub trace: TraceSettings,
     /// `filter_state` (default false): each routed request writes its routing facts as Envoy
@@ -129,13 +127,6 @@ impl Config {
                 None => self.gateway_metadata.push((key.to_string(), value)),
             }
         }
-        self
-    }
-
-    /// The config with the host's id of each of its metrics, in
-    /// [`crate::core::metrics::definitions`] order (set by the adapter once it has defined them).
-    pub fn with_metric_ids(mut self, ids: Vec<u32>) -> Self {
-        self.metrics = std::mem::take(&mut self.metrics).with_ids(ids);
         self
     }
 

@@ -9,6 +9,7 @@ use crate::core::flight::{
     Summary,
 };
 use crate::core::headers::Headers;
+use crate::core::plugin::Plugin;
 use crate::core::report::{self, Report};
 use crate::core::trace::Trace;
 use std::collections::VecDeque;
@@ -63,12 +64,13 @@ impl Flight {
     /// The flight of a request whose first attempt was just written into it, at `now_ms`,
     /// with its routing trace if it asked for one.
     pub(super) fn start(
-        config: &Config,
+        plugin: &Plugin,
         host: &mut impl Host,
         (start, replay): (Start, Replay),
         trace: Option<Box<Trace>>,
         now_ms: u64,
     ) -> Flight {
+        let config = &plugin.config;
         let mut out = Effects::new();
         let report = Report::new(start.virtual_model, trace);
         let machine = Machine::start(config, start, replay, now_ms, &mut out);
@@ -77,7 +79,7 @@ impl Flight {
             calls: Vec::new(),
             report,
         };
-        flight.apply(config, host, out);
+        flight.apply(plugin, host, out);
         flight
     }
 
@@ -85,11 +87,12 @@ impl Flight {
     /// from the host only if it asks, and applies its effects.
     fn answer_event<'c, H: Host>(
         &mut self,
-        config: &'c Config,
+        plugin: &'c Plugin,
         host: &mut H,
         ends: bool,
         event: impl FnOnce(&mut Machine, &'c Config, &mut Facts<'_, H>, &mut Effects<'c>) -> Flow,
     ) -> Verdict {
+        let config = &plugin.config;
         let mut out = Effects::new();
         let mut facts = Facts {
             host,
@@ -97,18 +100,19 @@ impl Flight {
             ends,
         };
         let flow = event(&mut self.machine, config, &mut facts, &mut out);
-        self.apply(config, host, out);
+        self.apply(plugin, host, out);
         verdict(flow)
     }
 
     /// A call-out of this flight finished; false if `id` is none of its.
     fn on_call_done(
         &mut self,
-        config: &Config,
+        plugin: &Plugin,
         host: &mut impl Host,
         id: u64,
         answer: Option<CallAnswer>,
     ) -> bool {
+        let config = &plugin.config;
         let Some(at) = self.calls.iter().position(|(host_id, _)| *host_id == id) else {
             return false;
         };
@@ -117,14 +121,14 @@ impl Flight {
         let now = host.now_ms();
         self.machine
             .on_call_answer(config, call, answer, now, &mut out);
-        self.apply(config, host, out);
+        self.apply(plugin, host, out);
         true
     }
 
     /// Applies effects in order; making an attempt reports back to the machine, whose new
     /// effects follow every effect already pending. Metrics, access-log fields and the trace
     /// come first, since the effect is consumed by its own step.
-    fn apply<'c>(&mut self, config: &'c Config, host: &mut impl Host, mut out: Effects<'c>) {
+    fn apply<'c>(&mut self, plugin: &'c Plugin, host: &mut impl Host, mut out: Effects<'c>) {
         if out.is_empty() {
             return; // most answer events (every body chunk of a plain answer) have none
         }
@@ -132,8 +136,8 @@ impl Flight {
         let mut first = out.take();
         let mut pending: VecDeque<Effect<'c>> = VecDeque::new();
         while let Some(effect) = first.next().or_else(|| pending.pop_front()) {
-            let trace = self.note(config, host, &effect);
-            self.apply_one(config, host, effect, trace, &mut pending);
+            let trace = self.note(plugin, host, &effect);
+            self.apply_one(plugin, host, effect, trace, &mut pending);
         }
     }
 
@@ -141,13 +145,14 @@ impl Flight {
     /// header's value at the ending, if the request asked for one.
     fn note(
         &mut self,
-        config: &Config,
+        plugin: &Plugin,
         host: &mut impl Host,
         effect: &Effect<'_>,
     ) -> Option<String> {
+        let config = &plugin.config;
         let trace = self
             .report
-            .effect(config, effect, |id, w| host.write_metric(id, w));
+            .effect(plugin, effect, |id, w| host.write_metric(id, w));
         if let (true, Some(ending)) = (config.filter_state, report::ending(effect)) {
             let fallback = self.report.fallback();
             for (key, value) in
@@ -162,21 +167,22 @@ impl Flight {
     /// Performs one effect; `trace` is the trace header's value, at the request's ending.
     fn apply_one<'c>(
         &mut self,
-        config: &'c Config,
+        plugin: &'c Plugin,
         host: &mut impl Host,
         effect: Effect<'c>,
         trace: Option<String>,
         pending: &mut VecDeque<Effect<'c>>,
     ) {
+        let config = &plugin.config;
         let name = config.header_names.trace.as_str();
         let trace = trace.as_deref().map(|value| (name, value));
         match effect {
-            Effect::Attempt(attempt) => self.attempt(config, host, attempt, pending),
+            Effect::Attempt(attempt) => self.attempt(plugin, host, attempt, pending),
             Effect::ArmTimer { due_ms, token } => host.arm_timer(due_ms, token),
             Effect::Record { .. } | Effect::Samples { .. } => {
                 if let Some(target) = host.record_health(config, &effect) {
                     let vm = self.report.virtual_model();
-                    report::evicted(config, vm, target, |id, w| host.write_metric(id, w));
+                    report::evicted(plugin, vm, target, |id, w| host.write_metric(id, w));
                 }
             }
             Effect::Pin {
@@ -218,11 +224,12 @@ impl Flight {
     /// sends) and tells the machine how it went; its effects join the pending ones.
     fn attempt<'c>(
         &mut self,
-        config: &'c Config,
+        plugin: &'c Plugin,
         host: &mut impl Host,
         attempt: Attempt<'c>,
         pending: &mut VecDeque<Effect<'c>>,
     ) {
+        let config = &plugin.config;
         host.on_attempt(config, &attempt);
         let Some(call) = attempt.call else {
             return;
@@ -252,7 +259,7 @@ impl Stream {
     /// The router's response headers arrived (`end`: with no body after them).
     pub fn on_response_headers(
         &mut self,
-        config: &Config,
+        plugin: &Plugin,
         host: &mut impl Host,
         end: bool,
     ) -> Verdict {
@@ -260,7 +267,7 @@ impl Stream {
             return Verdict::Continue;
         };
         let status = host.answer_status();
-        flight.answer_event(config, host, end, |m, config, facts, out| {
+        flight.answer_event(plugin, host, end, |m, config, facts, out| {
             m.on_answer_headers(config, status, facts, out)
         })
     }
@@ -268,24 +275,24 @@ impl Stream {
     /// A chunk of the router's answer (`end`: the last).
     pub fn on_response_body(
         &mut self,
-        config: &Config,
+        plugin: &Plugin,
         host: &mut impl Host,
         end: bool,
     ) -> Verdict {
         let Phase::Forwarded(flight) = &mut self.phase else {
             return Verdict::Continue;
         };
-        flight.answer_event(config, host, end, |m, config, facts, out| {
+        flight.answer_event(plugin, host, end, |m, config, facts, out| {
             m.on_answer_body(config, end, facts, out)
         })
     }
 
     /// The router's answer's trailers arrived.
-    pub fn on_response_trailers(&mut self, config: &Config, host: &mut impl Host) -> Verdict {
+    pub fn on_response_trailers(&mut self, plugin: &Plugin, host: &mut impl Host) -> Verdict {
         let Phase::Forwarded(flight) = &mut self.phase else {
             return Verdict::Continue;
         };
-        flight.answer_event(config, host, true, |m, config, _, out| {
+        flight.answer_event(plugin, host, true, |m, config, _, out| {
             m.on_answer_trailers(config, out)
         })
     }
@@ -295,28 +302,29 @@ impl Stream {
     /// stream that went away).
     pub fn on_call_done(
         &mut self,
-        config: &Config,
+        plugin: &Plugin,
         host: &mut impl Host,
         id: u64,
         answer: Option<CallAnswer>,
     ) -> bool {
         if let Phase::Classifying(_) = self.phase {
             let body = answer.as_ref().map(|a| a.body.as_slice());
-            return self.on_classifier_answer(config, host, id, body);
+            return self.on_classifier_answer(plugin, host, id, body);
         }
         match &mut self.phase {
-            Phase::Forwarded(flight) => flight.on_call_done(config, host, id, answer),
+            Phase::Forwarded(flight) => flight.on_call_done(plugin, host, id, answer),
             _ => false,
         }
     }
 
     /// A timer this stream armed fired.
-    pub fn on_timer(&mut self, config: &Config, host: &mut impl Host, token: u64) {
+    pub fn on_timer(&mut self, plugin: &Plugin, host: &mut impl Host, token: u64) {
+        let config = &plugin.config;
         if let Phase::Forwarded(flight) = &mut self.phase {
             let mut out = Effects::new();
             let now = host.now_ms();
             flight.machine.on_timer(config, token, now, &mut out);
-            flight.apply(config, host, out);
+            flight.apply(plugin, host, out);
         }
     }
 

@@ -6,6 +6,7 @@ use crate::core::access_log::Value;
 use crate::core::config::{Config, ModelId};
 use crate::core::flight::{Attempt, CallRequest, Effect};
 use crate::core::headers::Headers;
+use crate::core::plugin::Plugin;
 use crate::core::report::Write;
 use crate::core::request::Edits;
 use crate::core::routing::HealthInput;
@@ -31,12 +32,12 @@ pub trait Host {
     fn now_us(&mut self) -> u64;
     /// Every byte of the request body held so far.
     fn request_body(&mut self) -> Vec<u8>;
-    /// Runs a routing decision at `now_ms` with the worker's health view of `config` (which
-    /// the host may refresh, and whose gauges it writes) and its routing state (pins,
+    /// Runs a routing decision at `now_ms` with the worker's health view of `plugin`'s config
+    /// (which the host may refresh, and whose gauges it writes) and its routing state (pins,
     /// cursors, verified claims).
     fn with_routing<T>(
         &mut self,
-        config: &Config,
+        plugin: &Plugin,
         now_ms: u64,
         decide: impl FnOnce(&HealthInput<'_>, &dyn RoutingState) -> T,
     ) -> T;

@@ -7,7 +7,7 @@ use super::{Classifying, Host, Phase, Stream, Verdict};
 use crate::core::access_log::{self, DecisionFacts};
 use crate::core::admission::{admit, route_stored, Admission, StoredPath};
 use crate::core::batch;
-use crate::core::config::{Config, HeaderNames, Tier};
+use crate::core::config::{HeaderNames, Tier};
 use crate::core::decision::{
     classifier_call, decide_stored_path, decide_with_tier, ClassifierCall, Decision,
 };
@@ -16,6 +16,7 @@ use crate::core::errors::ErrorReply;
 use crate::core::flight::{CallRequest, Replay, Start};
 use crate::core::headers::Headers;
 use crate::core::outbound::Outbound;
+use crate::core::plugin::Plugin;
 use crate::core::report::{self, PinProbe};
 use crate::core::routing::classifier::parse_answer;
 use crate::core::routing::{HealthInput, Plan};
@@ -27,11 +28,12 @@ impl Stream {
     /// follows: a client never picks the cluster through the route's `cluster_header`.
     pub fn on_request_headers(
         &mut self,
-        config: &Config,
+        plugin: &Plugin,
         host: &mut impl Host,
         headers: Headers,
         end_of_stream: bool,
     ) -> Verdict {
+        let config = &plugin.config;
         let names = &config.header_names;
         if headers.get(&names.cluster).is_some() {
             host.remove_request_header(&names.cluster);
@@ -62,7 +64,7 @@ impl Stream {
                 self.phase = Phase::CheckingBatch { path, content_type };
                 Verdict::Stop
             }
-            Admission::Stored(path) => self.forward_stored(config, host, headers, &path),
+            Admission::Stored(path) => self.forward_stored(plugin, host, headers, &path),
         }
     }
 
@@ -70,11 +72,12 @@ impl Stream {
     /// the last.
     pub fn on_request_body(
         &mut self,
-        config: &Config,
+        plugin: &Plugin,
         host: &mut impl Host,
         size: usize,
         end: bool,
     ) -> Verdict {
+        let config = &plugin.config;
         let limit = config.max_request_body_bytes;
         match self.phase {
             Phase::CheckingBatch { .. } if size > limit => {
@@ -83,12 +86,12 @@ impl Stream {
                 Verdict::Continue
             }
             Phase::CheckingBatch { .. } if !end => Verdict::Stop,
-            Phase::CheckingBatch { .. } => self.finish_batch(config, host),
+            Phase::CheckingBatch { .. } => self.finish_batch(plugin, host),
             Phase::Inspecting(..) if size > limit => {
                 self.reply(host, &ErrorReply::body_too_large(limit))
             }
             Phase::Inspecting(..) if !end => Verdict::Stop,
-            Phase::Inspecting(..) => self.route(config, host),
+            Phase::Inspecting(..) => self.route(plugin, host),
             Phase::Forwarded(_) | Phase::PassThrough => Verdict::Continue,
             Phase::Classifying(_) | Phase::Replied => Verdict::Stop,
         }
@@ -96,10 +99,10 @@ impl Stream {
 
     /// The request's trailers arrived: a body that ends with trailers never sees the end of
     /// stream in the body hook.
-    pub fn on_request_trailers(&mut self, config: &Config, host: &mut impl Host) -> Verdict {
+    pub fn on_request_trailers(&mut self, plugin: &Plugin, host: &mut impl Host) -> Verdict {
         match self.phase {
-            Phase::CheckingBatch { .. } => self.finish_batch(config, host),
-            Phase::Inspecting(..) => self.route(config, host),
+            Phase::CheckingBatch { .. } => self.finish_batch(plugin, host),
+            Phase::Inspecting(..) => self.route(plugin, host),
             Phase::Classifying(_) | Phase::Replied => Verdict::Stop,
             Phase::Forwarded(_) | Phase::PassThrough => Verdict::Continue,
         }
@@ -128,7 +131,8 @@ impl Stream {
     }
 
     /// Checks the whole buffered batch input.
-    fn finish_batch(&mut self, config: &Config, host: &mut impl Host) -> Verdict {
+    fn finish_batch(&mut self, plugin: &Plugin, host: &mut impl Host) -> Verdict {
+        let config = &plugin.config;
         let Phase::CheckingBatch { path, content_type } =
             std::mem::replace(&mut self.phase, Phase::PassThrough)
         else {
@@ -143,7 +147,8 @@ impl Stream {
     /// Routes the fully buffered request, or answers it with an error. A complexity model
     /// with a classifier asks it first; its call has its own timeout, after which the
     /// heuristic decides.
-    fn route(&mut self, config: &Config, host: &mut impl Host) -> Verdict {
+    fn route(&mut self, plugin: &Plugin, host: &mut impl Host) -> Verdict {
+        let config = &plugin.config;
         let Phase::Inspecting(endpoint, headers) =
             std::mem::replace(&mut self.phase, Phase::Replied)
         else {
@@ -151,7 +156,7 @@ impl Stream {
         };
         let body = host.request_body();
         if let Some(call) = classifier_call(config, endpoint, &body, &headers) {
-            if let Some(id) = call_classifier(config, host, &call) {
+            if let Some(id) = call_classifier(plugin, host, &call) {
                 self.phase = Phase::Classifying(Box::new(Classifying {
                     endpoint,
                     headers,
@@ -161,14 +166,14 @@ impl Stream {
                 return Verdict::Stop;
             }
         }
-        self.decide_and_forward(config, host, (endpoint, headers, body), None)
+        self.decide_and_forward(plugin, host, (endpoint, headers, body), None)
     }
 
     /// The classifier call `id` answered (`None`: no answer): decide with its tier and resume
     /// the request held since its body. False if `id` is not the classifier call.
     pub(super) fn on_classifier_answer(
         &mut self,
-        config: &Config,
+        plugin: &Plugin,
         host: &mut impl Host,
         id: u64,
         answer: Option<&[u8]>,
@@ -188,7 +193,7 @@ impl Stream {
         // No answer (timeout, failure) or no tier in it: the heuristic decides.
         let tier = answer.and_then(parse_answer);
         let request = (endpoint, headers, body);
-        if self.decide_and_forward(config, host, request, tier) == Verdict::Continue {
+        if self.decide_and_forward(plugin, host, request, tier) == Verdict::Continue {
             host.resume_request();
         }
         true
@@ -198,16 +203,17 @@ impl Stream {
     /// decision (metrics, access log, trace) and forwards it.
     fn decide_and_forward(
         &mut self,
-        config: &Config,
+        plugin: &Plugin,
         host: &mut impl Host,
         (endpoint, headers, body): (Endpoint, Headers, Vec<u8>),
         tier: Option<Tier>,
     ) -> Verdict {
+        let config = &plugin.config;
         let started_us = config.times_decisions().then(|| host.now_us());
         let now = host.now_ms();
         let traced = report::wants_trace(config, &headers);
         let rng = &mut self.rng;
-        let (decided, trace, sticky_hit) = host.with_routing(config, now, |health, state| {
+        let (decided, trace, sticky_hit) = host.with_routing(plugin, now, |health, state| {
             let probe = PinProbe::new(state);
             let decided =
                 decide_with_tier(config, endpoint, &body, &headers, health, &probe, tier, rng);
@@ -229,38 +235,39 @@ impl Stream {
             sticky_hit,
             decision_us,
         };
-        note_decision(config, host, &decision.plan, facts);
-        self.forward(config, host, endpoint, decision, (headers, body), now)
+        note_decision(plugin, host, &decision.plan, facts);
+        self.forward(plugin, host, endpoint, decision, (headers, body), now)
     }
 
     /// Writes the decision's first attempt into the request and starts the flight.
     fn forward(
         &mut self,
-        config: &Config,
+        plugin: &Plugin,
         host: &mut impl Host,
         endpoint: Endpoint,
         decision: Decision<'_>,
         (headers, body): (Headers, Vec<u8>),
         now: u64,
     ) -> Verdict {
-        if let Err(reply) = write_attempt(host, &decision.outbound, &body, &headers, config) {
+        let config = &plugin.config;
+        if let Err(reply) = write_attempt(host, &decision.outbound, &body, &headers, plugin) {
             return self.reply(host, &reply);
         }
         report::log_attempt(config, decision.target, 1, &decision.outbound);
         let request = decision.into_flight(endpoint, headers, body);
-        self.start_flight(config, host, request, now)
+        self.start_flight(plugin, host, request, now)
     }
 
     /// Hands the request to its flight.
     fn start_flight(
         &mut self,
-        config: &Config,
+        plugin: &Plugin,
         host: &mut impl Host,
         (start, replay): (Start, Replay),
         now: u64,
     ) -> Verdict {
         let trace = self.trace.take();
-        let flight = Flight::start(config, host, (start, replay), trace, now);
+        let flight = Flight::start(plugin, host, (start, replay), trace, now);
         self.phase = Phase::Forwarded(Box::new(flight));
         Verdict::Continue
     }
@@ -270,14 +277,15 @@ impl Stream {
     /// ([`route_stored`]).
     fn forward_stored(
         &mut self,
-        config: &Config,
+        plugin: &Plugin,
         host: &mut impl Host,
         headers: Headers,
         path: &StoredPath,
     ) -> Verdict {
+        let config = &plugin.config;
         let now = host.now_ms();
         let rng = &mut self.rng;
-        let routed = host.with_routing(config, now, |health, state| {
+        let routed = host.with_routing(plugin, now, |health, state| {
             let pick = |index| decide_stored_path(config, index, &headers, health, state, rng);
             route_stored(config, &headers, path, state, pick)
         });
@@ -285,7 +293,7 @@ impl Stream {
             Ok(route) => route,
             Err(reply) => return self.reply(host, &reply),
         };
-        if let Err(reply) = write_attempt(host, &route.outbound, &[], &headers, config) {
+        if let Err(reply) = write_attempt(host, &route.outbound, &[], &headers, plugin) {
             return self.reply(host, &reply);
         }
         report::log_attempt(config, route.target, 1, &route.outbound);
@@ -296,20 +304,21 @@ impl Stream {
             pinned: true,
         };
         // Its id names its target: no decision time (0) is recorded.
-        note_decision(config, host, &plan, DecisionFacts::default());
+        note_decision(plugin, host, &plan, DecisionFacts::default());
         if report::wants_trace(config, &headers) {
             let health = &HealthInput::NONE;
             self.trace = Some(Box::new(Trace::of_plan(config, &plan, health, Vec::new())));
         }
         let replay = route.replay(headers);
-        self.start_flight(config, host, (route.start, replay), now)
+        self.start_flight(plugin, host, (route.start, replay), now)
     }
 }
 
 /// A request was routed: its metrics, and the decision's access-log fields when they are
 /// written.
-fn note_decision(config: &Config, host: &mut impl Host, plan: &Plan, facts: DecisionFacts) {
-    report::decided(config, plan, facts.decision_us, |id, w| {
+fn note_decision(plugin: &Plugin, host: &mut impl Host, plan: &Plan, facts: DecisionFacts) {
+    let config = &plugin.config;
+    report::decided(plugin, plan, facts.decision_us, |id, w| {
         host.write_metric(id, w)
     });
     if config.filter_state {
@@ -321,7 +330,8 @@ fn note_decision(config: &Config, host: &mut impl Host, plan: &Plan, facts: Deci
 
 /// Asks the classifier model for the tier, in that model's own request shape; the host's id
 /// of the call.
-fn call_classifier(config: &Config, host: &mut impl Host, call: &ClassifierCall) -> Option<u64> {
+fn call_classifier(plugin: &Plugin, host: &mut impl Host, call: &ClassifierCall) -> Option<u64> {
+    let config = &plugin.config;
     let out = call.outbound(config)?;
     let length = call.body.len().to_string();
     let request = CallRequest {
@@ -341,8 +351,9 @@ pub(super) fn write_attempt(
     out: &Outbound<'_>,
     body: &[u8],
     headers: &Headers,
-    config: &Config,
+    plugin: &Plugin,
 ) -> Result<(), ErrorReply> {
+    let config = &plugin.config;
     if let Some(edits) = &out.edits {
         if !host.edit_request_body(body, edits) {
             return Err(ErrorReply::invalid_json("the body could not be rewritten"));

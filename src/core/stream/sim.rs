@@ -14,6 +14,7 @@ use crate::core::headers::Headers;
 use crate::core::health::record::HealthRecord;
 use crate::core::health::store::{self, MemoryStore};
 use crate::core::health::view::HealthView;
+use crate::core::plugin::Plugin;
 use crate::core::report::Write;
 use crate::core::request::Edits;
 use crate::core::routing::HealthInput;
@@ -112,7 +113,7 @@ enum Ev {
 
 /// The simulated worker.
 pub struct Sim {
-    pub config: Rc<Config>,
+    pub plugin: Rc<Plugin>,
     pub now: u64,
     store: MemoryStore,
     pub state: LocalState,
@@ -167,7 +168,7 @@ impl Flight {
 impl Sim {
     pub fn new(config_json: &str) -> Sim {
         Sim {
-            config: Rc::new(Config::parse(config_json.as_bytes()).unwrap()),
+            plugin: Rc::new(Plugin::new(Config::parse(config_json.as_bytes()).unwrap())),
             now: 1_000_000,
             store: MemoryStore::default(),
             state: LocalState::default(),
@@ -234,7 +235,7 @@ impl Sim {
             (":authority", "gateway"),
             ("content-type", "application/json"),
         ]);
-        let config = Rc::clone(&self.config);
+        let plugin = Rc::clone(&self.plugin);
         let mut stream = Stream::new(fastrand::Rng::with_seed(self.rng.u64(..)));
         let mut flight = Flight {
             body: body.as_bytes().to_vec(),
@@ -244,18 +245,18 @@ impl Sim {
             sim: self,
             flight: &mut flight,
         };
-        stream.on_request_headers(&config, &mut host, headers, false);
-        let sent = stream.on_request_body(&config, &mut host, body.len(), true);
+        stream.on_request_headers(&plugin, &mut host, headers, false);
+        let sent = stream.on_request_body(&plugin, &mut host, body.len(), true);
         if sent == Verdict::Continue && !flight.done {
             let cluster = flight
-                .request_header(&config.header_names.cluster)
+                .request_header(&plugin.config.header_names.cluster)
                 .unwrap_or_default()
                 .to_string();
             let routed = std::mem::take(&mut flight.body);
             self.route(&mut flight, &cluster, &routed);
         }
         let deadline = client_timeout_ms.map(|t| start + t);
-        self.run(&config, &mut stream, &mut flight, deadline);
+        self.run(&plugin, &mut stream, &mut flight, deadline);
         let mut answer = flight.answer.unwrap_or(Answer {
             timed_out: true,
             ..Answer::default()
@@ -266,7 +267,7 @@ impl Sim {
 
     fn run(
         &mut self,
-        config: &Config,
+        plugin: &Plugin,
         stream: &mut Stream,
         flight: &mut Flight,
         deadline: Option<u64>,
@@ -280,12 +281,12 @@ impl Sim {
                 break; // the client left: the stream is destroyed, late events go nowhere
             }
             self.now = self.now.max(when);
-            self.event(config, stream, flight, ev);
+            self.event(plugin, stream, flight, ev);
         }
         stream.on_destroyed();
     }
 
-    fn event(&mut self, config: &Config, stream: &mut Stream, flight: &mut Flight, ev: Ev) {
+    fn event(&mut self, plugin: &Plugin, stream: &mut Stream, flight: &mut Flight, ev: Ev) {
         match ev {
             Ev::RouterHeaders {
                 status,
@@ -295,7 +296,7 @@ impl Sim {
                 flight.head = Some((status, headers));
                 flight.details = details;
                 let mut host = SimHost { sim: self, flight };
-                let verdict = stream.on_response_headers(config, &mut host, false);
+                let verdict = stream.on_response_headers(plugin, &mut host, false);
                 if verdict == Verdict::Continue && flight.answer.is_none() {
                     let (status, headers) = flight.head.take().unwrap();
                     flight.answer = Some(Answer {
@@ -305,7 +306,7 @@ impl Sim {
                     });
                 }
             }
-            Ev::RouterChunk { bytes, end } => self.router_chunk(config, stream, flight, bytes, end),
+            Ev::RouterChunk { bytes, end } => self.router_chunk(plugin, stream, flight, bytes, end),
             Ev::RouterReset => {
                 if let Some(a) = flight.answer.as_mut() {
                     a.cut = true;
@@ -314,11 +315,11 @@ impl Sim {
             }
             Ev::CallDone { call, answer } => {
                 let mut host = SimHost { sim: self, flight };
-                stream.on_call_done(config, &mut host, call, answer);
+                stream.on_call_done(plugin, &mut host, call, answer);
             }
             Ev::Timer { token } => {
                 let mut host = SimHost { sim: self, flight };
-                stream.on_timer(config, &mut host, token);
+                stream.on_timer(plugin, &mut host, token);
             }
         }
     }
@@ -327,7 +328,7 @@ impl Sim {
     /// the answer comes with it, and goes on with it once the filter lets it through.
     fn router_chunk(
         &mut self,
-        config: &Config,
+        plugin: &Plugin,
         stream: &mut Stream,
         flight: &mut Flight,
         bytes: Vec<u8>,
@@ -337,7 +338,7 @@ impl Sim {
         chunk.extend_from_slice(&bytes);
         flight.in_hand = chunk;
         let mut host = SimHost { sim: self, flight };
-        let verdict = stream.on_response_body(config, &mut host, end);
+        let verdict = stream.on_response_body(plugin, &mut host, end);
         let chunk = std::mem::take(&mut flight.in_hand);
         if verdict == Verdict::Stop {
             flight.held = chunk;
@@ -535,12 +536,12 @@ impl Host for SimHost<'_> {
 
     fn with_routing<T>(
         &mut self,
-        config: &Config,
+        plugin: &Plugin,
         now_ms: u64,
         decide: impl FnOnce(&HealthInput<'_>, &dyn RoutingState) -> T,
     ) -> T {
         // The health view, re-read as the adapters' is.
-        let (_, health) = self.sim.view.read(config, now_ms, &self.sim.store);
+        let (_, health) = self.sim.view.read(&plugin.config, now_ms, &self.sim.store);
         decide(&health, &self.sim.state)
     }
 

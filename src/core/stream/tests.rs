@@ -6,6 +6,7 @@ use super::*;
 use crate::core::access_log::Value;
 use crate::core::config::{Config, ModelId};
 use crate::core::flight::{CallAnswer, CallRequest, Effect};
+use crate::core::plugin::Plugin;
 use crate::core::report::Write;
 use crate::core::request::Edits;
 use crate::core::routing::HealthInput;
@@ -50,7 +51,7 @@ impl Host for Fake {
     }
     fn with_routing<T>(
         &mut self,
-        _: &Config,
+        _: &Plugin,
         now_ms: u64,
         decide: impl FnOnce(&HealthInput<'_>, &dyn RoutingState) -> T,
     ) -> T {
@@ -135,8 +136,8 @@ const CONFIG: &str = r#"{
       "load_balance_targets": [{"target": "a", "tier": "simple"}, {"target": "b", "tier": "complex"}]}}]
 }"#;
 
-fn config() -> Config {
-    Config::parse(CONFIG.as_bytes()).unwrap()
+fn config() -> Plugin {
+    Plugin::new(Config::parse(CONFIG.as_bytes()).unwrap())
 }
 
 fn chat_headers(extra: &[(&str, &str)]) -> Headers {
