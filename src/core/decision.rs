@@ -210,26 +210,7 @@ pub fn decide_with_tier<'c>(
         fields: &inspected.fields,
         tier_hint,
     };
-    let mut plan = match (
-        &continuation.origin,
-        endpoint,
-        config.lookup(&inspected.model),
-    ) {
-        (Some(origin), _, _) => continuation::pinned_plan(config, &request, origin)?,
-        (None, Endpoint::Responses, Some(Named::Virtual(index, vm))) => {
-            let storage = if continuation.raw_stored {
-                Storage::Held
-            } else if raw_field(body, &inspected.fields, "store")
-                .is_some_and(|v| v.get() == "false")
-            {
-                Storage::Stateless
-            } else {
-                Storage::Stores
-            };
-            stored::plan(config, index, vm, &request, storage, health, rng)?
-        }
-        _ => plan(config, &request, health, rng)?,
-    };
+    let mut plan = plan_request(config, &request, &continuation, health, rng)?;
     plan.pinned |= endpoint.single_target();
     let target = plan
         .primary()
@@ -258,6 +239,33 @@ pub fn decide_with_tier<'c>(
         stream: inspected.stream,
         conversation: continuation.origin.is_some(),
     })
+}
+
+/// The plan of a request: a continued conversation pinned to its origin, a Responses request
+/// to a virtual model by its storage rules (Zuplo model load balancing, "Stored responses"),
+/// anything else by its strategy.
+fn plan_request(
+    config: &Config,
+    request: &Request<'_>,
+    continuation: &Continuation,
+    health: &HealthInput<'_>,
+    rng: &mut fastrand::Rng,
+) -> Result<Plan, ErrorReply> {
+    let (endpoint, body, fields) = (request.endpoint, request.body, request.fields);
+    match (&continuation.origin, endpoint, config.lookup(request.model)) {
+        (Some(origin), _, _) => continuation::pinned_plan(config, request, origin),
+        (None, Endpoint::Responses, Some(Named::Virtual(index, vm))) => {
+            let storage = if continuation.raw_stored {
+                Storage::Held
+            } else if raw_field(body, fields, "store").is_some_and(|v| v.get() == "false") {
+                Storage::Stateless
+            } else {
+                Storage::Stores
+            };
+            stored::plan(config, index, vm, request, storage, health, rng)
+        }
+        _ => plan(config, request, health, rng),
+    }
 }
 
 /// Where a retrieve, input-items list, cancel or delete of a raw provider response id goes,

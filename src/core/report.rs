@@ -9,8 +9,9 @@
 use crate::core::config::{Config, ModelId};
 use crate::core::decision::request_metadata;
 use crate::core::endpoint::Endpoint;
-use crate::core::flight::{AttemptKind, Effect, Ending};
+use crate::core::flight::{AttemptKind, Effect, Ending, Tokens};
 use crate::core::headers::Headers;
+use crate::core::health::sla::LatencySample;
 use crate::core::metrics::MetricTable;
 use crate::core::metrics::{PairMetric, Reason, StatusClass, VmMetric};
 use crate::core::outbound::Outbound;
@@ -253,20 +254,7 @@ impl Report {
                 tokens,
                 ..
             } => {
-                let t = *target;
-                if let Some(ms) = sample.ttft_ms {
-                    let w = Write::Record(u64::from(ms));
-                    pair(table, vm, t, PairMetric::TtftMs, w, s);
-                }
-                if let Some(us) = sample.tpot_us {
-                    pair(table, vm, t, PairMetric::TpotUs, Write::Record(us), s);
-                }
-                if let Some(n) = tokens.prompt {
-                    pair(table, vm, t, PairMetric::PromptTokens, Write::Add(n), s);
-                }
-                if let Some(n) = tokens.completion {
-                    pair(table, vm, t, PairMetric::CompletionTokens, Write::Add(n), s);
-                }
+                samples(table, vm, *target, (sample, tokens), s);
                 None
             }
             Effect::Deliver(_) | Effect::Reply(_) | Effect::Fail(_) => {
@@ -293,6 +281,35 @@ impl Report {
             per_vm(table, vm, VmMetric::Attempts, w, s);
         }
         self.trace.as_ref().map(|t| t.render(config))
+    }
+}
+
+/// A successful answer's latency samples and token counts go to its target's series.
+fn samples(
+    table: &MetricTable,
+    vm: Option<usize>,
+    t: ModelId,
+    (sample, tokens): (&LatencySample, &Tokens),
+    s: &mut impl Sink,
+) {
+    if let Some(ms) = sample.ttft_ms {
+        pair(
+            table,
+            vm,
+            t,
+            PairMetric::TtftMs,
+            Write::Record(u64::from(ms)),
+            s,
+        );
+    }
+    if let Some(us) = sample.tpot_us {
+        pair(table, vm, t, PairMetric::TpotUs, Write::Record(us), s);
+    }
+    if let Some(n) = tokens.prompt {
+        pair(table, vm, t, PairMetric::PromptTokens, Write::Add(n), s);
+    }
+    if let Some(n) = tokens.completion {
+        pair(table, vm, t, PairMetric::CompletionTokens, Write::Add(n), s);
     }
 }
 
