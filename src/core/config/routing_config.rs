@@ -115,7 +115,7 @@ fn compile_sticky_rule(
         Some(obj) if matches!(routing, Routing::Weighted(_)) => {
             Ok(Some(compile_sticky(obj, 1..=30 * 86_400)?))
         }
-        // A complexity pin holds a session on a price tier: 5 minutes to 1 hour (seed).
+        // A complexity pin holds a session on a price tier: 5 minutes to 1 hour (TrueFoundry virtual models, "Complexity-based routing").
         Some(obj) if matches!(routing, Routing::Complexity { .. }) => {
             Ok(Some(compile_sticky(obj, 300..=3_600)?))
         }

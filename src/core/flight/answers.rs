@@ -153,7 +153,7 @@ impl Machine {
     }
 
     /// After a fallback answered well, keeps the request's sticky session on that target for
-    /// the rest of its window (TrueFoundry seed, "Fallback during a sticky session").
+    /// the rest of its window (TrueFoundry virtual models, "Sticky routing": fallback during a sticky session).
     pub(super) fn pin_session<'c>(&self, config: &'c Config, out: &mut Effects<'c>) {
         let (Some(session), Some(target)) = (self.sticky, self.attempts.current()) else {
             return;

@@ -274,7 +274,7 @@ pub enum Effect<'c> {
         for_routing: bool,
     },
     /// Keep a sticky session on the target a fallback reached, for the rest of its window
-    /// (TrueFoundry seed, "Fallback during a sticky session").
+    /// (TrueFoundry virtual models, "Sticky routing": fallback during a sticky session).
     Pin {
         /// The virtual model's name.
         virtual_model: &'c str,

@@ -210,7 +210,7 @@ impl Machine {
                 call: None,
             }));
         }
-        // `fallback_timeout_ms` covers the router's attempt too (Zuplo seed, "Failures and
+        // `fallback_timeout_ms` covers the router's attempt too (Zuplo model load balancing, "Failures and
         // retries"): until its answer starts.
         m.arm_fallback_timeout(now_ms, out);
         m
@@ -362,7 +362,7 @@ impl Machine {
     pub fn on_dispatched<'c>(&mut self, call: CallId, out: &mut Effects<'c>) {
         if matches!(self.state, State::Calling(c) if c == call) {
             // `fallback_timeout_ms` covers every attempt (TrueFoundry virtual models,
-            // "Retries and fallbacks"; Zuplo seed, "Failures and retries"). A call's answer
+            // "Retries and fallbacks"; Zuplo model load balancing, "Failures and retries"). A call's answer
             // arrives whole, so here it bounds the whole answer.
             self.arm_fallback_timeout(self.started_ms, out);
         }

@@ -58,7 +58,7 @@ pub fn call_outcome(answer: Option<&super::CallAnswer>) -> AttemptOutcome {
 
 /// What an attempt's outcome does to `model`'s health. Statuses the model does not count as
 /// failures and that are not successes (a 404, say) change nothing. The provider's "come back
-/// in" hint is only read from a 429 (agentgateway seed), and only then is `hint` called.
+/// in" hint is only read from a 429 (agentgateway virtual models, "Health vs eviction"), and only then is `hint` called.
 pub fn health_outcome(
     model: &Model,
     outcome: AttemptOutcome,

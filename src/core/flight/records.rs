@@ -153,7 +153,7 @@ mod tests {
 
     #[test]
     fn only_the_failure_that_evicts_is_noted_as_an_eviction() {
-        // A Retry-After hint evicts (agentgateway seed, "Health vs eviction").
+        // A Retry-After hint evicts (agentgateway virtual models, "Health vs eviction").
         let config =
             Config::parse(br#"{"models": [{"name": "a", "cluster": "c", "model": "m"}]}"#).unwrap();
         let store = MemoryStore::default();
