@@ -16,7 +16,7 @@ use crate::core::metrics::MetricTable;
 use crate::core::metrics::{PairMetric, Reason, StatusClass, VmMetric};
 use crate::core::outbound::Outbound;
 use crate::core::plugin::Plugin;
-use crate::core::routing::RoutingState;
+use crate::core::routing::{CursorKey, RoutingState};
 use crate::core::routing::{HealthInput, Plan, Request};
 use crate::core::trace::Trace;
 use std::cell::Cell;
@@ -154,14 +154,8 @@ impl RoutingState for PinProbe<'_> {
         found
     }
 
-    fn next_cursor(
-        &self,
-        virtual_model: usize,
-        caller: crate::core::caller::Caller,
-        len: usize,
-        rng: &mut fastrand::Rng,
-    ) -> usize {
-        self.inner.next_cursor(virtual_model, caller, len, rng)
+    fn next_cursor(&self, whose: CursorKey, len: usize, rng: &mut fastrand::Rng) -> usize {
+        self.inner.next_cursor(whose, len, rng)
     }
 
     fn pin(&self, virtual_model: &str, session: u64, window: u64, value: &str) {

@@ -4,12 +4,11 @@
 use super::ffi::Api;
 use super::host::Stream;
 use super::store::{self, Shared};
-use crate::core::caller::Caller;
 use crate::core::config::{CallerIdentity, Config};
 use crate::core::plugin::Plugin as CorePlugin;
 use crate::core::routing::pins;
 use crate::core::routing::round_robin::Cursors;
-use crate::core::routing::RoutingState;
+use crate::core::routing::{CursorKey, RoutingState};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -113,16 +112,10 @@ impl RoutingState for Routing<'_> {
 
     /// One cursor per caller per virtual model per worker thread, placed at random on first
     /// use ([`crate::core::routing::round_robin`]); a config's cursors are its own.
-    fn next_cursor(
-        &self,
-        virtual_model: usize,
-        caller: Caller,
-        len: usize,
-        rng: &mut fastrand::Rng,
-    ) -> usize {
+    fn next_cursor(&self, whose: CursorKey, len: usize, rng: &mut fastrand::Rng) -> usize {
         CURSORS.with(|c| {
             c.borrow_mut()
-                .next((self.plugin.id, virtual_model, caller), len, rng)
+                .next((self.plugin.id, whose.0, whose.1), len, rng)
         })
     }
 }

@@ -9,7 +9,6 @@
 
 use super::host::{self, SharedData};
 use super::metrics;
-use crate::core::caller::Caller;
 use crate::core::config::{Config, ModelId};
 use crate::core::flight::{self, Effect};
 use crate::core::health::view::HealthView;
@@ -17,7 +16,7 @@ use crate::core::plugin::Plugin;
 use crate::core::routing::pins::{self, SlotSecret};
 use crate::core::routing::round_robin::Cursors;
 use crate::core::routing::HealthInput;
-use crate::core::routing::RoutingState;
+use crate::core::routing::{CursorKey, RoutingState};
 use crate::core::stream::Stream;
 use hashbrown::HashMap;
 use std::cell::{Cell, RefCell};
@@ -97,17 +96,11 @@ impl RoutingState for Runtime {
         .filter(|v| !v.is_empty())
     }
 
-    fn next_cursor(
-        &self,
-        virtual_model: usize,
-        caller: Caller,
-        len: usize,
-        rng: &mut fastrand::Rng,
-    ) -> usize {
+    fn next_cursor(&self, whose: CursorKey, len: usize, rng: &mut fastrand::Rng) -> usize {
         // One VM per worker: the config's cursors are cleared when it is replaced.
         self.cursors
             .borrow_mut()
-            .next((0, virtual_model, caller), len, rng)
+            .next((0, whose.0, whose.1), len, rng)
     }
 }
 

@@ -29,4 +29,4 @@ pub use eligible::{eligible, Skip};
 pub use health_input::HealthInput;
 pub use plan::{plan, plan_within, Plan};
 pub use request::Request;
-pub use shared_state::{LocalState, RoutingState};
+pub use shared_state::{CursorKey, LocalState, RoutingState};

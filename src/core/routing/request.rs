@@ -75,7 +75,7 @@ impl<'a> Request<'a> {
         rng: &mut fastrand::Rng,
     ) -> usize {
         let caller = self.caller(rule);
-        self.state.next_cursor(virtual_model, caller, len, rng)
+        self.state.next_cursor((virtual_model, caller), len, rng)
     }
 
     /// A request over headers and metadata only, with no body: what the skip reasons look at

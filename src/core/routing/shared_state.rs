@@ -6,19 +6,16 @@ use super::round_robin::Cursors;
 use crate::core::caller::Caller;
 use std::cell::RefCell;
 
+/// Whose round-robin cursor: a virtual model's (its index) for one caller.
+pub type CursorKey = (usize, Caller);
+
 /// State a routing decision may read.
 pub trait RoutingState {
     /// The target a sticky session was moved to after a fallback, for this TTL window.
     fn pinned(&self, virtual_model: &str, session: u64, window: u64) -> Option<String>;
     /// The next round-robin position of `caller` in a virtual model with `len` targets; each
     /// worker keeps one per caller, started at a random point ([`super::round_robin`]).
-    fn next_cursor(
-        &self,
-        virtual_model: usize,
-        caller: Caller,
-        len: usize,
-        rng: &mut fastrand::Rng,
-    ) -> usize;
+    fn next_cursor(&self, whose: CursorKey, len: usize, rng: &mut fastrand::Rng) -> usize;
     /// Pins a session to `value` (a target name, or `tier:<name>`) for a window.
     fn pin(&self, virtual_model: &str, session: u64, window: u64, value: &str);
     /// A string claim of the JWT that Envoy's `jwt_authn` filter verified and stored under
@@ -75,15 +72,9 @@ impl RoutingState for LocalState {
             .map(|(_, _, v)| v.clone())
     }
 
-    fn next_cursor(
-        &self,
-        virtual_model: usize,
-        caller: Caller,
-        len: usize,
-        rng: &mut fastrand::Rng,
-    ) -> usize {
+    fn next_cursor(&self, whose: CursorKey, len: usize, rng: &mut fastrand::Rng) -> usize {
         self.cursors
             .borrow_mut()
-            .next((0, virtual_model, caller), len, rng)
+            .next((0, whose.0, whose.1), len, rng)
     }
 }

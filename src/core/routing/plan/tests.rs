@@ -1,12 +1,11 @@
 //! `plan` end to end: lookup, refusals, strategies, health and the filters before them.
 
 use super::*;
-use crate::core::caller::Caller;
 use crate::core::endpoint::Endpoint;
 use crate::core::headers::Headers;
 use crate::core::headers::NO_HEADERS;
 use crate::core::metadata::Metadata;
-use crate::core::routing::{LocalState, RoutingState};
+use crate::core::routing::{CursorKey, LocalState, RoutingState};
 
 static NO_STATE: NoState = NoState;
 
@@ -16,7 +15,7 @@ impl RoutingState for NoState {
     fn pinned(&self, _: &str, _: u64, _: u64) -> Option<String> {
         None
     }
-    fn next_cursor(&self, _: usize, _: Caller, _: usize, _: &mut fastrand::Rng) -> usize {
+    fn next_cursor(&self, _: CursorKey, _: usize, _: &mut fastrand::Rng) -> usize {
         0
     }
     fn pin(&self, _: &str, _: u64, _: u64, _: &str) {}
