@@ -21,7 +21,6 @@
 use crate::core::config::{Config, ModelId, VirtualModel, Visibility};
 use crate::core::fallback::AttemptOutcome;
 use crate::core::health::record::Standing;
-use crate::core::plugin::Plugin;
 use crate::core::routing::HealthInput;
 
 /// What Envoy keeps for a metric.
@@ -359,10 +358,9 @@ fn slot_targets(config: &Config) -> impl Iterator<Item = Vec<ModelId>> + '_ {
 /// Each pair's `health` gauge as `health` stands: (pair number, host id, value). Pair numbers
 /// run from 0 in table order, so an adapter can keep the last value it wrote of each.
 pub fn health_gauges<'a>(
-    plugin: &'a Plugin,
+    (config, table): (&'a Config, &'a MetricTable),
     health: &'a HealthInput<'_>,
 ) -> impl Iterator<Item = (usize, u32, u64)> + 'a {
-    let (config, table) = (&plugin.config, &plugin.metrics);
     let slots = config.virtual_models.len();
     slot_targets(config)
         .enumerate()
@@ -393,12 +391,12 @@ pub fn health_gauges<'a>(
 /// last set, by pair number; grown as needed) and notes it there: a view refresh sets only
 /// the gauges that moved.
 pub fn changed_health_gauges(
-    plugin: &Plugin,
+    of: (&Config, &MetricTable),
     health: &HealthInput<'_>,
     last: &mut Vec<u8>,
     mut set: impl FnMut(u32, u64),
 ) {
-    for (n, id, value) in health_gauges(plugin, health) {
+    for (n, id, value) in health_gauges(of, health) {
         if last.len() <= n {
             last.resize(n + 1, u8::MAX);
         }
@@ -692,7 +690,7 @@ mod tests {
         use crate::core::health::record::HealthRecord;
         let config = config();
         let n = definitions(&config).len() as u32;
-        let plugin = Plugin::new(config).with_metric_ids((0..n).map(|i| 1000 + i).collect());
+        let table = MetricTable::new(&config).with_ids((0..n).map(|i| 1000 + i).collect());
         let (defs, _) = defined();
         let records = vec![
             HealthRecord::default(),
@@ -706,7 +704,7 @@ mod tests {
             now_ms: 1_000,
             window: FailureWindow::default(),
         };
-        let gauges: Vec<(usize, String, u64)> = health_gauges(&plugin, &health)
+        let gauges: Vec<(usize, String, u64)> = health_gauges((&config, &table), &health)
             .map(|(n, id, v)| (n, defs[(id - 1000) as usize].1.clone(), v))
             .collect();
         let vm = "vm.my-group/production-chat";
@@ -743,7 +741,7 @@ mod tests {
         use crate::core::health::record::HealthRecord;
         let config = config();
         let n = definitions(&config).len() as u32;
-        let plugin = Plugin::new(config).with_metric_ids((0..n).collect());
+        let table = MetricTable::new(&config).with_ids((0..n).collect());
         let mut records = vec![HealthRecord::default(), HealthRecord::default()];
         let mut last = Vec::new();
         let sets = |records: &[HealthRecord], last: &mut Vec<u8>| {
@@ -753,7 +751,7 @@ mod tests {
                 window: FailureWindow::default(),
             };
             let mut out = Vec::new();
-            changed_health_gauges(&plugin, &health, last, |id, v| out.push((id, v)));
+            changed_health_gauges((&config, &table), &health, last, |id, v| out.push((id, v)));
             out.len()
         };
         assert_eq!(

@@ -2,7 +2,6 @@
 //! stream's hook: each primitive is one or two of Envoy's callbacks; the calls that would
 //! run this filter's hooks again (a reply, resuming the request) are queued as [`After`].
 
-use super::filter::After;
 use super::host::{BodyAt, Side, Stream};
 use super::plugin::{Plugin, Routing};
 use super::store::{self, Shared};
@@ -19,6 +18,18 @@ use crate::core::routing::HealthInput;
 use crate::core::routing::RoutingState;
 use crate::core::stream::Host;
 use std::sync::Arc;
+
+/// A call into Envoy to make once the hook has let go of the filter.
+pub enum After {
+    /// Resume the request stopped earlier.
+    ContinueRequest,
+    /// Answer the client locally.
+    Reply {
+        status: u16,
+        headers: Vec<(String, String)>,
+        body: Vec<u8>,
+    },
+}
 
 /// Envoy, as one stream's host for one hook.
 pub struct Envoy<'a> {

@@ -6,6 +6,7 @@
 //! the request can make the router answer at once), so such calls are not made while the
 //! filter is borrowed: the host queues them as [`After`] and the hook makes them after.
 
+pub use super::envoy::After;
 use super::envoy::Envoy;
 use super::host::{BodyAt, Side, Stream};
 use super::plugin::Plugin;
@@ -17,18 +18,6 @@ use crate::core::stream;
 use std::sync::Arc;
 
 pub use crate::core::stream::Verdict;
-
-/// A call into Envoy to make once the hook has let go of the filter.
-pub enum After {
-    /// Resume the request stopped earlier.
-    ContinueRequest,
-    /// Answer the client locally.
-    Reply {
-        status: u16,
-        headers: Vec<(String, String)>,
-        body: Vec<u8>,
-    },
-}
 
 /// One per HTTP stream.
 pub struct Filter {

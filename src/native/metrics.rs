@@ -51,5 +51,10 @@ pub fn define(api: &Api, envoy: ConfigEnvoyPtr, plugin: Plugin, version: u64) ->
 /// Sets the `health` gauges that changed since `last` (this worker's last written values,
 /// by pair number), through `stream`.
 pub fn update_health(s: &Stream, plugin: &Plugin, health: &HealthInput<'_>, last: &mut Vec<u8>) {
-    metrics::changed_health_gauges(plugin, health, last, |id, value| s.set_gauge(id, value));
+    metrics::changed_health_gauges(
+        (&plugin.config, &plugin.metrics),
+        health,
+        last,
+        |id, value| s.set_gauge(id, value),
+    );
 }

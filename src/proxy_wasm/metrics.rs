@@ -44,5 +44,10 @@ pub fn write(id: u32, w: Write) {
 /// Sets the `health` gauges that changed since `last` (this worker's last written values,
 /// by pair number; resized and reset with the config).
 pub fn update_health(plugin: &Plugin, health: &HealthInput<'_>, last: &mut Vec<u8>) {
-    metrics::changed_health_gauges(plugin, health, last, host::record_metric);
+    metrics::changed_health_gauges(
+        (&plugin.config, &plugin.metrics),
+        health,
+        last,
+        host::record_metric,
+    );
 }
