@@ -11,7 +11,7 @@ use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
 use crate::core::flight::{Replay, Start};
 use crate::core::headers::Headers;
-use crate::core::metadata::Metadata;
+use crate::core::metadata::request_metadata;
 use crate::core::outbound::{outbound, ClientRequest, Outbound};
 use crate::core::request::{inspect, inspect_multipart};
 use crate::core::request::{raw_field, Layout};
@@ -81,16 +81,6 @@ fn inspect_request<'b>(
     } else {
         inspect(body)
     }
-}
-
-/// The request's metadata: the metadata header's, under `default_metadata`, over the
-/// gateway's location.
-pub fn request_metadata<'a>(
-    config: &'a Config,
-    headers: &'a Headers,
-) -> Result<Metadata<'a>, ErrorReply> {
-    let header = headers.get(&config.header_names.metadata);
-    Ok(Metadata::resolve(header, &config.default_metadata)?.at_gateway(&config.gateway_metadata))
 }
 
 /// A call to a complexity virtual model's classifier model, to make before deciding.

@@ -12,7 +12,9 @@
 //! `default_metadata`, and a client's header never sets either key, so a client cannot route
 //! as if it came through another region's gateway.
 
+use crate::core::config::Config;
 use crate::core::errors::ErrorReply;
+use crate::core::headers::Headers;
 use std::borrow::Cow;
 
 /// The keys only the gateway sets: its location.
@@ -77,6 +79,16 @@ impl<'c> Metadata<'c> {
             .iter()
             .all(|(k, v)| self.get(k) == Some(v.as_str()))
     }
+}
+
+/// The request's metadata: the metadata header's, under `default_metadata`, over the
+/// gateway's location.
+pub fn request_metadata<'a>(
+    config: &'a Config,
+    headers: &'a Headers,
+) -> Result<Metadata<'a>, ErrorReply> {
+    let header = headers.get(&config.header_names.metadata);
+    Ok(Metadata::resolve(header, &config.default_metadata)?.at_gateway(&config.gateway_metadata))
 }
 
 #[cfg(test)]

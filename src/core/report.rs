@@ -7,11 +7,11 @@
 //! allocated on the request path.
 
 use crate::core::config::{Config, ModelId};
-use crate::core::decision::request_metadata;
 use crate::core::endpoint::Endpoint;
 use crate::core::flight::{AttemptKind, Effect, Ending, Tokens};
 use crate::core::headers::Headers;
 use crate::core::health::sla::LatencySample;
+use crate::core::metadata::request_metadata;
 use crate::core::metrics::MetricTable;
 use crate::core::metrics::{PairMetric, Reason, StatusClass, VmMetric};
 use crate::core::outbound::Outbound;

@@ -14,7 +14,7 @@ use crate::core::config::{Config, ModelId, Named, Routing, VirtualModel, Visibil
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
 use crate::core::headers::Headers;
-use crate::core::metadata::Metadata;
+use crate::core::metadata::request_metadata;
 use crate::core::request::{raw_field, Edit};
 use crate::core::routing::RoutingState;
 use crate::core::routing::{Plan, Request};
@@ -238,11 +238,7 @@ pub fn stored_origin(
     if !is_plain_token(&origin.provider_id) {
         return Err(ErrorReply::response_id_invalid());
     }
-    let metadata = Metadata::resolve(
-        headers.get(&config.header_names.metadata),
-        &config.default_metadata,
-    )?
-    .at_gateway(&config.gateway_metadata);
+    let metadata = request_metadata(config, headers)?;
     let request = Request {
         endpoint: Endpoint::Responses,
         model: &origin.virtual_model,

@@ -22,9 +22,10 @@ use std::process::ExitCode;
 use switchboard::core::config::{
     Config, ModelId, Named, Routing, StickySource, TargetConfig, VirtualModel,
 };
-use switchboard::core::decision::{decide, request_metadata};
+use switchboard::core::decision::decide;
 use switchboard::core::endpoint::Endpoint;
 use switchboard::core::headers::Headers;
+use switchboard::core::metadata::request_metadata;
 use switchboard::core::outbound::Outbound;
 use switchboard::core::routing::{HealthInput, LocalState, Plan, Request, Skip};
 
