@@ -93,9 +93,17 @@ impl Context for Http {
 }
 
 impl Drop for Http {
+    /// A stream that was forwarded is in the runtime, with its timers and calls: those go with
+    /// it. Any other (most requests that are not Switchboard's) has nothing there to find.
     fn drop(&mut self) {
-        let removed = self.runtime.remove_stream(self.context_id);
-        if let Some(mut stream) = removed.map(|slot| slot.stream).or(self.stream.take()) {
+        let forwarded = match self.stream.take() {
+            Some(stream) => Some(stream),
+            None => self
+                .runtime
+                .remove_stream(self.context_id)
+                .map(|slot| slot.stream),
+        };
+        if let Some(mut stream) = forwarded {
             stream.on_destroyed();
         }
     }
