@@ -18,13 +18,9 @@ use crate::core::routing::RoutingState;
 /// What to do with a request whose headers just arrived.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Admission<'c> {
-    /// Not Switchboard's: let it through. `strip_cluster`: the client sent the cluster
-    /// header, which must go (never let a client pick the cluster through the route's
-    /// `cluster_header`).
-    Pass {
-        /// Remove the client's cluster header first.
-        strip_cluster: bool,
-    },
+    /// Not Switchboard's: let it through (the stream machine removed a client's cluster header
+    /// before admitting any request).
+    Pass,
     /// Answer `GET /v1/models` with this JSON: the names clients may call.
     ModelList(&'c str),
     /// Answer with this error (in Anthropic's shape when `endpoint` speaks it).
@@ -49,25 +45,18 @@ pub enum Admission<'c> {
 }
 
 impl Admission<'_> {
-    /// The client headers to remove, `[cluster header, trace token]`, from a request that goes
-    /// on now or after a check (pass-through, batch input): a client never picks the cluster
-    /// through the route's `cluster_header`, and the trace token never goes upstream. Only
-    /// those the client sent, so most requests make no host call for them.
-    pub fn client_headers_to_strip<'n>(
+    /// The trace token to remove from a request that goes on now or after a check
+    /// (pass-through, batch input): it never goes upstream. Only one the client sent, so most
+    /// requests make no host call for it. (A routed request's headers come from its outbound
+    /// request instead.)
+    pub fn trace_token_to_strip<'n>(
         &self,
         names: &'n HeaderNames,
         headers: &Headers,
-    ) -> [Option<&'n str>; 2] {
-        let cluster = match self {
-            Admission::Pass { strip_cluster } => *strip_cluster,
-            Admission::CheckBatch { .. } => headers.get(&names.cluster).is_some(),
-            _ => return [None, None],
-        };
-        let token = headers.get(&names.trace_token).is_some();
-        [
-            cluster.then_some(names.cluster.as_str()),
-            token.then_some(names.trace_token.as_str()),
-        ]
+    ) -> Option<&'n str> {
+        let goes_on = matches!(self, Admission::Pass | Admission::CheckBatch { .. });
+        let sent = headers.get(&names.trace_token).is_some();
+        (goes_on && sent).then_some(names.trace_token.as_str())
     }
 }
 
@@ -97,7 +86,6 @@ pub enum StoredPath {
 pub fn admit<'c>(config: &'c Config, headers: &Headers, end_of_stream: bool) -> Admission<'c> {
     let path = headers.get_str(":path").unwrap_or_default();
     let method = headers.get_str(":method").unwrap_or_default();
-    let strip_cluster = headers.get(&config.header_names.cluster).is_some();
     if method == "GET" && matches!(path.split('?').next(), Some("/v1/models" | "/models")) {
         return Admission::ModelList(&config.models_list_json);
     }
@@ -109,7 +97,7 @@ pub fn admit<'c>(config: &'c Config, headers: &Headers, end_of_stream: bool) -> 
         if let Some(index) = config.stored_responses_virtual_model {
             // Ids other than plain tokens are not routed, so the path cannot be bent.
             if !is_plain_token(id) {
-                return Admission::Pass { strip_cluster };
+                return Admission::Pass;
             }
             let id = id.to_string();
             return Admission::Stored(StoredPath::Raw { index, id, suffix });
@@ -127,7 +115,7 @@ pub fn admit<'c>(config: &'c Config, headers: &Headers, end_of_stream: bool) -> 
                 content_type: content_type.to_string(),
             };
         }
-        return Admission::Pass { strip_cluster };
+        return Admission::Pass;
     };
     let refuse = |error| Admission::Refuse {
         error,
@@ -247,7 +235,7 @@ mod tests {
         assert_eq!(a, Admission::ModelList(c.models_list_json.as_str()));
         assert!(matches!(
             admit(&c, &request("POST", "/v1/models", &[]), true),
-            Admission::Pass { .. }
+            Admission::Pass
         ));
     }
 
@@ -274,20 +262,16 @@ mod tests {
     }
 
     #[test]
-    fn other_requests_pass_without_a_client_chosen_cluster() {
+    fn other_requests_pass() {
         let c = config();
         let chosen = [("x-switchboard-cluster", "secret")];
         assert_eq!(
             admit(&c, &request("GET", "/v1/chat/completions", &chosen), true),
-            Admission::Pass {
-                strip_cluster: true
-            }
+            Admission::Pass
         );
         assert_eq!(
             admit(&c, &request("GET", "/healthz", &[]), true),
-            Admission::Pass {
-                strip_cluster: false
-            }
+            Admission::Pass
         );
         let files = request(
             "POST",
@@ -304,31 +288,25 @@ mod tests {
     }
 
     #[test]
-    fn only_requests_let_through_lose_the_cluster_header_and_trace_token_they_sent() {
+    fn only_requests_let_through_lose_the_trace_token_they_sent() {
         let c = config();
         let names = &c.header_names;
         let strip = |method, path, extra: &[(&str, &str)], end| {
             let h = request(method, path, extra);
-            admit(&c, &h, end).client_headers_to_strip(names, &h)
+            admit(&c, &h, end).trace_token_to_strip(names, &h)
         };
-        let both = [
-            ("x-switchboard-cluster", "secret"),
-            (names.trace_token.as_str(), "t"),
-        ];
-        let all = [
-            Some("x-switchboard-cluster"),
-            Some(names.trace_token.as_str()),
-        ];
-        assert_eq!(strip("GET", "/healthz", &both, true), all);
-        assert_eq!(strip("POST", "/v1/files", &both, false), all, "batch input");
-        assert_eq!(strip("GET", "/healthz", &[], true), [None, None]);
+        let token = [(names.trace_token.as_str(), "t")];
+        let stripped = Some(names.trace_token.as_str());
+        assert_eq!(strip("GET", "/healthz", &token, true), stripped);
         assert_eq!(
-            strip("POST", "/v1/files", &both[1..], false),
-            [None, Some(names.trace_token.as_str())]
+            strip("POST", "/v1/files", &token, false),
+            stripped,
+            "batch input"
         );
+        assert_eq!(strip("GET", "/healthz", &[], true), None);
         // Routed requests get their headers from the outbound request instead.
         let chat = "/v1/chat/completions";
-        assert_eq!(strip("POST", chat, &both, false), [None, None]);
+        assert_eq!(strip("POST", chat, &token, false), None);
     }
 
     #[test]

@@ -40,11 +40,11 @@ impl Stream {
             host.clear_route_cache();
         }
         let admission = admit(config, &headers, end_of_stream);
-        if let [_, Some(token)] = admission.client_headers_to_strip(names, &headers) {
+        if let Some(token) = admission.trace_token_to_strip(names, &headers) {
             host.remove_request_header(token);
         }
         match admission {
-            Admission::Pass { .. } => Verdict::Continue,
+            Admission::Pass => Verdict::Continue,
             Admission::ModelList(json) => {
                 let json_type = [("content-type", "application/json")];
                 host.reply(200, &json_type, json.as_bytes());

@@ -328,4 +328,22 @@ fn a_request_that_is_not_for_switchboard_passes_untouched() {
     assert_eq!(s.on_response_headers(&c, &mut h, true), Verdict::Continue);
     assert!(h.calls.is_empty());
     assert!(s.on_destroyed().is_none());
+    // A client's cluster header goes from a request let through too.
+    let mut s = Stream::new(fastrand::Rng::with_seed(1));
+    let headers = Headers::from_pairs([
+        (":method", "GET"),
+        (":path", "/healthz"),
+        ("x-switchboard-cluster", "admin"),
+    ]);
+    assert_eq!(
+        s.on_request_headers(&c, &mut h, headers, true),
+        Verdict::Continue
+    );
+    assert_eq!(
+        h.calls,
+        [
+            Call::Remove("x-switchboard-cluster".into()),
+            Call::ClearRoute
+        ]
+    );
 }
