@@ -39,15 +39,16 @@ pub struct Decision<'c> {
     pub caller: Option<Caller>,
 }
 
-impl Decision<'_> {
-    /// The flight of the request once its first attempt is written into it: how it starts,
-    /// and what it keeps for another attempt (the client's headers and body as sent).
+impl<'c> Decision<'c> {
+    /// The flight of the request: how it starts, and what it keeps for another attempt (the
+    /// client's headers and body as sent); with the first attempt's request and target, to
+    /// write into the request the router sends.
     pub fn into_flight(
         self,
         endpoint: Endpoint,
         headers: Headers,
         body: Vec<u8>,
-    ) -> (Start, Replay) {
+    ) -> ((Start, Replay), (Outbound<'c>, ModelId)) {
         let start = Start {
             caller: self.caller,
             ..Start::routed(endpoint, self.plan, self.stream, self.conversation)
@@ -59,7 +60,7 @@ impl Decision<'_> {
             layout: self.layout,
             stored_path: None,
         };
-        (start, replay)
+        ((start, replay), (self.outbound, self.target))
     }
 }
 

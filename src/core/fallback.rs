@@ -33,6 +33,34 @@ pub enum AttemptOutcome {
     Timeout,
     /// No answer within the virtual model's `fallback_timeout_ms`: the attempt is abandoned.
     FallbackTimeout,
+    /// A streamed answer that started well (a 2xx) failed: before its first content, a failed
+    /// attempt like a failed status; after it, the stream ends with an error event.
+    StreamFailed(StreamFault),
+}
+
+/// How a streamed answer failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamFault {
+    /// The upstream reset the stream (or it ended before the API's last event).
+    Reset,
+    /// No event for the virtual model's `stream_idle_timeout_ms`.
+    Idle,
+    /// A line that is not an event of the API.
+    Malformed,
+    /// The provider reported a failure as an event (`error`, `response.failed`).
+    ErrorEvent,
+}
+
+impl StreamFault {
+    /// The `reason` label of the `stream_failed` metric.
+    pub fn label(self) -> &'static str {
+        match self {
+            StreamFault::Reset => "reset",
+            StreamFault::Idle => "idle",
+            StreamFault::Malformed => "malformed",
+            StreamFault::ErrorEvent => "error_event",
+        }
+    }
 }
 
 impl AttemptOutcome {
@@ -43,7 +71,9 @@ impl AttemptOutcome {
     pub fn fails_fast(self) -> bool {
         match self {
             AttemptOutcome::Status(s) => (500..600).contains(&s) || s == 408 || s == 425,
-            AttemptOutcome::ConnectFailure | AttemptOutcome::Timeout => true,
+            AttemptOutcome::ConnectFailure
+            | AttemptOutcome::Timeout
+            | AttemptOutcome::StreamFailed(_) => true,
             // No fallback timeout applies on those endpoints ("Keeps waiting").
             AttemptOutcome::FallbackTimeout => false,
         }
@@ -57,7 +87,8 @@ impl AttemptOutcome {
             AttemptOutcome::Status(s) => (500..600).contains(&s),
             AttemptOutcome::ConnectFailure
             | AttemptOutcome::Timeout
-            | AttemptOutcome::FallbackTimeout => true,
+            | AttemptOutcome::FallbackTimeout
+            | AttemptOutcome::StreamFailed(_) => true,
         }
     }
 }
@@ -167,7 +198,10 @@ impl Attempts {
             AttemptOutcome::Status(s) => (p.retry_on.contains(s), p.fallback_on.contains(s)),
             // No answer at all: retried like an `on_status_codes` status when retries are
             // configured, and a reason to fall back.
-            AttemptOutcome::ConnectFailure | AttemptOutcome::Timeout => (p.retry_no_answer, true),
+            // A stream that failed before its content is retried and falls back the same way.
+            AttemptOutcome::ConnectFailure
+            | AttemptOutcome::Timeout
+            | AttemptOutcome::StreamFailed(_) => (p.retry_no_answer, true),
             // Abandoned for being slow: the next candidate, never the same target again.
             AttemptOutcome::FallbackTimeout => (false, true),
         };

@@ -19,7 +19,7 @@
 //! ids back ([`MetricTable::with_ids`]); a request then only looks an id up by index.
 
 use crate::core::config::{Config, ModelId, VirtualModel, Visibility};
-use crate::core::fallback::AttemptOutcome;
+use crate::core::fallback::{AttemptOutcome, StreamFault};
 use crate::core::health::record::Standing;
 use crate::core::routing::HealthInput;
 
@@ -57,6 +57,9 @@ pub enum PairMetric {
     TtftMs,
     /// Time per output token, microseconds.
     TpotUs,
+    /// Streamed answers of the target that failed after they started (before or after their
+    /// first content), by how.
+    StreamFailed(StreamFault),
 }
 
 /// Why an attempt failed, as the `reason` label says it.
@@ -68,11 +71,18 @@ pub enum Reason {
     ConnectFailure,
     /// No answer in time.
     Timeout,
+    /// A streamed answer failed before its first content.
+    StreamFailed,
 }
 
 impl Reason {
     /// Every reason, in table order.
-    pub const ALL: [Reason; 3] = [Reason::Status, Reason::ConnectFailure, Reason::Timeout];
+    pub const ALL: [Reason; 4] = [
+        Reason::Status,
+        Reason::ConnectFailure,
+        Reason::Timeout,
+        Reason::StreamFailed,
+    ];
 
     /// The label value (also the access log's `fallback_reason`).
     pub fn name(self) -> &'static str {
@@ -80,6 +90,7 @@ impl Reason {
             Reason::Status => "status",
             Reason::ConnectFailure => "connect_failure",
             Reason::Timeout => "timeout",
+            Reason::StreamFailed => "stream_failed",
         }
     }
 
@@ -89,6 +100,7 @@ impl Reason {
             AttemptOutcome::Status(_) => Reason::Status,
             AttemptOutcome::ConnectFailure => Reason::ConnectFailure,
             AttemptOutcome::Timeout | AttemptOutcome::FallbackTimeout => Reason::Timeout,
+            AttemptOutcome::StreamFailed(_) => Reason::StreamFailed,
         }
     }
 }
@@ -171,7 +183,7 @@ const fn labelled(metric: &'static str, label: (&'static str, &'static str), kin
 }
 
 /// The per-pair metrics in table order; [`pair_offset`] must agree with it.
-const PAIR: [Spec; 17] = [
+const PAIR: [Spec; 23] = [
     spec("requests", Kind::Counter),
     labelled("answers", ("class", "2xx"), Kind::Counter),
     labelled("answers", ("class", "3xx"), Kind::Counter),
@@ -180,15 +192,21 @@ const PAIR: [Spec; 17] = [
     labelled("retries", ("reason", "status"), Kind::Counter),
     labelled("retries", ("reason", "connect_failure"), Kind::Counter),
     labelled("retries", ("reason", "timeout"), Kind::Counter),
+    labelled("retries", ("reason", "stream_failed"), Kind::Counter),
     labelled("fallbacks", ("reason", "status"), Kind::Counter),
     labelled("fallbacks", ("reason", "connect_failure"), Kind::Counter),
     labelled("fallbacks", ("reason", "timeout"), Kind::Counter),
+    labelled("fallbacks", ("reason", "stream_failed"), Kind::Counter),
     spec("evictions", Kind::Counter),
     spec("prompt_tokens", Kind::Counter),
     spec("completion_tokens", Kind::Counter),
     spec("health", Kind::Gauge),
     spec("ttft_ms", Kind::Histogram),
     spec("tpot_us", Kind::Histogram),
+    labelled("stream_failed", ("reason", "reset"), Kind::Counter),
+    labelled("stream_failed", ("reason", "idle"), Kind::Counter),
+    labelled("stream_failed", ("reason", "malformed"), Kind::Counter),
+    labelled("stream_failed", ("reason", "error_event"), Kind::Counter),
 ];
 
 /// The per-virtual-model metrics in table order; [`vm_offset`] must agree with it.
@@ -205,13 +223,21 @@ fn pair_offset(m: PairMetric) -> usize {
         PairMetric::Requests => 0,
         PairMetric::Answers(c) => 1 + class(c),
         PairMetric::Retries(r) => 5 + reason(r),
-        PairMetric::Fallbacks(r) => 8 + reason(r),
-        PairMetric::Evictions => 11,
-        PairMetric::PromptTokens => 12,
-        PairMetric::CompletionTokens => 13,
-        PairMetric::Health => 14,
-        PairMetric::TtftMs => 15,
-        PairMetric::TpotUs => 16,
+        PairMetric::Fallbacks(r) => 9 + reason(r),
+        PairMetric::Evictions => 13,
+        PairMetric::PromptTokens => 14,
+        PairMetric::CompletionTokens => 15,
+        PairMetric::Health => 16,
+        PairMetric::TtftMs => 17,
+        PairMetric::TpotUs => 18,
+        PairMetric::StreamFailed(f) => {
+            19 + match f {
+                StreamFault::Reset => 0,
+                StreamFault::Idle => 1,
+                StreamFault::Malformed => 2,
+                StreamFault::ErrorEvent => 3,
+            }
+        }
     }
 }
 
@@ -668,8 +694,8 @@ mod tests {
         );
         assert_eq!(t.pair(Some(0), ModelId(9), PairMetric::Requests), None);
         assert_eq!(t.count(), defs.len());
-        // 1 version + 3 slots × 3 + 4 pairs × 17.
-        assert_eq!(defs.len(), 1 + 9 + 4 * 17);
+        // 1 version + 3 slots × 3 + 4 pairs × 23.
+        assert_eq!(defs.len(), 1 + 9 + 4 * 23);
         let names: std::collections::BTreeSet<_> = defs.iter().map(|(_, n)| n).collect();
         assert_eq!(names.len(), defs.len(), "every name is distinct");
     }

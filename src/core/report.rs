@@ -8,6 +8,7 @@
 
 use crate::core::config::{Config, ModelId};
 use crate::core::endpoint::Endpoint;
+use crate::core::fallback::AttemptOutcome;
 use crate::core::flight::{AttemptKind, Effect, Ending, Tokens};
 use crate::core::headers::Headers;
 use crate::core::health::sla::LatencySample;
@@ -240,6 +241,10 @@ impl Report {
                 if let Some(trace) = self.trace.as_mut() {
                     trace.attempt(*target, *outcome);
                 }
+                if let AttemptOutcome::StreamFailed(fault) = outcome {
+                    let m = PairMetric::StreamFailed(*fault);
+                    pair(table, vm, *target, m, Write::Add(1), s);
+                }
                 None
             }
             Effect::Samples {
@@ -254,7 +259,10 @@ impl Report {
             Effect::Deliver(_) | Effect::Reply(_) | Effect::Fail(_) => {
                 ending(effect).and_then(|e| self.ended(plugin, e, s))
             }
-            Effect::ArmTimer { .. } | Effect::Pin { .. } | Effect::ReplaceBody { .. } => None,
+            Effect::ArmTimer { .. }
+            | Effect::Pin { .. }
+            | Effect::ReplaceBody { .. }
+            | Effect::EndAnswer { .. } => None,
         }
     }
 

@@ -108,6 +108,10 @@ impl Trace {
                 AttemptOutcome::Timeout | AttemptOutcome::FallbackTimeout => {
                     out.push_str("timeout")
                 }
+                AttemptOutcome::StreamFailed(fault) => {
+                    out.push_str("stream_");
+                    out.push_str(fault.label());
+                }
             }
         }
         out

@@ -22,6 +22,7 @@ mod root;
 mod routing_config;
 mod settings;
 mod strategy;
+mod stream_rules;
 mod targets;
 mod trace_settings;
 mod upstream;
@@ -37,6 +38,7 @@ pub use strategy::{
     SessionIdentifier, StickyRouting, StickySource, Thresholds, Tier, WeightedTarget,
     DEFAULT_JWT_PAYLOAD,
 };
+pub use stream_rules::StreamRules;
 pub use trace_settings::TraceSettings;
 pub use upstream::Upstream;
 pub use version::ConfigVersion;

@@ -16,6 +16,7 @@ use super::strategy::{
     Classifier, ComplexityTarget, ConditionalTarget, HashKey, PriorityTarget, Routing,
     StickyRouting, Thresholds, Tier, WeightedTarget,
 };
+use super::stream_rules::compile_stream_rules;
 use super::targets::{compile_targets, Catalog};
 use super::virtual_model::{TargetConfig, TargetPolicy, VirtualModel};
 use crate::core::endpoint::{ModelType, ModelTypes};
@@ -42,6 +43,7 @@ pub(super) fn compile_virtual_model(
     let sticky = compile_sticky_rule(&mut rc, &routing)?;
     rc.finish(&[])?;
     let failures = compile_failure_rules(&mut f)?;
+    let streams = compile_stream_rules(&mut f)?;
     f.finish(&[])?;
     let has_sla = targets.iter().any(|t| t.policy.sla.is_some());
     let has_metadata_match = targets.iter().any(|t| !t.metadata_match.is_empty());
@@ -54,6 +56,7 @@ pub(super) fn compile_virtual_model(
         max_targets: failures.max_targets,
         timeout_rules: failures.timeout_rules,
         fail_fast: failures.fail_fast,
+        streams,
         has_sla,
         has_metadata_match,
         sticky,

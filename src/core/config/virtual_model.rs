@@ -110,6 +110,8 @@ pub struct VirtualModel {
     /// reached fails the request instead of moving on, and no fallback timeout applies (Zuplo
     /// model load balancing, "Failures and retries": Responses and Messages). Default: none.
     pub fail_fast: Apis,
+    /// `stream_commit` and `stream_idle_timeout_ms`: how streamed answers are held and watched.
+    pub streams: super::StreamRules,
     /// Whether any target has an SLA cutoff (so routing needs latency samples).
     pub has_sla: bool,
     /// Whether any target has a `metadata_match` (so targets are filtered first).

@@ -38,6 +38,10 @@ impl Machine {
         if rewrite {
             self.rewriter = Some(AnswerRewriter::new());
         }
+        // A streamed fallback that answers keeps the session where it worked, as a call-out's.
+        if self.streamed && (200..300).contains(&status) {
+            self.pin_session(config, out);
+        }
         let ending = self.end(answered_by, status, gave_up);
         out.push(Effect::Deliver(Delivery {
             ending,
@@ -96,35 +100,25 @@ impl Machine {
         })
     }
 
-    /// Rewrites the ids in a chunk of the delivered answer.
-    pub(super) fn rewrite_chunk<'c>(
+    /// A chunk of the delivered answer with its ids rewritten, if that changed it.
+    pub(super) fn rewrite_chunk(
         &mut self,
-        config: &'c Config,
+        config: &Config,
         chunk: &[u8],
         end: bool,
-        out: &mut Effects<'c>,
-    ) {
-        let Some(mut rewriter) = self.rewriter.take() else {
-            return;
-        };
+    ) -> Option<Vec<u8>> {
+        let mut rewriter = self.rewriter.take()?;
         let answered_by = self.ending.and_then(|e| e.target);
-        let Some(mut minter) = answered_by.and_then(|t| self.minter(config, t)) else {
-            return;
-        };
+        let mut minter = answered_by.and_then(|t| self.minter(config, t))?;
         let mut with = Vec::with_capacity(chunk.len() + 128);
         rewriter.feed(chunk, &mut minter, &mut with);
         if end {
             rewriter.finish(&mut with);
         }
-        if with != chunk {
-            out.push(Effect::ReplaceBody {
-                len: chunk.len(),
-                with,
-            });
-        }
         if !end {
             self.rewriter = Some(rewriter);
         }
+        (with != chunk).then_some(with)
     }
 
     /// The TTFT and TPOT samples and the token usage of a successful answer by `target`,
@@ -158,7 +152,7 @@ impl Machine {
         let (Some(session), Some(target)) = (self.sticky, self.attempts.current()) else {
             return;
         };
-        if Some(target) == self.routed_target {
+        if Some(target) == self.first_target {
             return;
         }
         let vm = self

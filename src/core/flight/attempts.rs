@@ -51,6 +51,10 @@ impl Machine {
             return;
         }
         self.record(config, target, outcome, || None, out);
+        // A good streamed answer still held for its first event is abandoned with it.
+        if self.commit.take().is_some() {
+            self.holding = true;
+        }
         self.next_attempt(config, step, outcome, now_ms, out);
     }
 
@@ -141,8 +145,12 @@ impl Machine {
         loop {
             self.last_switch = Some(kind);
             if let Some(call) = self.call(config, target) {
-                self.state = State::Calling(call.id);
                 self.started_ms = now_ms;
+                if self.streamed {
+                    self.stream_started(target, call.id, now_ms);
+                } else {
+                    self.state = State::Calling(call.id);
+                }
                 out.push(Effect::Attempt(Attempt {
                     target,
                     number: self.attempts.total(),

@@ -291,6 +291,14 @@ pub enum Effect<'c> {
     Reply(Box<Reply<'c>>),
     /// Answer with an error Switchboard makes.
     Fail(Box<Failure<'c>>),
+    /// End the client's streamed answer now, after what it already got and then `tail` (the
+    /// honest end of a stream that failed), and stop the attempt in flight. A host that
+    /// cannot end it early (the router's answer on proxy-wasm, where `tail` is always empty:
+    /// it went in with [`Effect::ReplaceBody`]) lets it run; the machine swallows the rest.
+    EndAnswer {
+        /// Bytes to send before the end.
+        tail: Vec<u8>,
+    },
     /// Replace the `len` bytes of the body in hand (every byte held so far) with `with`.
     ReplaceBody {
         /// Bytes replaced (all of them).

@@ -8,6 +8,7 @@ use crate::core::headers::Headers;
 use crate::core::request::Layout;
 use crate::core::routing::sticky::Session;
 use crate::core::routing::Plan;
+use crate::core::sse::Dialect;
 
 /// Facts about the answer in hand that may cost the host a call to read: the machine asks
 /// only when a rule needs one (a plain 2xx answer needs none).
@@ -47,6 +48,12 @@ pub struct Start {
     pub conversation: bool,
     /// The caller its minted ids are bound to (`response_id_binding: "caller"`).
     pub caller: Option<Caller>,
+    /// How its streamed answer's events read, when it streams on an API whose events are
+    /// watched (the commit point and the honest end).
+    pub dialect: Option<Dialect>,
+    /// Every attempt, the first included, is a streamed call-out the host forwards itself
+    /// ([`crate::core::stream::Host::streams_attempts`]), rather than the router's.
+    pub streams_attempts: bool,
 }
 
 impl Start {
@@ -62,6 +69,8 @@ impl Start {
             anthropic_errors: endpoint.speaks_anthropic(),
             conversation,
             caller: None,
+            dialect: if stream { Dialect::of(endpoint) } else { None },
+            streams_attempts: false,
         }
     }
 
@@ -79,6 +88,8 @@ impl Start {
             anthropic_errors: false,
             conversation: minted,
             caller: None,
+            dialect: None,
+            streams_attempts: false,
         }
     }
 }

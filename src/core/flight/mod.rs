@@ -47,6 +47,7 @@
 
 mod answers;
 mod attempts;
+mod commit;
 mod effects;
 mod inputs;
 mod outcome;
@@ -62,11 +63,12 @@ pub use outcome::{call_outcome, health_outcome, hint_ms, router_outcome};
 pub use records::apply_health;
 
 use crate::core::config::{
-    Config, HeaderNames, ModelId, TargetPolicy, TimeoutRules, DIRECT_POLICY,
+    Config, HeaderNames, ModelId, StreamRules, TargetPolicy, TimeoutRules, DIRECT_POLICY,
 };
 use crate::core::fallback::{AttemptOutcome, Attempts, Step};
 use crate::core::responses::rewrite::AnswerRewriter;
 use crate::core::routing::sticky::Session;
+use crate::core::sse::{Dialect, Watcher};
 use crate::core::usage::UsageScanner;
 
 #[derive(Debug, Clone, Copy)]
@@ -143,6 +145,26 @@ pub struct Machine {
     conversation: bool,
     ending: Option<Ending>,
     last_switch: Option<AttemptKind>,
+    /// The target of the request's first attempt (a fallback that answers is pinned).
+    first_target: Option<ModelId>,
+    /// Every attempt is a streamed call-out whose answer comes as answer events.
+    streamed: bool,
+    /// The streamed call-out whose answer is awaited.
+    stream_call: CallId,
+    /// How the streamed answer's events read (a streaming request on a watched API).
+    dialect: Option<Dialect>,
+    /// `stream_commit` and `stream_idle_timeout_ms`.
+    stream_rules: StreamRules,
+    /// A 2xx streamed answer held until its first content event.
+    commit: Option<Box<commit::Commit>>,
+    /// The delivered stream's events, watched for a failure after the commit point.
+    watch: Option<Box<Watcher>>,
+    /// The delivered stream failed and was ended: anything after is dropped.
+    ended: bool,
+    /// When the streamed answer last sent anything, for `stream_idle_timeout_ms`.
+    idle_from_ms: u64,
+    /// The idle timer's token (its own series: [`commit::IDLE`] set).
+    idle_seq: u64,
 }
 
 /// The policy of `model` as a target of virtual model `vm` (a catalog model called directly
@@ -170,9 +192,10 @@ impl Machine {
         // model fails the request, and a slow one is waited for ("Keeps waiting").
         let fail_fast = vm.is_some_and(|vm| vm.fail_fast.contains(replay.endpoint.api()));
         let attempts = Attempts::new(start.candidates, start.pinned).with_fail_fast(fail_fast);
-        let replay = attempts
-            .may_try_again(|m| policy(config, vm_index, m))
-            .then_some(replay);
+        let may_try_again = attempts.may_try_again(|m| policy(config, vm_index, m));
+        // A streamed first attempt is a call-out too: it needs the request.
+        let streamed = start.streams_attempts;
+        let replay = (may_try_again || streamed).then_some(replay);
         let mut m = Machine {
             virtual_model: vm_index,
             routed_target: attempts.current(),
@@ -180,7 +203,7 @@ impl Machine {
             routed_ms: now_ms,
             fallback_timeout_ms: vm
                 .and_then(|vm| vm.fallback_timeout_ms)
-                .filter(|_| replay.is_some() && !fail_fast),
+                .filter(|_| may_try_again && !fail_fast),
             timeout_rules: vm.map(|vm| vm.timeout_rules).unwrap_or_default(),
             replay,
             state: State::Routed,
@@ -201,7 +224,24 @@ impl Machine {
             conversation: start.conversation,
             ending: None,
             last_switch: None,
+            first_target: None,
+            streamed,
+            stream_call: 0,
+            dialect: start.dialect,
+            stream_rules: vm.map(|vm| vm.streams).unwrap_or_default(),
+            commit: None,
+            watch: None,
+            ended: false,
+            idle_from_ms: now_ms,
+            idle_seq: 0,
         };
+        m.first_target = m.routed_target;
+        if streamed {
+            if let Some(target) = m.routed_target {
+                m.dispatch(config, target, AttemptKind::First, now_ms, out);
+            }
+            return m;
+        }
         if let Some(target) = m.routed_target {
             out.push(Effect::Attempt(Attempt {
                 target,
@@ -226,6 +266,20 @@ impl Machine {
         }
     }
 
+    /// Whether `call` is the call-out whose answer the machine waits for.
+    pub fn is_current_call(&self, call: CallId) -> bool {
+        match self.state {
+            State::Calling(c) => c == call,
+            State::Routed | State::Delivering => self.streamed && self.stream_call == call,
+            State::Waiting(_) | State::Done => false,
+        }
+    }
+
+    /// Whether every attempt is a streamed call-out the host forwards itself.
+    pub fn streams_attempts(&self) -> bool {
+        self.streamed
+    }
+
     /// Whether another attempt could still follow (the client's request is kept for it).
     pub fn may_try_again(&self) -> bool {
         self.replay.is_some()
@@ -243,6 +297,11 @@ impl Machine {
             // The time covers the whole answer: held, and still timed, until its end.
             State::Routed if self.holds_whole(status, facts) => {
                 self.buffering = Some(status);
+                return Flow::Hold;
+            }
+            // A good streamed answer waits for its first content event (the commit point).
+            State::Routed if self.holds_until_content(status, facts) => {
+                self.hold_until_content(status, facts, out);
                 return Flow::Hold;
             }
             State::Routed => {}
@@ -298,31 +357,87 @@ impl Machine {
         } else if self.holding || self.buffering.is_some() {
             return Flow::Hold;
         }
-        if self.measure.is_none() && self.rewriter.is_none() {
+        if self.streamed {
+            self.idle_from_ms = facts.now_ms();
+        }
+        if self.commit.is_some() {
+            return self.on_uncommitted_body(config, end, facts, out);
+        }
+        if self.ended {
+            // The stream was ended for a failure: nothing after its end event goes on.
+            let len = facts.chunk().len();
+            if len > 0 {
+                out.push(Effect::ReplaceBody {
+                    len,
+                    with: Vec::new(),
+                });
+            }
+            return Flow::Continue;
+        }
+        if self.measure.is_none() && self.rewriter.is_none() && self.watch.is_none() {
             return Flow::Continue;
         }
         let chunk = facts.chunk();
+        self.deliver_chunk(config, &chunk, 0, end, facts, out);
+        Flow::Continue
+    }
+
+    /// Passes on a chunk of the delivered answer, from `from` not yet watched: watched for a
+    /// failure (which cuts it and ends the stream), timed, its usage read and its ids
+    /// rewritten.
+    fn deliver_chunk<'c>(
+        &mut self,
+        config: &'c Config,
+        chunk: &[u8],
+        from: usize,
+        end: bool,
+        facts: &mut dyn AnswerFacts,
+        out: &mut Effects<'c>,
+    ) {
+        let cut = self.watch_chunk(config, chunk, from, end, out);
+        let keep = cut.as_ref().map_or(chunk.len(), |c| c.keep);
+        let kept = chunk.get(..keep).unwrap_or(chunk);
         if let Some(mut m) = self.measure.take() {
             let now = facts.now_ms();
-            m.usage.feed(&chunk);
+            m.usage.feed(kept);
             // Time to the first token, not to a role-only first chunk.
             if m.usage.has_content() {
                 m.first_token_ms.get_or_insert(now);
             }
-            if end {
+            if end && cut.is_none() {
                 let times = (m.started_ms, m.first_token_ms, now);
                 self.add_samples(m.target, times, &m.usage, out);
-            } else {
+            } else if cut.is_none() {
                 self.measure = Some(m);
             }
         }
-        self.rewrite_chunk(config, &chunk, end, out);
-        Flow::Continue
+        let rewritten = self.rewrite_chunk(config, kept, end || cut.is_some());
+        match (cut, rewritten) {
+            (None, None) => {}
+            (None, Some(with)) => out.push(Effect::ReplaceBody {
+                len: chunk.len(),
+                with,
+            }),
+            (Some(cut), rewritten) => {
+                let mut with = rewritten.unwrap_or_else(|| kept.to_vec());
+                with.extend_from_slice(&cut.tail);
+                out.push(Effect::ReplaceBody {
+                    len: chunk.len(),
+                    with,
+                });
+                out.push(Effect::EndAnswer { tail: Vec::new() });
+            }
+        }
     }
 
     /// Trailers of the router's answer: a held failed answer stays held; an answer held
     /// whole ends here (its body is no longer in hand: its ids and usage are not read).
     pub fn on_answer_trailers<'c>(&mut self, config: &'c Config, out: &mut Effects<'c>) -> Flow {
+        if self.commit.is_some() {
+            // It ended with no content event: it goes on as it is.
+            self.commit_held(config, out);
+            return Flow::Continue;
+        }
         if let Some(status) = self.buffering.take() {
             if self.whole_answer_ended(config, status, out) {
                 return Flow::Continue;
@@ -344,6 +459,9 @@ impl Machine {
         now_ms: u64,
         out: &mut Effects<'c>,
     ) {
+        if token & commit::IDLE != 0 {
+            return self.on_idle_timer(config, token, now_ms, out);
+        }
         if token != self.seq {
             return;
         }
@@ -360,7 +478,7 @@ impl Machine {
 
     /// The call-out of the [`Effect::Attempt`] `call` left.
     pub fn on_dispatched<'c>(&mut self, call: CallId, out: &mut Effects<'c>) {
-        if matches!(self.state, State::Calling(c) if c == call) {
+        if self.is_current_call(call) {
             // `fallback_timeout_ms` covers every attempt (TrueFoundry virtual models,
             // "Retries and fallbacks"; Zuplo model load balancing, "Failures and retries"). A call's answer
             // arrives whole, so here it bounds the whole answer.
@@ -377,7 +495,7 @@ impl Machine {
         now_ms: u64,
         out: &mut Effects<'c>,
     ) {
-        if !matches!(self.state, State::Calling(c) if c == call) {
+        if !self.is_current_call(call) {
             return;
         }
         if let Some(target) = self.attempts.current() {

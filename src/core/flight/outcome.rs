@@ -72,7 +72,8 @@ pub fn health_outcome(
         AttemptOutcome::Status(_) => None,
         AttemptOutcome::ConnectFailure
         | AttemptOutcome::Timeout
-        | AttemptOutcome::FallbackTimeout => Some(Outcome::Failure { hint_ms: None }),
+        | AttemptOutcome::FallbackTimeout
+        | AttemptOutcome::StreamFailed(_) => Some(Outcome::Failure { hint_ms: None }),
     }
 }
 

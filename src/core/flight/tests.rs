@@ -78,6 +78,8 @@ fn start_timed(
         anthropic_errors: false,
         conversation: false,
         caller: None,
+        dialect: None,
+        streams_attempts: false,
     };
     edit(&mut start);
     let replay = Replay {

@@ -104,6 +104,14 @@ impl Flight {
         verdict(flow)
     }
 
+    /// Whether `id` is the streamed call-out whose answer the machine waits for (a stream
+    /// abandoned for the next attempt is not).
+    fn is_current_stream(&self, id: u64) -> bool {
+        self.calls
+            .iter()
+            .any(|(host_id, call)| *host_id == id && self.machine.is_current_call(*call))
+    }
+
     /// A call-out of this flight finished; false if `id` is none of its.
     fn on_call_done(
         &mut self,
@@ -217,6 +225,7 @@ impl Flight {
                 );
             }
             Effect::ReplaceBody { with, .. } => host.replace_answer_body(&with),
+            Effect::EndAnswer { tail } => host.end_answer(&tail),
         }
     }
 
@@ -235,10 +244,17 @@ impl Flight {
             return;
         };
         report::log_attempt(config, attempt.target, attempt.number, &call.outbound);
+        let streamed = self.machine.streams_attempts();
         let sent = self
             .machine
             .call_request(&call, &config.header_names)
-            .and_then(|request| host.dispatch(&request));
+            .and_then(|request| {
+                if streamed {
+                    host.start_stream(&request)
+                } else {
+                    host.dispatch(&request)
+                }
+            });
         let mut more = Effects::new();
         match sent {
             Some(id) => {
@@ -295,6 +311,74 @@ impl Stream {
         flight.answer_event(plugin, host, true, |m, config, _, out| {
             m.on_answer_trailers(config, out)
         })
+    }
+
+    /// The answer headers of the streamed call-out `id` arrived (`end`: with no body); the
+    /// host's answer accessors read that answer. [`Verdict::Continue`]: send what the host
+    /// holds of it to the client.
+    pub fn on_stream_headers(
+        &mut self,
+        plugin: &Plugin,
+        host: &mut impl Host,
+        id: u64,
+        end: bool,
+    ) -> Verdict {
+        match &mut self.phase {
+            Phase::Forwarded(flight) if flight.is_current_stream(id) => {
+                let status = host.answer_status();
+                flight.answer_event(plugin, host, end, |m, config, facts, out| {
+                    m.on_answer_headers(config, status, facts, out)
+                })
+            }
+            _ => Verdict::Stop,
+        }
+    }
+
+    /// A chunk of the streamed call-out `id`'s answer (`end`: the last).
+    pub fn on_stream_body(
+        &mut self,
+        plugin: &Plugin,
+        host: &mut impl Host,
+        id: u64,
+        end: bool,
+    ) -> Verdict {
+        match &mut self.phase {
+            Phase::Forwarded(flight) if flight.is_current_stream(id) => {
+                flight.answer_event(plugin, host, end, |m, config, facts, out| {
+                    m.on_answer_body(config, end, facts, out)
+                })
+            }
+            _ => Verdict::Stop,
+        }
+    }
+
+    /// The streamed call-out `id`'s answer ended with trailers.
+    pub fn on_stream_trailers(
+        &mut self,
+        plugin: &Plugin,
+        host: &mut impl Host,
+        id: u64,
+    ) -> Verdict {
+        match &mut self.phase {
+            Phase::Forwarded(flight) if flight.is_current_stream(id) => {
+                flight.answer_event(plugin, host, true, |m, config, _, out| {
+                    m.on_answer_trailers(config, out)
+                })
+            }
+            _ => Verdict::Stop,
+        }
+    }
+
+    /// The streamed call-out `id` was reset (or failed to connect) before its end.
+    pub fn on_stream_reset(&mut self, plugin: &Plugin, host: &mut impl Host, id: u64) {
+        if let Phase::Forwarded(flight) = &mut self.phase {
+            if flight.is_current_stream(id) {
+                flight.answer_event(plugin, host, true, |m, config, facts, out| {
+                    m.on_answer_reset(config, facts, out);
+                    Flow::Continue
+                });
+            }
+        }
     }
 
     /// A call-out this stream made finished: `answer` is `None` when it got none (reset,

@@ -59,6 +59,21 @@ pub trait Host {
 
     /// Makes a call-out; the host's id of it, reported back with its answer.
     fn dispatch(&mut self, call: &CallRequest<'_>) -> Option<u64>;
+    /// Whether this host can make an attempt a streamed call-out whose answer it forwards to
+    /// the client itself as it arrives (the native module; proxy-wasm's call-outs answer
+    /// whole). Asked once, for a request that streams.
+    fn streams_attempts(&mut self) -> bool {
+        false
+    }
+    /// Starts a streamed call-out with its whole request; the host's id of it. Its answer
+    /// comes back through [`super::Stream::on_stream_headers`] and the events after it, during
+    /// which the answer accessors below read and edit that answer as held so far; after a
+    /// [`Verdict::Continue`] the host sends what it holds on to the client. One at a time: a
+    /// new one resets the one before (an abandoned attempt).
+    fn start_stream(&mut self, call: &CallRequest<'_>) -> Option<u64> {
+        let _ = call;
+        None
+    }
     /// Wakes the stream with `token` at or after `due_ms`.
     fn arm_timer(&mut self, due_ms: u64, token: u64);
     /// Writes a metric by its host id.
@@ -90,4 +105,9 @@ pub trait Host {
     fn remove_response_header(&mut self, name: &str);
     /// Replaces the answer's bytes in hand (every byte [`Host::answer_body`] read) with `with`.
     fn replace_answer_body(&mut self, with: &[u8]);
+    /// Ends the client's answer now, after what it got and `tail`, and resets the streamed
+    /// call-out in flight. A host that cannot end it early does nothing.
+    fn end_answer(&mut self, tail: &[u8]) {
+        let _ = tail;
+    }
 }

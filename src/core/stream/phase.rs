@@ -250,12 +250,20 @@ impl Stream {
         now: u64,
     ) -> Verdict {
         let config = &plugin.config;
-        if let Err(reply) = write_attempt(host, &decision.outbound, &body, &headers, plugin) {
+        let ((mut start, replay), (outbound, first_target)) =
+            decision.into_flight(endpoint, headers, body);
+        if start.dialect.is_some() && host.streams_attempts() {
+            // Every attempt is a streamed call-out the host forwards itself: the request
+            // stays here, and its first attempt is made by the flight like any other.
+            start.streams_attempts = true;
+            self.start_flight(plugin, host, (start, replay), now);
+            return Verdict::Stop;
+        }
+        if let Err(reply) = write_attempt(host, &outbound, &replay.body, &replay.headers, plugin) {
             return self.reply(host, &reply);
         }
-        report::log_attempt(config, decision.target, 1, &decision.outbound);
-        let request = decision.into_flight(endpoint, headers, body);
-        self.start_flight(plugin, host, request, now)
+        report::log_attempt(config, first_target, 1, &outbound);
+        self.start_flight(plugin, host, (start, replay), now)
     }
 
     /// Hands the request to its flight.

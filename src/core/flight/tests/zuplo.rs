@@ -40,6 +40,8 @@ fn begin_over<'c>(
         anthropic_errors: endpoint.speaks_anthropic(),
         conversation: false,
         caller: None,
+        dialect: None,
+        streams_attempts: false,
     };
     let replay = Replay {
         endpoint,

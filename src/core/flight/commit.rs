@@ -1,0 +1,395 @@
+//! A streamed answer's commit point and its honest end.
+//!
+//! A good (2xx) answer to a request that streams is held, its status and headers included,
+//! until its first content event (a text or tool-call delta, an output item), or until the
+//! virtual model's `stream_commit` bound. Before that, a failure the provider reports in the
+//! stream (an `error` event, a `response.failed`, a line that is not an event, a reset, no
+//! event for `stream_idle_timeout_ms`) is a failed attempt: it counts against the target and
+//! falls back or retries like a failed status. After it the request never changes target: a
+//! failure ends the stream with an error event in the client's API shape (a provider's own
+//! error event already is one), counts against the target and in `stream_failed`.
+
+use super::*;
+use crate::core::fallback::StreamFault;
+use crate::core::sse::{terminal_event, Event};
+
+/// The idle timer's tokens carry this bit, apart from the fallback timer's.
+pub(super) const IDLE: u64 = 1 << 63;
+
+/// A streamed answer held until its first content event.
+#[derive(Debug, Clone)]
+pub(super) struct Commit {
+    watcher: Watcher,
+    status: u16,
+    /// Bytes of the held body already watched.
+    fed: usize,
+}
+
+/// Where a failed stream's chunk is cut, and what follows the cut.
+pub(super) struct Cut {
+    /// Bytes of the chunk kept.
+    pub keep: usize,
+    /// The error event to send after them (none when the provider's own is kept).
+    pub tail: Vec<u8>,
+}
+
+impl Machine {
+    /// Whether the router's (or a streamed call-out's) `status` answer waits for its first
+    /// content event.
+    pub(super) fn holds_until_content(&self, status: u16, facts: &mut dyn AnswerFacts) -> bool {
+        self.dialect.is_some() && (200..300).contains(&status) && !facts.ends_with_headers()
+    }
+
+    /// Holds the answer: the fallback timeout still runs (it bounds the time to the first
+    /// event, never the whole stream), and a streamed call-out's idle timer starts.
+    pub(super) fn hold_until_content<'c>(
+        &mut self,
+        status: u16,
+        facts: &mut dyn AnswerFacts,
+        out: &mut Effects<'c>,
+    ) {
+        let Some(dialect) = self.dialect else {
+            return;
+        };
+        self.commit = Some(Box::new(Commit {
+            watcher: Watcher::new(dialect),
+            status,
+            fed: 0,
+        }));
+        if self.streamed {
+            self.idle_from_ms = facts.now_ms();
+            self.arm_idle(out);
+        }
+    }
+
+    /// A streamed call-out attempt at `target` starts: its answer comes as answer events.
+    pub(super) fn stream_started(&mut self, target: ModelId, call: CallId, now_ms: u64) {
+        self.state = State::Routed;
+        self.stream_call = call;
+        self.routed_target = Some(target);
+        self.routed_ms = now_ms;
+        self.holding = false;
+        self.commit = None;
+    }
+
+    /// A chunk of the held answer: committed at its first content event (or its bound, or
+    /// its end), failed at an error before it, else still held.
+    pub(super) fn on_uncommitted_body<'c>(
+        &mut self,
+        config: &'c Config,
+        end: bool,
+        facts: &mut dyn AnswerFacts,
+        out: &mut Effects<'c>,
+    ) -> Flow {
+        let chunk = facts.chunk();
+        let Some(commit) = self.commit.as_mut() else {
+            return Flow::Continue;
+        };
+        let mut at = commit.fed.min(chunk.len());
+        while let Some((event, next)) = commit.watcher.next(&chunk, at) {
+            match event {
+                Event::Content | Event::Final => {
+                    return self.commit_now(config, &chunk, at, end, facts, out)
+                }
+                Event::Error(_) => {
+                    let cut = Cut {
+                        keep: next,
+                        tail: Vec::new(),
+                    };
+                    return self.fail_before_commit(
+                        config,
+                        StreamFault::ErrorEvent,
+                        Some((&chunk, cut)),
+                        facts,
+                        out,
+                    );
+                }
+                Event::Malformed => {
+                    let tail = self.terminal(config, StreamFault::Malformed);
+                    let cut = Cut { keep: at, tail };
+                    return self.fail_before_commit(
+                        config,
+                        StreamFault::Malformed,
+                        Some((&chunk, cut)),
+                        facts,
+                        out,
+                    );
+                }
+                Event::Other => at = next,
+            }
+        }
+        commit.fed = chunk.len();
+        let rules = self.stream_rules;
+        let bound = commit.watcher.bytes() >= u64::from(rules.commit_max_bytes)
+            || commit.watcher.events() >= rules.commit_max_events;
+        if bound || end {
+            return self.commit_now(config, &chunk, chunk.len(), end, facts, out);
+        }
+        Flow::Hold
+    }
+
+    /// The held answer goes to the client: its attempt succeeded; what follows `from` in the
+    /// chunk in hand is watched from now on.
+    fn commit_now<'c>(
+        &mut self,
+        config: &'c Config,
+        chunk: &[u8],
+        from: usize,
+        end: bool,
+        facts: &mut dyn AnswerFacts,
+        out: &mut Effects<'c>,
+    ) -> Flow {
+        let Some(commit) = self.commit_held(config, out) else {
+            return Flow::Continue;
+        };
+        self.watch = Some(Box::new(commit.watcher));
+        self.deliver_chunk(config, chunk, from, end, facts, out);
+        Flow::Continue
+    }
+
+    /// Commits the held answer with no chunk in hand; its watch, if it is to go on.
+    pub(super) fn commit_held<'c>(
+        &mut self,
+        config: &'c Config,
+        out: &mut Effects<'c>,
+    ) -> Option<Commit> {
+        let commit = *self.commit.take()?;
+        self.seq += 1; // the answer started: the fallback timeout no longer applies
+        let routed = self.routed_target;
+        let outcome = AttemptOutcome::Status(commit.status);
+        self.record(config, routed, outcome, || None, out);
+        self.deliver(config, routed, commit.status, false, out);
+        Some(commit)
+    }
+
+    /// The held answer failed before its first content: the next attempt, or, with none
+    /// left, the client gets it as it is up to the failure and an honest end (`held`: the
+    /// chunk in hand and where it is cut; none after a reset or an idle stream, when the
+    /// client gets Switchboard's error instead).
+    fn fail_before_commit<'c>(
+        &mut self,
+        config: &'c Config,
+        fault: StreamFault,
+        held: Option<(&[u8], Cut)>,
+        facts: &mut dyn AnswerFacts,
+        out: &mut Effects<'c>,
+    ) -> Flow {
+        let Some(commit) = self.commit.take() else {
+            return Flow::Continue;
+        };
+        let routed = self.routed_target;
+        let outcome = AttemptOutcome::StreamFailed(fault);
+        self.record(config, routed, outcome, || None, out);
+        let step = self.step(config, outcome);
+        if self.ends_conversation(step, outcome) {
+            self.holding = true;
+            self.reply_unavailable(config, out);
+            return Flow::Hold;
+        }
+        match (step, held) {
+            (Step::Retry { .. } | Step::Fallback { .. }, _) => {
+                self.holding = true;
+                self.next_attempt(config, step, outcome, facts.now_ms(), out);
+                Flow::Hold
+            }
+            (_, Some((chunk, cut))) => {
+                self.seq += 1;
+                self.deliver(config, routed, commit.status, true, out);
+                self.ended = true;
+                self.measure = None;
+                let keep = cut.keep.min(chunk.len());
+                let kept = chunk.get(..keep).unwrap_or(chunk);
+                let mut with = self
+                    .rewrite_chunk(config, kept, true)
+                    .unwrap_or_else(|| kept.to_vec());
+                with.extend_from_slice(&cut.tail);
+                out.push(Effect::ReplaceBody {
+                    len: chunk.len(),
+                    with,
+                });
+                out.push(Effect::EndAnswer { tail: Vec::new() });
+                Flow::Continue
+            }
+            (_, None) => {
+                self.reply_unavailable(config, out);
+                Flow::Hold
+            }
+        }
+    }
+
+    /// Watches a delivered chunk from `from`: where to cut it if the stream failed in it (an
+    /// error event is kept, a malformed line is not) or ended without the API's last event.
+    pub(super) fn watch_chunk<'c>(
+        &mut self,
+        config: &'c Config,
+        chunk: &[u8],
+        from: usize,
+        end: bool,
+        out: &mut Effects<'c>,
+    ) -> Option<Cut> {
+        let watcher = self.watch.as_mut()?;
+        let mut at = from.min(chunk.len());
+        let mut failed = None;
+        while let Some((event, next)) = watcher.next(chunk, at) {
+            match event {
+                Event::Error(_) => {
+                    failed = Some((StreamFault::ErrorEvent, next));
+                    break;
+                }
+                Event::Malformed => {
+                    failed = Some((StreamFault::Malformed, at));
+                    break;
+                }
+                Event::Content | Event::Final | Event::Other => at = next,
+            }
+        }
+        if failed.is_none() && end {
+            failed = match watcher.finish() {
+                Some(Event::Error(_)) => Some((StreamFault::ErrorEvent, chunk.len())),
+                Some(Event::Malformed) => Some((StreamFault::Malformed, at)),
+                _ if !watcher.saw_final() => Some((StreamFault::Reset, chunk.len())),
+                _ => None,
+            };
+        }
+        let (fault, keep) = failed?;
+        let tail = match fault {
+            StreamFault::ErrorEvent => Vec::new(),
+            _ => self.terminal(config, fault),
+        };
+        self.stream_failed(config, fault, out);
+        Some(Cut { keep, tail })
+    }
+
+    /// The delivered stream failed: it counts against its target, and nothing more of it is
+    /// watched, timed or let through.
+    fn stream_failed<'c>(&mut self, config: &'c Config, fault: StreamFault, out: &mut Effects<'c>) {
+        let target = self.ending.and_then(|e| e.target);
+        self.record(
+            config,
+            target,
+            AttemptOutcome::StreamFailed(fault),
+            || None,
+            out,
+        );
+        self.ended = true;
+        self.watch = None;
+        self.measure = None;
+        self.idle_seq += 1;
+    }
+
+    /// The honest end of a stream that failed so, in the client's API shape.
+    fn terminal(&self, config: &Config, fault: StreamFault) -> Vec<u8> {
+        let Some(dialect) = self.dialect else {
+            return Vec::new();
+        };
+        let name = self
+            .routed_target
+            .and_then(|t| config.model(t))
+            .map_or("the target", |m| m.name.as_str());
+        let (why, code) = match fault {
+            StreamFault::Reset => ("the upstream reset it before its end", "stream_reset"),
+            StreamFault::Idle => ("it sent nothing for too long", "stream_idle"),
+            StreamFault::Malformed => ("it sent a line that is not an event", "stream_malformed"),
+            StreamFault::ErrorEvent => ("it reported an error", "stream_error"),
+        };
+        let message = format!("the stream from {name} failed: {why}");
+        terminal_event(dialect, &message, code)
+    }
+
+    /// The streamed call-out in flight was reset: before its answer started, like a call-out
+    /// that got no answer; before its first content, a failed attempt; after it, the stream
+    /// ends with an error event.
+    pub fn on_answer_reset<'c>(
+        &mut self,
+        config: &'c Config,
+        facts: &mut dyn AnswerFacts,
+        out: &mut Effects<'c>,
+    ) {
+        self.fail_stream(config, StreamFault::Reset, facts, out);
+    }
+
+    /// A streamed call-out failed with no chunk in hand (a reset, an idle stream).
+    fn fail_stream<'c>(
+        &mut self,
+        config: &'c Config,
+        fault: StreamFault,
+        facts: &mut dyn AnswerFacts,
+        out: &mut Effects<'c>,
+    ) {
+        match self.state {
+            State::Routed if self.commit.is_some() => {
+                self.fail_before_commit(config, fault, None, facts, out);
+            }
+            State::Routed if !self.holding => {
+                // No answer at all: the next step at once, as for a refused call-out.
+                let now = facts.now_ms();
+                if let Some(target) = self.routed_target {
+                    if let Some((next, kind)) = self.after_refusal(config, target, now, out) {
+                        self.dispatch(config, next, kind, now, out);
+                    }
+                }
+            }
+            State::Delivering if !self.ended && self.streamed => {
+                let tail = self.terminal(config, fault);
+                self.stream_failed(config, fault, out);
+                out.push(Effect::EndAnswer { tail });
+            }
+            _ => {}
+        }
+    }
+
+    /// Arms the idle timer for the streamed answer's last sign of life.
+    fn arm_idle<'c>(&mut self, out: &mut Effects<'c>) {
+        self.idle_seq += 1;
+        out.push(Effect::ArmTimer {
+            due_ms: self
+                .idle_from_ms
+                .saturating_add(self.stream_rules.idle_timeout_ms),
+            token: IDLE | self.idle_seq,
+        });
+    }
+
+    /// The idle timer fired: the stream failed if nothing came since it was armed, else it
+    /// is armed again from the last chunk (one timer per stream, not one per chunk).
+    pub(super) fn on_idle_timer<'c>(
+        &mut self,
+        config: &'c Config,
+        token: u64,
+        now_ms: u64,
+        out: &mut Effects<'c>,
+    ) {
+        let watching = self.commit.is_some() || (self.watch.is_some() && !self.ended);
+        if token != IDLE | self.idle_seq || !watching {
+            return;
+        }
+        let due = self
+            .idle_from_ms
+            .saturating_add(self.stream_rules.idle_timeout_ms);
+        if now_ms < due {
+            return self.arm_idle(out);
+        }
+        let mut facts = Now(now_ms);
+        self.fail_stream(config, StreamFault::Idle, &mut facts, out);
+    }
+}
+
+/// The facts of a timer event: only the time is known.
+struct Now(u64);
+
+impl AnswerFacts for Now {
+    fn now_ms(&mut self) -> u64 {
+        self.0
+    }
+    fn code_details(&mut self) -> Option<String> {
+        None
+    }
+    fn headers(&mut self) -> crate::core::headers::Headers {
+        crate::core::headers::Headers::default()
+    }
+    fn chunk(&mut self) -> Vec<u8> {
+        Vec::new()
+    }
+    fn ends_with_headers(&mut self) -> bool {
+        false
+    }
+}
