@@ -27,6 +27,7 @@ pub mod request;
 pub mod responses;
 pub mod routing;
 pub mod seal;
+pub mod sse;
 pub mod status_set;
 pub mod stream;
 pub mod trace;
