@@ -1,0 +1,425 @@
+//! The SSE framing: chunks into lines, lines into fields, fields into events.
+//!
+//! An event that lies whole in one chunk is read where it lies: its one `data:` line is kept as
+//! a range of the chunk. Only what crosses a chunk's end is copied: the partial line (`line`)
+//! and the data read so far (`data`), each bounded, so a stream without line ends or blank
+//! lines cannot grow them without limit. Past a bound the bytes are dropped and the event is
+//! read by its `event:` name alone (see [`super::classify`]). Every bound is on the stream's
+//! bytes, never on where chunks end, so the events do not depend on the chunking.
+
+use super::classify::{self, ResponsesSeen};
+use super::{Dialect, Event};
+use memchr::memchr2;
+
+/// The longest line read: past it, a line's bytes are dropped and its event is oversized.
+pub const MAX_LINE: usize = 1 << 20;
+/// The most data one event keeps (its `data:` lines joined).
+pub const MAX_DATA: usize = 1 << 20;
+/// An event name longer than this is no name this module knows.
+const MAX_NAME: usize = 64;
+/// A carry buffer that grew past this for a large event is given back after it.
+const KEEP: usize = 64 << 10;
+/// A UTF-8 byte order mark, skipped at the start of the stream.
+const BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// Where the current event's data is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum Data {
+    /// No `data:` line yet.
+    #[default]
+    None,
+    /// One `data:` line, at this range of the current chunk.
+    InChunk(usize, usize),
+    /// In `Watcher::data` (joined lines, or copied at a chunk's end).
+    Owned,
+}
+
+/// The event being read.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    /// A line other than the blank one was seen (a stray blank line is no event).
+    any: bool,
+    /// Already reported malformed: its lines up to the blank one are skipped.
+    skipping: bool,
+    /// A line or the joined data passed its bound: the data was dropped.
+    oversized: bool,
+    data: Data,
+    name: [u8; MAX_NAME],
+    /// The name's length; `MAX_NAME + 1` for a name too long to keep.
+    name_len: usize,
+}
+
+impl Default for Pending {
+    fn default() -> Pending {
+        Pending {
+            any: false,
+            skipping: false,
+            oversized: false,
+            data: Data::None,
+            name: [0; MAX_NAME],
+            name_len: 0,
+        }
+    }
+}
+
+impl Pending {
+    fn name(&self) -> Option<&str> {
+        let name = self.name.get(..self.name_len)?;
+        core::str::from_utf8(name).ok().filter(|n| !n.is_empty())
+    }
+
+    fn set_name(&mut self, value: &[u8]) {
+        match self.name.get_mut(..value.len()) {
+            Some(slot) => {
+                slot.copy_from_slice(value);
+                self.name_len = value.len();
+            }
+            None => self.name_len = MAX_NAME + 1,
+        }
+    }
+}
+
+/// Watches one streamed answer.
+#[derive(Debug)]
+pub struct Watcher {
+    dialect: Dialect,
+    /// A line begun in an earlier chunk, at most `MAX_LINE` bytes of it.
+    line: Vec<u8>,
+    /// The carried line passed `MAX_LINE`.
+    line_over: bool,
+    /// The last line ended in `\r` at a chunk's end: a `\n` next is part of that line end.
+    after_cr: bool,
+    /// No line has been read yet (a byte order mark may start the first).
+    first_line: bool,
+    pending: Pending,
+    /// The event's data when it is `Data::Owned`.
+    data: Vec<u8>,
+    events: u32,
+    bytes: u64,
+    saw_content: bool,
+    saw_final: bool,
+    responses: ResponsesSeen,
+}
+
+/// One line's field.
+enum Field<'a> {
+    Blank,
+    Comment,
+    Data(&'a [u8]),
+    Event(&'a [u8]),
+    Ignored,
+    Unknown,
+}
+
+impl Watcher {
+    /// A watcher of a stream in `dialect`.
+    pub fn new(dialect: Dialect) -> Watcher {
+        Watcher {
+            dialect,
+            line: Vec::new(),
+            line_over: false,
+            after_cr: false,
+            first_line: true,
+            pending: Pending::default(),
+            data: Vec::new(),
+            events: 0,
+            bytes: 0,
+            saw_content: false,
+            saw_final: false,
+            responses: ResponsesSeen::default(),
+        }
+    }
+
+    /// The next complete event in `chunk[from..]`, with the offset in `chunk` just past the
+    /// blank line that ends it (a malformed line is reported at once: the offset is past that
+    /// line, and the rest of its event is skipped; a `\r\n` cut between chunks ends its line at
+    /// the `\r`, and the `\n` is skipped). `None` once the rest of `chunk` holds no
+    /// complete event: what there is of one is kept, and the next chunk's call continues it.
+    /// Call with `from` = the previous end until `None`, then feed the next chunk from 0.
+    pub fn next(&mut self, chunk: &[u8], from: usize) -> Option<(Event, usize)> {
+        let start = from.min(chunk.len());
+        let mut pos = start;
+        let event = self.scan(chunk, &mut pos);
+        self.bytes += (pos - start) as u64;
+        match event {
+            Some(event) => Some((self.record(event), pos)),
+            None => {
+                // The chunk is done with an event still open: its data must outlive the chunk.
+                self.own(chunk);
+                None
+            }
+        }
+    }
+
+    /// The stream ended. What is left is read as if a line end and a blank line followed it:
+    /// a last event that lacks only its blank line is that event, a cut one is `Malformed`
+    /// (its JSON is incomplete); `None` if nothing is left.
+    pub fn finish(&mut self) -> Option<Event> {
+        self.after_cr = false;
+        let event = match self.line.is_empty() {
+            true => None,
+            false => self.carried_line(&[]),
+        };
+        let event = event.or_else(|| self.dispatch(&[]));
+        event.map(|e| self.record(e))
+    }
+
+    /// Complete events seen so far.
+    pub fn events(&self) -> u32 {
+        self.events
+    }
+
+    /// Bytes fed so far (consumed by [`Watcher::next`]).
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Whether a `Content` event was seen.
+    pub fn saw_content(&self) -> bool {
+        self.saw_content
+    }
+
+    /// Whether a `Final` event was seen.
+    pub fn saw_final(&self) -> bool {
+        self.saw_final
+    }
+
+    /// The stream's dialect.
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    /// A Responses stream's response id, as its lifecycle events gave it (as the client saw it
+    /// if the watcher is fed the bytes the client gets).
+    pub fn response_id(&self) -> Option<&str> {
+        Some(self.responses.id.as_str()).filter(|id| !id.is_empty())
+    }
+
+    /// A Responses stream's last `sequence_number`.
+    pub fn sequence_number(&self) -> Option<u64> {
+        self.responses.sequence_number
+    }
+
+    /// Bytes held for events split across chunks (for tests of the no-copy rule).
+    #[cfg(test)]
+    pub(super) fn carried_capacity(&self) -> usize {
+        self.line.capacity() + self.data.capacity()
+    }
+
+    fn record(&mut self, event: Event) -> Event {
+        self.events = self.events.saturating_add(1);
+        match event {
+            Event::Content => self.saw_content = true,
+            Event::Final => self.saw_final = true,
+            _ => {}
+        }
+        event
+    }
+
+    /// Reads lines from `*pos` until one completes an event or the chunk ends.
+    fn scan(&mut self, chunk: &[u8], pos: &mut usize) -> Option<Event> {
+        loop {
+            let rest = chunk.get(*pos..).unwrap_or_default();
+            if rest.is_empty() {
+                return None;
+            }
+            if std::mem::take(&mut self.after_cr) && rest.first() == Some(&b'\n') {
+                *pos += 1;
+                continue;
+            }
+            let Some(i) = memchr2(b'\n', b'\r', rest) else {
+                self.carry(rest);
+                *pos = chunk.len();
+                return None;
+            };
+            let at = *pos;
+            let (text, after) = rest.split_at(i);
+            *pos += i + 1;
+            if after.first() == Some(&b'\r') {
+                match after.get(1) {
+                    Some(b'\n') => *pos += 1,
+                    Some(_) => {}
+                    None => self.after_cr = true,
+                }
+            }
+            let event = match self.line.is_empty() {
+                true => self.chunk_line(chunk, at, text),
+                false => self.carried_line_ending(text, chunk),
+            };
+            if event.is_some() {
+                return event;
+            }
+        }
+    }
+
+    /// Keeps a line's beginning for the next chunk (at most `MAX_LINE` bytes of it).
+    fn carry(&mut self, bytes: &[u8]) {
+        let room = MAX_LINE.saturating_sub(self.line.len());
+        let kept = bytes.get(..room).unwrap_or(bytes);
+        self.line.extend_from_slice(kept);
+        self.line_over |= kept.len() < bytes.len();
+    }
+
+    /// A line that lies whole in `chunk`, starting at `at`.
+    fn chunk_line(&mut self, chunk: &[u8], at: usize, text: &[u8]) -> Option<Event> {
+        let over = text.len() > MAX_LINE;
+        let text = text.get(..MAX_LINE).unwrap_or(text);
+        self.line(chunk, Some(at), text, over)
+    }
+
+    /// The end of a line begun in an earlier chunk.
+    fn carried_line_ending(&mut self, text: &[u8], chunk: &[u8]) -> Option<Event> {
+        self.carry(text);
+        self.carried_line(chunk)
+    }
+
+    /// The carried line, now complete.
+    fn carried_line(&mut self, chunk: &[u8]) -> Option<Event> {
+        let line = std::mem::take(&mut self.line);
+        let over = std::mem::take(&mut self.line_over);
+        let event = self.line(chunk, None, &line, over);
+        self.line = release(line);
+        self.line.clear();
+        event
+    }
+
+    /// One line: `at` is its offset in `chunk` when it lies there, `None` when it was carried.
+    fn line(&mut self, chunk: &[u8], at: Option<usize>, text: &[u8], over: bool) -> Option<Event> {
+        let (text, at) = match std::mem::take(&mut self.first_line) {
+            true => match text.strip_prefix(BOM) {
+                Some(rest) => (rest, at.map(|a| a + BOM.len())),
+                None => (text, at),
+            },
+            false => (text, at),
+        };
+        let field = field(text);
+        if matches!(field, Field::Blank) {
+            return self.dispatch(chunk);
+        }
+        let pending = &mut self.pending;
+        pending.any = true;
+        if pending.skipping {
+            return None;
+        }
+        match field {
+            Field::Blank | Field::Comment | Field::Ignored => None,
+            Field::Event(name) => {
+                pending.set_name(name);
+                None
+            }
+            Field::Data(_) if over => {
+                self.drop_data();
+                None
+            }
+            Field::Data(value) => {
+                // The value's offset: it ends where the line does.
+                let at = at.map(|a| a + text.len() - value.len());
+                self.add_data(chunk, at, value);
+                None
+            }
+            Field::Unknown => {
+                self.pending = Pending {
+                    any: true,
+                    skipping: true,
+                    ..Pending::default()
+                };
+                self.data.clear();
+                Some(Event::Malformed)
+            }
+        }
+    }
+
+    /// A `data:` line's value, at `at` in `chunk` when it lies there.
+    fn add_data(&mut self, chunk: &[u8], at: Option<usize>, value: &[u8]) {
+        if self.pending.oversized {
+            return;
+        }
+        match (self.pending.data, at) {
+            (Data::None, Some(at)) => self.pending.data = Data::InChunk(at, at + value.len()),
+            (Data::None, None) => {
+                self.data.extend_from_slice(value);
+                self.pending.data = Data::Owned;
+            }
+            (Data::InChunk(..) | Data::Owned, _) => {
+                self.own(chunk);
+                if self.data.len() + 1 + value.len() > MAX_DATA {
+                    return self.drop_data();
+                }
+                self.data.push(b'\n');
+                self.data.extend_from_slice(value);
+            }
+        }
+    }
+
+    /// The event's data is over its bound: dropped, and the event read by name.
+    fn drop_data(&mut self) {
+        self.pending.oversized = true;
+        self.pending.data = Data::None;
+        self.data.clear();
+    }
+
+    /// Copies data that lies in `chunk` into `data`.
+    fn own(&mut self, chunk: &[u8]) {
+        if let Data::InChunk(start, end) = self.pending.data {
+            self.data.clear();
+            self.data
+                .extend_from_slice(chunk.get(start..end).unwrap_or_default());
+            self.pending.data = Data::Owned;
+        }
+    }
+
+    /// A blank line: the event is complete.
+    fn dispatch(&mut self, chunk: &[u8]) -> Option<Event> {
+        let pending = std::mem::take(&mut self.pending);
+        if pending.skipping || !pending.any {
+            return None;
+        }
+        let data = match pending.data {
+            Data::None => None,
+            Data::InChunk(start, end) => chunk.get(start..end),
+            Data::Owned => Some(self.data.as_slice()),
+        };
+        let read = classify::Read {
+            name: pending.name(),
+            data: data.filter(|d| !d.iter().all(u8::is_ascii_whitespace)),
+            oversized: pending.oversized,
+            saw_content: self.saw_content,
+        };
+        let event = classify::event(self.dialect, &read, &mut self.responses);
+        self.data = release(std::mem::take(&mut self.data));
+        self.data.clear();
+        Some(event)
+    }
+}
+
+/// A buffer that grew large for one event is given back rather than held for the stream.
+fn release(buffer: Vec<u8>) -> Vec<u8> {
+    match buffer.capacity() > KEEP {
+        true => Vec::new(),
+        false => buffer,
+    }
+}
+
+/// A line's field and value (one space after the colon dropped).
+fn field(line: &[u8]) -> Field<'_> {
+    if line.is_empty() {
+        return Field::Blank;
+    }
+    if line.first() == Some(&b':') {
+        return Field::Comment;
+    }
+    let (name, value) = match memchr::memchr(b':', line) {
+        Some(i) => {
+            let (name, rest) = line.split_at(i);
+            let value = rest.get(1..).unwrap_or_default();
+            (name, value.strip_prefix(b" ").unwrap_or(value))
+        }
+        None => (line, &b""[..]),
+    };
+    match name {
+        b"data" => Field::Data(value),
+        b"event" => Field::Event(value),
+        b"id" | b"retry" => Field::Ignored,
+        _ => Field::Unknown,
+    }
+}
