@@ -11,7 +11,7 @@
 
 use super::*;
 use crate::core::fallback::StreamFault;
-use crate::core::sse::{terminal_event, Event};
+use crate::core::sse::Event;
 
 /// The idle timer's tokens carry this bit, apart from the fallback timer's.
 pub(super) const IDLE: u64 = 1 << 63;
@@ -105,7 +105,12 @@ impl Machine {
                     );
                 }
                 Event::Malformed => {
-                    let tail = self.terminal(config, StreamFault::Malformed);
+                    let tail = terminal(
+                        config,
+                        self.routed_target,
+                        &commit.watcher,
+                        StreamFault::Malformed,
+                    );
                     let cut = Cut { keep: at, tail };
                     return self.fail_before_commit(
                         config,
@@ -197,17 +202,7 @@ impl Machine {
                 self.deliver(config, routed, commit.status, true, out);
                 self.ended = true;
                 self.measure = None;
-                let keep = cut.keep.min(chunk.len());
-                let kept = chunk.get(..keep).unwrap_or(chunk);
-                let mut with = self
-                    .rewrite_chunk(config, kept, true)
-                    .unwrap_or_else(|| kept.to_vec());
-                with.extend_from_slice(&cut.tail);
-                out.push(Effect::ReplaceBody {
-                    len: chunk.len(),
-                    with,
-                });
-                out.push(Effect::EndAnswer { tail: Vec::new() });
+                self.end_in_chunk(config, chunk, cut, out);
                 Flow::Continue
             }
             (_, None) => {
@@ -254,10 +249,32 @@ impl Machine {
         let (fault, keep) = failed?;
         let tail = match fault {
             StreamFault::ErrorEvent => Vec::new(),
-            _ => self.terminal(config, fault),
+            _ => terminal(config, self.routed_target, watcher, fault),
         };
         self.stream_failed(config, fault, out);
         Some(Cut { keep, tail })
+    }
+
+    /// Ends the answer inside the chunk in hand: what it keeps of it, then the error event,
+    /// their ids rewritten together (a Responses `response.failed` names the id the client
+    /// knows), and nothing after.
+    pub(super) fn end_in_chunk<'c>(
+        &mut self,
+        config: &'c Config,
+        chunk: &[u8],
+        cut: Cut,
+        out: &mut Effects<'c>,
+    ) {
+        let kept = chunk.get(..cut.keep).unwrap_or(chunk);
+        let mut piece = Vec::with_capacity(kept.len() + cut.tail.len());
+        piece.extend_from_slice(kept);
+        piece.extend_from_slice(&cut.tail);
+        let with = self.rewrite_chunk(config, &piece, true).unwrap_or(piece);
+        out.push(Effect::ReplaceBody {
+            len: chunk.len(),
+            with,
+        });
+        out.push(Effect::EndAnswer { tail: Vec::new() });
     }
 
     /// The delivered stream failed: it counts against its target, and nothing more of it is
@@ -275,25 +292,6 @@ impl Machine {
         self.watch = None;
         self.measure = None;
         self.idle_seq += 1;
-    }
-
-    /// The honest end of a stream that failed so, in the client's API shape.
-    fn terminal(&self, config: &Config, fault: StreamFault) -> Vec<u8> {
-        let Some(dialect) = self.dialect else {
-            return Vec::new();
-        };
-        let name = self
-            .routed_target
-            .and_then(|t| config.model(t))
-            .map_or("the target", |m| m.name.as_str());
-        let (why, code) = match fault {
-            StreamFault::Reset => ("the upstream reset it before its end", "stream_reset"),
-            StreamFault::Idle => ("it sent nothing for too long", "stream_idle"),
-            StreamFault::Malformed => ("it sent a line that is not an event", "stream_malformed"),
-            StreamFault::ErrorEvent => ("it reported an error", "stream_error"),
-        };
-        let message = format!("the stream from {name} failed: {why}");
-        terminal_event(dialect, &message, code)
     }
 
     /// The streamed call-out in flight was reset: before its answer started, like a call-out
@@ -330,7 +328,11 @@ impl Machine {
                 }
             }
             State::Delivering if !self.ended && self.streamed => {
-                let tail = self.terminal(config, fault);
+                let Some(watcher) = self.watch.as_deref() else {
+                    return;
+                };
+                let tail = terminal(config, self.routed_target, watcher, fault);
+                let tail = self.rewrite_chunk(config, &tail, true).unwrap_or(tail);
                 self.stream_failed(config, fault, out);
                 out.push(Effect::EndAnswer { tail });
             }
@@ -371,6 +373,27 @@ impl Machine {
         let mut facts = Now(now_ms);
         self.fail_stream(config, StreamFault::Idle, &mut facts, out);
     }
+}
+
+/// The honest end of `target`'s stream that failed so, in the client's API shape (a
+/// Responses `response.failed` continues the stream's own id and sequence).
+fn terminal(
+    config: &Config,
+    target: Option<ModelId>,
+    watcher: &Watcher,
+    fault: StreamFault,
+) -> Vec<u8> {
+    let name = target
+        .and_then(|t| config.model(t))
+        .map_or("the target", |m| m.name.as_str());
+    let (why, code) = match fault {
+        StreamFault::Reset => ("the upstream reset it before its end", "stream_reset"),
+        StreamFault::Idle => ("it sent nothing for too long", "stream_idle"),
+        StreamFault::Malformed => ("it sent a line that is not an event", "stream_malformed"),
+        StreamFault::ErrorEvent => ("it reported an error", "stream_error"),
+    };
+    let message = format!("the stream from {name} failed: {why}");
+    watcher.terminal_event(&message, code)
 }
 
 /// The facts of a timer event: only the time is known.

@@ -411,21 +411,15 @@ impl Machine {
                 self.measure = Some(m);
             }
         }
-        let rewritten = self.rewrite_chunk(config, kept, end || cut.is_some());
-        match (cut, rewritten) {
-            (None, None) => {}
-            (None, Some(with)) => out.push(Effect::ReplaceBody {
-                len: chunk.len(),
-                with,
-            }),
-            (Some(cut), rewritten) => {
-                let mut with = rewritten.unwrap_or_else(|| kept.to_vec());
-                with.extend_from_slice(&cut.tail);
-                out.push(Effect::ReplaceBody {
-                    len: chunk.len(),
-                    with,
-                });
-                out.push(Effect::EndAnswer { tail: Vec::new() });
+        match cut {
+            Some(cut) => self.end_in_chunk(config, chunk, cut, out),
+            None => {
+                if let Some(with) = self.rewrite_chunk(config, chunk, end) {
+                    out.push(Effect::ReplaceBody {
+                        len: chunk.len(),
+                        with,
+                    });
+                }
             }
         }
     }

@@ -25,7 +25,7 @@ pub(super) struct Read<'a> {
 }
 
 /// What a Responses stream told of itself, for an honest end that continues it.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub(super) struct ResponsesSeen {
     /// The response's id, from its lifecycle events (empty until one; at most `MAX_ID` bytes).
     pub id: String,

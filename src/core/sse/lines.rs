@@ -80,7 +80,7 @@ impl Pending {
 }
 
 /// Watches one streamed answer.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Watcher {
     dialect: Dialect,
     /// A line begun in an earlier chunk, at most `MAX_LINE` bytes of it.
