@@ -1,6 +1,7 @@
 //! Anthropic Messages API answers (`POST /v1/messages`, plain and streamed,
 //! and `POST /v1/messages/count_tokens`) and Anthropic's error document.
 
+use crate::fault::{self, Errors, Tokens};
 use crate::generate::{estimate_prompt_tokens, new_id, Gen};
 use crate::respond::{ApiError, Reply, Step};
 use crate::sse;
@@ -77,11 +78,12 @@ pub fn messages(g: &Gen) -> Reply {
         v["served_by"] = Value::from(g.name.as_str());
         sse::event(name, &v)
     };
+    let start = ev(
+        "message_start",
+        json!({"message": message(json!([]), Value::Null, 1)}),
+    );
     let mut steps = vec![
-        Step::now(ev(
-            "message_start",
-            json!({"message": message(json!([]), Value::Null, 1)}),
-        )),
+        Step::now(start.clone()),
         Step::now(ev(
             "content_block_start",
             json!({"index": 0, "content_block": {"type": "text", "text": ""}}),
@@ -102,7 +104,29 @@ pub fn messages(g: &Gen) -> Reply {
         }),
     )));
     steps.push(Step::now(ev("message_stop", json!({}))));
-    Reply::Stream(steps)
+    let tokens = Tokens {
+        first: 2,
+        count: g.token_count(),
+    };
+    // Anthropic's ping comes before any content; its errors arrive as an
+    // `error` event, after which nothing more is sent.
+    let error = || {
+        sse::event(
+            "error",
+            &error_body("overloaded_error", &fault::message(&g.name)),
+        )
+    };
+    let errors = Errors {
+        failed_opening: || {
+            vec![
+                Step::now(start),
+                Step::now(ev("ping", json!({}))),
+                Step::now(error()),
+            ]
+        },
+        error: |_| error(),
+    };
+    Reply::Stream(fault::apply(g.fault, steps, tokens, errors))
 }
 
 #[cfg(test)]
@@ -147,6 +171,54 @@ mod tests {
                 "message_stop"
             ]
         );
+    }
+
+    /// The streamed event names and the last event's bytes under `kind`.
+    fn faulted(kind: &str) -> (Vec<String>, String) {
+        let b = Behaviour {
+            output_tokens: 4,
+            stream_fault: Some(crate::fault::StreamFault::parse(kind).unwrap()),
+            fault_after_tokens: 3,
+            ..Behaviour::default()
+        };
+        let g = Gen::new(&b, &json!({"model": "c", "max_tokens": 10, "stream": true}));
+        let Reply::Stream(steps) = messages(&g) else {
+            panic!("expected a stream");
+        };
+        let texts: Vec<String> = steps
+            .iter()
+            .map(|s| String::from_utf8_lossy(&s.bytes).into_owned())
+            .collect();
+        let names = texts
+            .iter()
+            .map(|t| t.lines().next().unwrap_or_default().to_owned())
+            .collect();
+        (names, texts.last().cloned().unwrap_or_default())
+    }
+
+    const ERROR: &str = "event: error\ndata: {\"error\":{\"message\":\"injected stream error from mock\",\"type\":\"overloaded_error\"},\"type\":\"error\"}\n\n";
+
+    #[test]
+    fn stream_errors_before_and_after_content() {
+        let (names, last) = faulted("error-before-content");
+        assert_eq!(
+            names,
+            ["event: message_start", "event: ping", "event: error"]
+        );
+        assert_eq!(last, ERROR);
+        let (names, last) = faulted("error-after-content");
+        assert_eq!(
+            names,
+            [
+                "event: message_start",
+                "event: content_block_start",
+                "event: content_block_delta",
+                "event: content_block_delta",
+                "event: content_block_delta",
+                "event: error"
+            ]
+        );
+        assert_eq!(last, ERROR);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Command-line parsing by hand: `--flag value` or `--flag=value`.
 
 use crate::behaviour::{validate_status, Behaviour, DropMode};
+use crate::fault::StreamFault;
 use crate::strict::{Expect, Kind};
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -11,11 +12,22 @@ usage: mock-provider [--host 127.0.0.1] [--port 0] [--name NAME]
                      [--fail-status CODE] [--fail-rate F] [--retry-after VALUE]
                      [--drop before-response|mid-stream] [--stall-ms N]
                      [--error-body-on-200] [--headers-first]
+                     [--stream-fault NAME] [--fault-after-tokens N (2)]
                      [--max-records N (10000; 0 counts only)] [--reply TEXT]
                      [--tls-cert PEM --tls-key PEM]
                      [--strict openai|azure|anthropic|openai-compatible
                       --host-name NAME[:PORT] --api-key KEY
                       [--deployment NAME --api-version VERSION] [--base-path PATH (/v1)]]
+
+Answers have --output-tokens tokens (8; fewer if the request's max_tokens,
+max_completion_tokens or max_output_tokens says so). A streamed answer
+(\"stream\": true) sends its opening events at once, its first token's event
+--ttft-ms after them and each later token's --token-delay-ms after the one
+before, each event written and flushed on its own; a non-streamed one comes
+whole after ttft + tokens x token delay. --stall-ms delays every answer's start.
+The flags from --name to --fault-after-tokens and --reply are also /__config
+fields (snake_case): POST /__config with a JSON object changes them at run
+time (null clears an optional one), GET /__config shows them all.
 
 --headers-first       a non-streamed answer sends its headers at once and its
                       body (in two parts) after its delay.
@@ -31,6 +43,21 @@ usage: mock-provider [--host 127.0.0.1] [--port 0] [--name NAME]
                       accepted api-version of /openai/deployments/NAME/...);
                       openai-compatible serves under --base-path.
                       /__ control endpoints are never checked.
+--stream-fault NAME   breaks streamed chat completions, Responses and Messages
+                      answers (others ignore it), in the API's own events:
+  error-before-content   200 and the opening without content (chat: the role
+                         chunk; Responses: response.created, in_progress;
+                         Messages: message_start, ping), then the in-stream
+                         error (chat: data: {\"error\": ...} and no [DONE];
+                         Responses: response.failed; Messages: event: error,
+                         overloaded_error); the stream ends.
+  error-after-content    N tokens, then that error (Responses: event: error,
+                         code server_error); the stream ends.
+  garbage-after-content  N tokens, then `this is not an event\\n\\n`, then the rest.
+  stall-after-content    N tokens, then nothing for --stall-ms (which then no
+                         longer delays these answers' start), then the rest.
+  cut-after-content      N tokens, flushed, then the connection is aborted.
+                      N is --fault-after-tokens (2; at most the answer's tokens).
 ";
 
 /// Everything the command line decides.
@@ -119,6 +146,8 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Option<Args>, St
             "--retry-after" => b.retry_after = Some(value()?),
             "--reply" => b.reply = Some(value()?),
             "--drop" => b.drop = Some(DropMode::parse(&value()?)?),
+            "--stream-fault" => b.stream_fault = Some(StreamFault::parse(&value()?)?),
+            "--fault-after-tokens" => b.fault_after_tokens = num(&flag, &value()?)?,
             "--tls-cert" => raw.tls_cert = Some(value()?),
             "--tls-key" => raw.tls_key = Some(value()?),
             "--strict" => raw.strict = Some(value()?),
@@ -292,6 +321,33 @@ mod tests {
         assert!(p(&["--fail-rate", "1.5"]).is_err());
         assert!(p(&["--fail-status", "99"]).is_err());
         assert!(p(&["--drop", "sometimes"]).is_err());
+    }
+
+    #[test]
+    fn stream_fault_flags() {
+        let a = p(&[
+            "--stream-fault",
+            "stall_after_content",
+            "--fault-after-tokens=4",
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            a.behaviour.stream_fault,
+            Some(StreamFault::StallAfterContent)
+        );
+        assert_eq!(a.behaviour.fault_after_tokens, 4);
+        let a = p(&["--stream-fault=error-before-content"])
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            a.behaviour.stream_fault,
+            Some(StreamFault::ErrorBeforeContent)
+        );
+        assert_eq!(a.behaviour.fault_after_tokens, 2);
+        assert!(p(&["--stream-fault", "later"]).is_err());
+        assert!(p(&["--stream-fault"]).is_err());
+        assert!(p(&["--fault-after-tokens", "-1"]).is_err());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Behaviour settings (latency, token count, failure injection) shared by the
 //! command line and the runtime `/__config` endpoint.
 
+use crate::fault::StreamFault;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -48,7 +49,14 @@ pub struct Behaviour {
     pub headers_first: bool,
     /// Fixed answer text (one token) instead of `tok1 tok2 ...`, e.g. a classifier's verdict.
     pub reply: Option<String>,
+    /// How streamed chat completions, Responses and Messages answers break (others ignore it).
+    pub stream_fault: Option<StreamFault>,
+    /// Content tokens sent before an `*-after-content` stream fault.
+    pub fault_after_tokens: u64,
 }
+
+/// Default `fault_after_tokens`.
+pub const FAULT_AFTER_TOKENS: u64 = 2;
 
 impl Default for Behaviour {
     fn default() -> Self {
@@ -65,6 +73,8 @@ impl Default for Behaviour {
             error_body_on_200: false,
             headers_first: false,
             reply: None,
+            stream_fault: None,
+            fault_after_tokens: FAULT_AFTER_TOKENS,
         }
     }
 }
@@ -154,6 +164,13 @@ impl Behaviour {
                         v => Some(string(key, v)?),
                     };
                 }
+                "stream_fault" => {
+                    next.stream_fault = match value {
+                        Value::Null => None,
+                        v => Some(StreamFault::parse(&string(key, v)?)?),
+                    };
+                }
+                "fault_after_tokens" => next.fault_after_tokens = uint(key, value)?,
                 other => return Err(format!("unknown config field {other:?}")),
             }
         }
@@ -239,6 +256,31 @@ mod tests {
         assert_eq!(b.pick_failure(), Some(500));
         b.fail_rate = 0.0;
         assert_eq!(b.pick_failure(), None);
+    }
+
+    #[test]
+    fn patch_sets_and_clears_the_stream_fault() {
+        let mut b = Behaviour::default();
+        let shown = serde_json::to_value(&b).unwrap();
+        assert_eq!(shown["stream_fault"], Value::Null);
+        assert_eq!(shown["fault_after_tokens"], 2);
+        patch(
+            &mut b,
+            json!({"stream_fault": "cut_after_content", "fault_after_tokens": 5}),
+        )
+        .unwrap();
+        assert_eq!(b.stream_fault, Some(StreamFault::CutAfterContent));
+        assert_eq!(b.fault_after_tokens, 5);
+        let shown = serde_json::to_value(&b).unwrap();
+        assert_eq!(shown["stream_fault"], "cut-after-content");
+        assert_eq!(shown["fault_after_tokens"], 5);
+        patch(&mut b, json!({"stream_fault": null})).unwrap();
+        assert_eq!((b.stream_fault, b.fault_after_tokens), (None, 5));
+        let before = b.clone();
+        assert!(patch(&mut b, json!({"stream_fault": "sometimes"})).is_err());
+        assert!(patch(&mut b, json!({"stream_fault": 1})).is_err());
+        assert!(patch(&mut b, json!({"fault_after_tokens": -1})).is_err());
+        assert_eq!(b, before);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! ids and timestamps for one request.
 
 use crate::behaviour::Behaviour;
+use crate::fault::Fault;
 use crate::respond::Step;
 use bytes::Bytes;
 use serde_json::Value;
@@ -25,6 +26,8 @@ pub struct Gen {
     pub created: u64,
     /// A fixed answer replacing the generated tokens.
     pub reply: Option<String>,
+    /// How a streamed answer breaks, for the APIs that read it.
+    pub fault: Option<Fault>,
 }
 
 impl Gen {
@@ -37,7 +40,7 @@ impl Gen {
                 .unwrap_or_else(|| Value::from("mock-model")),
             prompt_tokens: estimate_prompt_tokens(body),
             output_tokens: capped_tokens(behaviour.output_tokens, body),
-            stream: body.get("stream").and_then(Value::as_bool) == Some(true),
+            stream: wants_stream(body),
             include_usage: body
                 .pointer("/stream_options/include_usage")
                 .and_then(Value::as_bool)
@@ -46,6 +49,11 @@ impl Gen {
             token_delay: Duration::from_millis(behaviour.token_delay_ms),
             created: now_secs(),
             reply: behaviour.reply.clone(),
+            fault: behaviour.stream_fault.map(|kind| Fault {
+                kind,
+                after_tokens: usize::try_from(behaviour.fault_after_tokens).unwrap_or(usize::MAX),
+                stall: Duration::from_millis(behaviour.stall_ms),
+            }),
         }
     }
 
@@ -54,6 +62,14 @@ impl Gen {
         match &self.reply {
             Some(text) => Box::new(std::iter::once(text.clone())),
             None => Box::new((1..=self.output_tokens).map(|i| format!("tok{i} "))),
+        }
+    }
+
+    /// How many tokens `tokens` yields.
+    pub fn token_count(&self) -> usize {
+        match self.reply {
+            Some(_) => 1,
+            None => usize::try_from(self.output_tokens).unwrap_or(usize::MAX),
         }
     }
 
@@ -81,6 +97,11 @@ impl Gen {
             Step::after(delay, frame(&token))
         })
     }
+}
+
+/// Whether the request asks for a streamed answer (`"stream": true`).
+pub fn wants_stream(body: &Value) -> bool {
+    body.get("stream").and_then(Value::as_bool) == Some(true)
 }
 
 /// The configured token count, lowered by any `max_*tokens` field in the body.

@@ -10,6 +10,7 @@ mod anthropic;
 mod args;
 mod b64;
 mod behaviour;
+mod fault;
 mod generate;
 mod openai;
 mod record;

@@ -2,9 +2,11 @@
 //! embeddings (the Responses API, with its state, is in `responses`).
 
 use crate::b64;
+use crate::fault::{self, Errors, Tokens};
 use crate::generate::{new_id, Gen};
 use crate::respond::{Reply, Step};
 use crate::sse;
+use bytes::Bytes;
 use serde_json::{json, Value};
 
 /// Dimensions of every returned embedding.
@@ -56,10 +58,8 @@ pub fn chat(g: &Gen) -> Reply {
         }
         sse::data(&c)
     };
-    let mut steps = vec![Step::now(chunk(
-        json!({"role": "assistant", "content": ""}),
-        Value::Null,
-    ))];
+    let opening = chunk(json!({"role": "assistant", "content": ""}), Value::Null);
+    let mut steps = vec![Step::now(opening.clone())];
     steps.extend(g.token_steps(|t| chunk(json!({"content": t}), Value::Null)));
     steps.push(Step::now(chunk(json!({}), json!("stop"))));
     if g.include_usage {
@@ -75,7 +75,23 @@ pub fn chat(g: &Gen) -> Reply {
         steps.push(Step::now(sse::data(&c)));
     }
     steps.push(Step::now(sse::done()));
-    Reply::Stream(steps)
+    let tokens = Tokens {
+        first: 1,
+        count: g.token_count(),
+    };
+    let errors = Errors {
+        failed_opening: || vec![Step::now(opening), Step::now(stream_error(g))],
+        error: |_| stream_error(g),
+    };
+    Reply::Stream(fault::apply(g.fault, steps, tokens, errors))
+}
+
+/// The error OpenAI sends inside a chat completions stream (no `choices`, and no
+/// `[DONE]` after it); the SDKs raise it as an `APIError`.
+fn stream_error(g: &Gen) -> Bytes {
+    sse::data(&json!({"error": {
+        "message": fault::message(&g.name), "type": "server_error", "code": "injected",
+    }}))
 }
 
 /// `POST /v1/completions`.
@@ -241,6 +257,88 @@ mod tests {
         assert!(events
             .iter()
             .all(|e| e["served_by"] == "mock" && e["model"] == "x"));
+    }
+
+    fn faulted(kind: &str, after: u64, body: Value) -> Reply {
+        let b = Behaviour {
+            output_tokens: 4,
+            stream_fault: Some(crate::fault::StreamFault::parse(kind).unwrap()),
+            fault_after_tokens: after,
+            ..Behaviour::default()
+        };
+        chat(&Gen::new(&b, &body))
+    }
+
+    fn data_events(s: &str) -> Vec<Value> {
+        s.split("\n\n")
+            .filter_map(|e| e.strip_prefix("data: "))
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect()
+    }
+
+    const ERROR: &str = "data: {\"error\":{\"code\":\"injected\",\"message\":\"injected stream error from mock\",\"type\":\"server_error\"}}\n\n";
+
+    #[test]
+    fn chat_stream_error_before_content_is_the_role_chunk_then_the_error() {
+        let streamed = json!({"model": "x", "stream": true});
+        let s = stream_text(faulted("error-before-content", 2, streamed));
+        let (role, error) = s.split_once("\n\n").unwrap();
+        let role: Value = serde_json::from_str(role.strip_prefix("data: ").unwrap()).unwrap();
+        assert_eq!(
+            role["choices"][0]["delta"],
+            json!({"role": "assistant", "content": ""})
+        );
+        assert_eq!(error, ERROR, "the error, and nothing after it");
+    }
+
+    #[test]
+    fn chat_stream_error_after_content_sends_n_tokens_first() {
+        let s = stream_text(faulted(
+            "error_after_content",
+            3,
+            json!({"model": "x", "stream": true}),
+        ));
+        assert!(s.ends_with(ERROR) && !s.contains("[DONE]"));
+        let events = data_events(&s);
+        let contents: Vec<&str> = events[1..4]
+            .iter()
+            .map(|e| e["choices"][0]["delta"]["content"].as_str().unwrap())
+            .collect();
+        assert_eq!(contents, ["tok1 ", "tok2 ", "tok3 "]);
+        assert_eq!(events.len(), 5, "role, 3 tokens, error");
+    }
+
+    #[test]
+    fn chat_stream_garbage_and_faults_leave_plain_answers_alone() {
+        let s = stream_text(faulted(
+            "garbage-after-content",
+            1,
+            json!({"model": "x", "stream": true}),
+        ));
+        let garbage = s.find("this is not an event\n\n").unwrap();
+        assert!(s[..garbage].contains("tok1 ") && !s[..garbage].contains("tok2 "));
+        assert!(s.ends_with("data: [DONE]\n\n"));
+        let Reply::Json { body, .. } = faulted("cut-after-content", 1, json!({"model": "x"}))
+        else {
+            panic!("expected json");
+        };
+        assert_eq!(
+            body["choices"][0]["message"]["content"],
+            "tok1 tok2 tok3 tok4 "
+        );
+        let Reply::Stream(steps) = completions(&Gen::new(
+            &Behaviour {
+                stream_fault: Some(crate::fault::StreamFault::CutAfterContent),
+                ..Behaviour::default()
+            },
+            &json!({"model": "x", "stream": true}),
+        )) else {
+            panic!("expected a stream");
+        };
+        assert!(
+            steps.iter().all(|s| !s.abort),
+            "legacy completions are not broken"
+        );
     }
 
     #[test]

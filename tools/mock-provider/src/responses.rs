@@ -12,6 +12,7 @@
 //!
 //! Error bodies are OpenAI's own, without the mock's `served_by`.
 
+use crate::fault::{self, Errors, StreamFault, Tokens};
 use crate::generate::{now_secs, random_id, Gen};
 use crate::respond::{ApiError, Reply, Step};
 use crate::seal::Sealer;
@@ -149,6 +150,22 @@ impl Draft<'_> {
         }
         v
     }
+
+    /// The response a stream fault failed, with the error `code`.
+    fn failed(&self, code: &str) -> Value {
+        let mut v = self.object("failed", json!([]), Value::Null);
+        v["error"] = json!({"code": code, "message": fault::message(&self.g.name)});
+        v
+    }
+}
+
+/// The error code of a response an injected stream error failed: before any
+/// content, as when the account is out of quota; after some, a server error.
+fn failure_code(kind: StreamFault) -> &'static str {
+    match kind {
+        StreamFault::ErrorBeforeContent => "insufficient_quota",
+        _ => "server_error",
+    }
 }
 
 /// `POST /v1/responses`.
@@ -219,6 +236,11 @@ pub fn create(
     });
     let done = draft.object("completed", Value::Array(output), usage);
     let background = draft.background && !g.stream;
+    // A stream that ends in an injected error leaves a failed response behind.
+    let failed = g
+        .fault
+        .filter(|f| g.stream && f.kind.is_error())
+        .map(|f| draft.failed(failure_code(f.kind)));
 
     if draft.store {
         let (response, pending) = if background {
@@ -229,7 +251,7 @@ pub fn create(
             let running = draft.object("in_progress", json!([]), Value::Null);
             (running, Some(pending))
         } else {
-            (done.clone(), None)
+            (failed.clone().unwrap_or_else(|| done.clone()), None)
         };
         store.insert(Stored {
             response,
@@ -252,10 +274,37 @@ pub fn create(
     }
     let start = draft.object("in_progress", json!([]), Value::Null);
     let tokens: Vec<String> = g.tokens().collect();
-    Ok(Reply::Stream(stream_steps(
-        &g,
-        events(&start, &done, &tokens),
-    )))
+    let events = events(&start, &done, &tokens);
+    // Content starts at the first text delta (or, with none, where they would be).
+    let first = events
+        .iter()
+        .position(|(name, _)| name.starts_with("response.output_text."))
+        .unwrap_or(events.len());
+    let tokens = Tokens {
+        first,
+        count: tokens.len(),
+    };
+    let steps = stream_steps(&g, events);
+    let errors = Errors {
+        failed_opening: || {
+            let failed = failed
+                .unwrap_or_else(|| draft.failed(failure_code(StreamFault::ErrorBeforeContent)));
+            let opening = vec![
+                ("response.created", json!({"response": start})),
+                ("response.in_progress", json!({"response": start})),
+                ("response.failed", json!({"response": failed})),
+            ];
+            stream_steps(&g, numbered(opening))
+        },
+        error: |sent| {
+            sse::event(
+                "error",
+                &json!({"type": "error", "code": "server_error",
+                    "message": fault::message(&g.name), "param": null, "sequence_number": sent}),
+            )
+        },
+    };
+    Ok(Reply::Stream(fault::apply(g.fault, steps, tokens, errors)))
 }
 
 fn output_text(text: &str) -> Value {
@@ -428,11 +477,16 @@ pub fn events(start: &Value, done: &Value, tokens: &[String]) -> Vec<(&'static s
         ));
     }
     out.push(("response.completed", json!({"response": done})));
-    for (n, (name, v)) in out.iter_mut().enumerate() {
+    numbered(out)
+}
+
+/// Gives each event its `type` and its `sequence_number` (its index).
+fn numbered(mut events: Vec<(&'static str, Value)>) -> Vec<(&'static str, Value)> {
+    for (n, (name, v)) in events.iter_mut().enumerate() {
         v["type"] = Value::from(*name);
         v["sequence_number"] = Value::from(n);
     }
-    out
+    events
 }
 
 /// Frames the events as SSE; the first text delta waits the time to first
@@ -724,6 +778,92 @@ mod tests {
             "{text}"
         );
         assert_eq!(store.len(), 1, "a streamed response is stored too");
+    }
+
+    /// The streamed events (name, data) under `kind` after 1 token, and the stored response.
+    fn faulted(kind: &str) -> (Vec<(String, Value)>, Value) {
+        let mut m = Mock::new();
+        m.behaviour.stream_fault = Some(StreamFault::parse(kind).unwrap());
+        m.behaviour.fault_after_tokens = 1;
+        let request = json!({"model": "m", "input": "hi", "stream": true});
+        let g = Gen::new(&m.behaviour, &request);
+        let Ok(Reply::Stream(steps)) = create(&g, &request, &mut m.store, &m.sealer, m.now) else {
+            panic!("expected a stream");
+        };
+        // Every step but garbage-after-content's line is an event.
+        let events: Vec<(String, Value)> = steps
+            .iter()
+            .map(|s| String::from_utf8_lossy(&s.bytes).into_owned())
+            .filter(|text| text != "this is not an event\n\n")
+            .map(|text| {
+                let (head, data) = text.split_once('\n').unwrap();
+                let name = head.strip_prefix("event: ").unwrap().to_owned();
+                let data = data.strip_prefix("data: ").unwrap().trim_end();
+                (name, serde_json::from_str(data).unwrap())
+            })
+            .collect();
+        let id = events[0].1["response"]["id"].as_str().unwrap().to_owned();
+        let stored = m.retrieve(&id).unwrap();
+        (events, stored)
+    }
+
+    #[test]
+    fn stream_error_before_content_fails_the_response() {
+        let (events, stored) = faulted("error-before-content");
+        let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "response.created",
+                "response.in_progress",
+                "response.failed"
+            ]
+        );
+        let failed = &events[2].1;
+        assert_eq!(
+            (&failed["type"], &failed["sequence_number"]),
+            (&json!("response.failed"), &json!(2))
+        );
+        let response = &failed["response"];
+        assert_eq!(
+            (&response["status"], &response["output"]),
+            (&json!("failed"), &json!([]))
+        );
+        assert_eq!(
+            response["error"],
+            json!({"code": "insufficient_quota", "message": "injected stream error from mock"})
+        );
+        assert_eq!(response["id"], events[0].1["response"]["id"]);
+        assert_eq!(&stored, response, "the failed response is what is stored");
+    }
+
+    #[test]
+    fn stream_error_after_content_is_openais_error_event() {
+        let (events, stored) = faulted("error-after-content");
+        let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "response.created",
+                "response.in_progress",
+                "response.output_item.added",
+                "response.content_part.added",
+                "response.output_text.delta",
+                "error"
+            ]
+        );
+        assert_eq!(
+            events[5].1,
+            json!({"type": "error", "code": "server_error",
+                "message": "injected stream error from mock", "param": null, "sequence_number": 5})
+        );
+        assert_eq!(
+            (&stored["status"], &stored["error"]["code"]),
+            (&json!("failed"), &json!("server_error"))
+        );
+        let (events, stored) = faulted("garbage-after-content");
+        assert_eq!(stored["status"], "completed", "other faults store it whole");
+        assert_eq!(events.last().unwrap().0, "response.completed");
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! injection, then the API handlers.
 
 use crate::behaviour::{Behaviour, DropMode};
-use crate::generate::Gen;
+use crate::fault::StreamFault;
+use crate::generate::{wants_stream, Gen};
 use crate::record::{self, Record, Recorder};
 use crate::respond::{self, ApiError, Body, Reply};
 use crate::seal::Sealer;
@@ -160,6 +161,23 @@ impl<'a> Endpoint<'a> {
     fn anthropic(self) -> bool {
         matches!(self, Self::Messages | Self::CountTokens)
     }
+
+    /// The endpoints whose streamed answers a stream fault breaks.
+    fn takes_stream_faults(self) -> bool {
+        matches!(
+            self,
+            Self::ChatCompletions | Self::Responses | Self::Messages
+        )
+    }
+}
+
+/// `stall-after-content` moves `stall_ms` from the start of the answers it
+/// breaks to after their first tokens; every other answer still starts late.
+fn stalls_at_start(cfg: &Behaviour, endpoint: Endpoint<'_>, body: &Bytes) -> bool {
+    let stalls_later = cfg.stream_fault == Some(StreamFault::StallAfterContent)
+        && endpoint.takes_stream_faults()
+        && serde_json::from_slice::<Value>(body).is_ok_and(|v| wants_stream(&v));
+    cfg.stall_ms > 0 && !stalls_later
 }
 
 /// The hyper service function.
@@ -315,7 +333,7 @@ async fn api(
     }
 
     // Failure injection, in the order a client would notice it.
-    if cfg.stall_ms > 0 {
+    if stalls_at_start(&cfg, endpoint, body) {
         tokio::time::sleep(Duration::from_millis(cfg.stall_ms)).await;
     }
     if cfg.drop == Some(DropMode::BeforeResponse) {
@@ -482,6 +500,43 @@ mod tests {
         assert_eq!(Endpoint::from_path("/v1"), None);
         assert_eq!(Endpoint::from_path("/v2/messages"), None);
         assert_eq!(Endpoint::from_path("/healthz"), None);
+    }
+
+    #[test]
+    fn stall_after_content_moves_the_stall_of_the_streams_it_breaks_only() {
+        let cfg = |stream_fault| Behaviour {
+            stall_ms: 100,
+            stream_fault,
+            ..Behaviour::default()
+        };
+        let streamed = Bytes::from_static(br#"{"model": "m", "stream": true}"#);
+        let plain = Bytes::from_static(br#"{"model": "m"}"#);
+        let later = cfg(Some(StreamFault::StallAfterContent));
+        for endpoint in [
+            Endpoint::ChatCompletions,
+            Endpoint::Responses,
+            Endpoint::Messages,
+        ] {
+            assert!(
+                !stalls_at_start(&later, endpoint, &streamed),
+                "{endpoint:?}"
+            );
+            assert!(stalls_at_start(&later, endpoint, &plain), "{endpoint:?}");
+        }
+        assert!(stalls_at_start(&later, Endpoint::Completions, &streamed));
+        let cut = cfg(Some(StreamFault::CutAfterContent));
+        assert!(stalls_at_start(&cut, Endpoint::ChatCompletions, &streamed));
+        assert!(stalls_at_start(
+            &cfg(None),
+            Endpoint::ChatCompletions,
+            &streamed
+        ));
+        let no_stall = Behaviour::default();
+        assert!(!stalls_at_start(
+            &no_stall,
+            Endpoint::ChatCompletions,
+            &plain
+        ));
     }
 
     #[test]
