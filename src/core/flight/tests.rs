@@ -978,4 +978,5 @@ fn effects_past_the_inline_room_keep_their_order() {
     assert!(fx.is_empty());
 }
 
+mod commit;
 mod zuplo;
