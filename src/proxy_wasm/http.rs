@@ -155,6 +155,13 @@ impl HttpContext for Http {
         })
     }
 
+    /// A stream Envoy's router reset after its answer started reaches no body callback: it is
+    /// counted here, against its target.
+    fn on_log(&mut self) {
+        let _span = super::profile::span("on_log");
+        self.event(0, |m, plugin, host| m.on_logged(plugin, host));
+    }
+
     fn on_http_response_trailers(&mut self, _num_trailers: usize) -> Action {
         let _span = super::profile::span("on_http_response_trailers");
         self.hook(0, |m, plugin, host| m.on_response_trailers(plugin, host))

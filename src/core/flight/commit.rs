@@ -306,6 +306,25 @@ impl Machine {
         self.fail_stream(config, StreamFault::Reset, facts, out);
     }
 
+    /// The request is over (its access log is due): a watched stream that neither ended nor
+    /// failed was cut. Envoy's response code details tell an upstream reset (which counts
+    /// against the target) from a client that left (which does not). Where the router resets
+    /// the client's stream no filter can write: this only counts it.
+    pub fn on_logged<'c>(
+        &mut self,
+        config: &'c Config,
+        facts: &mut dyn AnswerFacts,
+        out: &mut Effects<'c>,
+    ) {
+        if !matches!(self.state, State::Delivering) || self.ended || self.watch.is_none() {
+            return;
+        }
+        let details = facts.code_details().unwrap_or_default();
+        if details.starts_with("upstream_reset_after_response_started") {
+            self.stream_failed(config, StreamFault::Reset, out);
+        }
+    }
+
     /// A streamed call-out failed with no chunk in hand (a reset, an idle stream).
     fn fail_stream<'c>(
         &mut self,

@@ -412,6 +412,17 @@ impl Stream {
         }
     }
 
+    /// The request is over and its access log is due: a stream the router's reset cut counts
+    /// against its target (for a host that cannot forward streams itself).
+    pub fn on_logged(&mut self, plugin: &Plugin, host: &mut impl Host) {
+        if let Phase::Forwarded(flight) = &mut self.phase {
+            flight.answer_event(plugin, host, true, |m, config, facts, out| {
+                m.on_logged(config, facts, out);
+                Flow::Continue
+            });
+        }
+    }
+
     /// The stream went away: late answers and timers are ignored from now on. What the
     /// request did, if it was forwarded.
     pub fn on_destroyed(&mut self) -> Option<Summary> {
