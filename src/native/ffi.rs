@@ -256,7 +256,7 @@ callbacks! {
         headers: *mut ModuleHeader, headers_len: usize, body: ModuleBuffer, end_stream: bool,
         timeout_ms: u64,
     ) -> u32;
-    /// Resets a streamed call-out; Envoy calls `on_http_filter_http_stream_reset` for it
+    /// Resets a streamed call-out; Envoy may run its `on_http_filter_http_stream_reset` hook
     /// before this returns.
     fn http_filter_reset_http_stream(filter: FilterEnvoyPtr, stream_id: u64);
     /// Sends response headers to the client (a `:status` among them), through the response

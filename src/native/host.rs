@@ -355,7 +355,7 @@ impl Stream {
         }
     }
 
-    /// Resets a streamed call-out (its reset event runs before this returns).
+    /// Resets a streamed call-out (its reset hook may run before this returns).
     pub fn reset_call_stream(&mut self, id: u64) {
         // SAFETY: a plain call on the stream; an unknown id is ignored.
         unsafe { (self.api.http_filter_reset_http_stream)(self.ptr, id) }
