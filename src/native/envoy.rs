@@ -1,7 +1,11 @@
 //! Envoy, through the dynamic-modules ABI, as the core stream machine's [`Host`] for one
 //! stream's hook: each primitive is one or two of Envoy's callbacks; the calls that would
-//! run this filter's hooks again (a reply, resuming the request) are queued as [`After`].
+//! run this filter's hooks again (a reply, resuming the request, sending or resetting a
+//! streamed answer) are queued as [`After`]. A request that streams has every attempt made as
+//! a streamed call-out whose answer the module holds and forwards ([`Held`]): the answer
+//! accessors then read and edit that answer.
 
+use super::forward::Held;
 use super::host::{BodyAt, Side, Stream};
 use super::plugin::{Plugin, Routing};
 use super::store::{self, Shared};
@@ -29,6 +33,15 @@ pub enum After {
         headers: Vec<(String, String)>,
         body: Vec<u8>,
     },
+    /// Send the client answer headers (`:status` among them).
+    SendHeaders {
+        headers: Vec<(Vec<u8>, Vec<u8>)>,
+        end: bool,
+    },
+    /// Send the client answer bytes after the headers.
+    SendData { data: Vec<u8>, end: bool },
+    /// Reset a streamed call-out.
+    ResetStream(u64),
 }
 
 /// Envoy, as one stream's host for one hook.
@@ -41,6 +54,15 @@ pub struct Envoy<'a> {
     pub wake: &'a mut Option<Arc<Wake>>,
     /// Calls to make once the hook has let go of the filter.
     pub after: &'a mut Vec<After>,
+    /// The streamed call-out in flight and its answer as held.
+    pub held: &'a mut Held,
+}
+
+impl Envoy<'_> {
+    /// The answer the accessors read: the held one when the module forwards answers itself.
+    fn held_answer(&mut self) -> Option<&mut Held> {
+        Some(&mut *self.held).filter(|h| h.forwards)
+    }
 }
 
 impl Host for Envoy<'_> {
@@ -113,7 +135,12 @@ impl Host for Envoy<'_> {
         self.after.push(After::ContinueRequest);
     }
 
+    /// A streamed call-out still running is reset first: its answer no longer goes anywhere.
     fn reply(&mut self, status: u16, headers: &[(&str, &str)], body: &[u8]) {
+        if let Some(id) = self.held.abandon() {
+            self.after.push(After::ResetStream(id));
+        }
+        self.held.client_done();
         self.after.push(After::Reply {
             status,
             headers: headers
@@ -127,6 +154,29 @@ impl Host for Envoy<'_> {
     fn dispatch(&mut self, call: &CallRequest<'_>) -> Option<u64> {
         self.s
             .callout(call.cluster, &call.headers, call.body, call.timeout_ms)
+    }
+
+    fn streams_attempts(&mut self) -> bool {
+        true
+    }
+
+    /// No timeout of Envoy's (0): the flight's timers bound the attempt, and a stream may
+    /// run far longer than any call-out. The call-out before, abandoned, is reset.
+    fn start_stream(&mut self, call: &CallRequest<'_>) -> Option<u64> {
+        if let Some(id) = self.held.abandon() {
+            self.after.push(After::ResetStream(id));
+        }
+        // From the first attempt on, even one Envoy refuses: the router never answers.
+        self.held.forwards = true;
+        let id = self
+            .s
+            .start_stream(call.cluster, &call.headers, call.body)?;
+        self.held.start(id);
+        Some(id)
+    }
+
+    fn end_answer(&mut self, tail: &[u8]) {
+        self.held.end_now(tail, self.after);
     }
 
     fn arm_timer(&mut self, due_ms: u64, token: u64) {
@@ -162,34 +212,56 @@ impl Host for Envoy<'_> {
     }
 
     fn answer_status(&mut self) -> u16 {
+        if let Some(held) = self.held_answer() {
+            return held.status();
+        }
         self.s
             .header(Side::Response, ":status")
             .and_then(|v| std::str::from_utf8(v).ok()?.parse::<u16>().ok())
             .unwrap_or(502)
     }
 
+    /// None for a streamed answer: Envoy's details are of the router's.
     fn answer_code_details(&mut self) -> Option<String> {
+        if self.held.forwards {
+            return None;
+        }
         self.s.response_code_details()
     }
 
     fn answer_headers(&mut self) -> Headers {
+        if let Some(held) = self.held_answer() {
+            return held.headers();
+        }
         self.s.headers(Side::Response)
     }
 
     /// After the machine held the answer, the earlier chunks wait in Envoy's buffer.
     fn answer_body(&mut self) -> Vec<u8> {
+        if let Some(held) = self.held_answer() {
+            return held.body();
+        }
         self.s.body(Side::Response, BodyAt::BufferAndChunk)
     }
 
     fn set_response_header(&mut self, name: &str, value: &str) {
+        if let Some(held) = self.held_answer() {
+            return held.set_header(name, value);
+        }
         self.s.set_header(Side::Response, name, value.as_bytes());
     }
 
     fn remove_response_header(&mut self, name: &str) {
+        if let Some(held) = self.held_answer() {
+            return held.remove_header(name);
+        }
         self.s.remove_header(Side::Response, name);
     }
 
     fn replace_answer_body(&mut self, with: &[u8]) {
+        if let Some(held) = self.held_answer() {
+            return held.replace_body(with);
+        }
         self.s
             .replace_body(Side::Response, BodyAt::BufferAndChunk, [with]);
     }

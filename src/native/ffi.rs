@@ -248,6 +248,24 @@ callbacks! {
         filter: FilterEnvoyPtr, id_out: *mut u64, cluster: ModuleBuffer,
         headers: *mut ModuleHeader, headers_len: usize, body: ModuleBuffer, timeout_ms: u64,
     ) -> u32;
+    /// Starts a streamed call-out to a cluster with its whole request (`end_stream`: nothing
+    /// follows the body); its answer comes to the `on_http_filter_http_stream_*` hooks.
+    /// `timeout_ms` 0 sets no timeout.
+    fn http_filter_start_http_stream(
+        filter: FilterEnvoyPtr, id_out: *mut u64, cluster: ModuleBuffer,
+        headers: *mut ModuleHeader, headers_len: usize, body: ModuleBuffer, end_stream: bool,
+        timeout_ms: u64,
+    ) -> u32;
+    /// Resets a streamed call-out; Envoy may run its `on_http_filter_http_stream_reset` hook
+    /// before this returns.
+    fn http_filter_reset_http_stream(filter: FilterEnvoyPtr, stream_id: u64);
+    /// Sends response headers to the client (a `:status` among them), through the response
+    /// filters (this one's included).
+    fn http_send_response_headers(
+        filter: FilterEnvoyPtr, headers: *mut ModuleHeader, headers_len: usize, end_stream: bool,
+    );
+    /// Sends response body bytes to the client after `http_send_response_headers`.
+    fn http_send_response_data(filter: FilterEnvoyPtr, data: ModuleBuffer, end_stream: bool);
     /// A handle that posts events to this stream's worker from any thread.
     fn http_filter_scheduler_new(filter: FilterEnvoyPtr) -> SchedulerPtr;
     /// Posts `event_id` to `on_http_filter_scheduled` on the stream's worker.

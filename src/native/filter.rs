@@ -5,9 +5,14 @@
 //! hooks again before it returns (a local reply passes through the response hooks; resuming
 //! the request can make the router answer at once), so such calls are not made while the
 //! filter is borrowed: the host queues them as [`After`] and the hook makes them after.
+//!
+//! A request that streams is answered by the module itself: each attempt is a streamed
+//! call-out, its events ([`StreamEvent`]) run the machine with the held answer as the one it
+//! reads ([`Held`]), and what the machine lets through is sent on to the client.
 
 pub use super::envoy::After;
 use super::envoy::Envoy;
+use super::forward::{Held, StreamEvent};
 use super::host::{BodyAt, Side, Stream};
 use super::plugin::Plugin;
 use super::timer::Wake;
@@ -27,6 +32,8 @@ pub struct Filter {
     wake: Option<Arc<Wake>>,
     /// Calls to make once the current hook has let go of the filter.
     pub after: Vec<After>,
+    /// The streamed call-out in flight and its answer as held.
+    held: Held,
 }
 
 impl Filter {
@@ -37,6 +44,7 @@ impl Filter {
             stream: stream::Stream::new(fastrand::Rng::with_seed(fastrand::u64(..))),
             wake: None,
             after: Vec::new(),
+            held: Held::default(),
         }
     }
 
@@ -59,6 +67,7 @@ impl Filter {
             at,
             wake: &mut self.wake,
             after: &mut self.after,
+            held: &mut self.held,
         };
         f(&mut self.stream, &self.plugin.core, &mut host)
     }
@@ -102,8 +111,78 @@ impl Filter {
         });
     }
 
-    /// The response headers arrived (`end`: with no body after them).
+    /// An event of a streamed call-out: the held answer's, unless its call-out was abandoned
+    /// (for another attempt, a reply, the client's end), when it is dropped.
+    pub fn on_stream_event(&mut self, s: &mut Stream, event: StreamEvent) {
+        let id = event.id();
+        if !self.held.is_current(id) {
+            return;
+        }
+        match event {
+            StreamEvent::Headers { headers, end, .. } => {
+                self.held.on_headers(headers, end);
+                self.answer_event(s, id, end, |m, plugin, host| {
+                    m.on_stream_headers(plugin, host, id, end)
+                });
+            }
+            StreamEvent::Data { bytes, end, .. } => {
+                self.held.on_data(bytes, end);
+                self.answer_event(s, id, end, |m, plugin, host| {
+                    m.on_stream_body(plugin, host, id, end)
+                });
+            }
+            StreamEvent::Trailers { .. } => {
+                self.held.on_trailers();
+                self.answer_event(s, id, true, |m, plugin, host| {
+                    m.on_stream_trailers(plugin, host, id)
+                });
+            }
+            StreamEvent::Complete { .. } => {
+                self.held.gone();
+                self.held.close(&mut self.after);
+            }
+            StreamEvent::Reset { .. } => {
+                self.held.gone();
+                self.event(s, BodyAt::Buffer, |m, plugin, host| {
+                    m.on_stream_reset(plugin, host, id)
+                });
+                self.held.close(&mut self.after);
+            }
+        }
+    }
+
+    /// Runs an answer event of call-out `id`; if the machine lets the answer through, what
+    /// is held of it goes to the client (`end`: the answer ended with this event).
+    fn answer_event(
+        &mut self,
+        s: &mut Stream,
+        id: u64,
+        end: bool,
+        f: impl FnOnce(&mut stream::Stream, &CorePlugin, &mut Envoy<'_>) -> Verdict,
+    ) {
+        let verdict = self.event(s, BodyAt::Buffer, f);
+        // A new attempt may have replaced the call-out during the event.
+        if verdict == Verdict::Continue && self.held.is_current(id) {
+            self.held.flush(end, &mut self.after);
+        }
+    }
+
+    /// The client's stream is over (answered, or the client went away): a streamed call-out
+    /// still running is reset, and forgotten first, so its reset reaches no machine (a client
+    /// that hangs up counts against no target).
+    pub fn on_client_done(&mut self) {
+        if let Some(id) = self.held.abandon() {
+            self.after.push(After::ResetStream(id));
+        }
+        self.held.client_done();
+    }
+
+    /// The response headers arrived (`end`: with no body after them). When the module
+    /// forwards the answer itself, this is its own send passing by.
     pub fn on_response_headers(&mut self, s: &mut Stream, end: bool) -> Verdict {
+        if self.held.forwards {
+            return Verdict::Continue;
+        }
         self.event(s, BodyAt::Buffer, |m, plugin, host| {
             m.on_response_headers(plugin, host, end)
         })
@@ -111,6 +190,9 @@ impl Filter {
 
     /// A chunk of the response body arrived.
     pub fn on_response_body(&mut self, s: &mut Stream, end: bool) -> Verdict {
+        if self.held.forwards {
+            return Verdict::Continue;
+        }
         self.event(s, BodyAt::Buffer, |m, plugin, host| {
             m.on_response_body(plugin, host, end)
         })
@@ -118,6 +200,9 @@ impl Filter {
 
     /// The response trailers arrived.
     pub fn on_response_trailers(&mut self, s: &mut Stream) -> Verdict {
+        if self.held.forwards {
+            return Verdict::Continue;
+        }
         self.event(s, BodyAt::Buffer, |m, plugin, host| {
             m.on_response_trailers(plugin, host)
         })

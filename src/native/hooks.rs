@@ -6,14 +6,20 @@
 //! filter leaves the stream, and the request never goes on with the client's headers; the
 //! client gets a 500 `internal_error` if no response headers went out yet, else the stream is
 //! reset ([`fallback`]).
+//!
+//! Envoy may run a streamed call-out's hooks while the filter is in use (it can answer one
+//! before starting it returns, e.g. no healthy upstream): its events wait in the slot and run,
+//! in order, as soon as the filter is free ([`drain`]).
 
 use super::ffi::{self, status, Api, ConfigEnvoyPtr, EnvoyBuffer, EnvoyHeader, FilterEnvoyPtr};
 use super::filter::{After, Filter, Verdict};
+use super::forward::StreamEvent;
 use super::host::{self, Side, Stream};
 use super::plugin::Plugin;
 use crate::core::config::ConfigVersion;
 use crate::core::errors::ErrorReply;
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::ffi::{c_char, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -27,6 +33,8 @@ struct Slot {
     response_sent: Cell<bool>,
     /// A hook panicked: the filter's state is unknown, so it no longer runs on this stream.
     failed: Cell<bool>,
+    /// Streamed call-out events that came while the filter was in use, to run in order.
+    pending: RefCell<VecDeque<StreamEvent>>,
 }
 
 /// Which side of the stream a hook is on, for what it answers once the filter has failed.
@@ -105,8 +113,44 @@ unsafe fn on_filter(
         // SAFETY: the caller's contract.
         let slot = unsafe { &*(module as *const Slot) };
         let mut stream = Stream::new(slot.api, envoy);
-        on_slot(slot, &mut stream, hook, f)
+        let status = on_slot(slot, &mut stream, hook, f);
+        drain(slot, &mut stream);
+        status
     })
+}
+
+/// Queues a streamed call-out's event (`event` copies it out of Envoy's hook) and runs the
+/// queue unless the filter is in use, in which case the hook using it runs the queue.
+///
+/// # Safety
+/// As [`on_filter`].
+unsafe fn on_stream_event(
+    envoy: FilterEnvoyPtr,
+    module: *const c_void,
+    event: impl FnOnce() -> StreamEvent,
+) {
+    guard((), || {
+        // SAFETY: the caller's contract.
+        let slot = unsafe { &*(module as *const Slot) };
+        if slot.failed.get() {
+            return;
+        }
+        slot.pending.borrow_mut().push_back(event());
+        drain(slot, &mut Stream::new(slot.api, envoy));
+    });
+}
+
+/// Runs the queued streamed call-out events, in order, while the filter is free.
+fn drain(slot: &Slot, stream: &mut Stream) {
+    while slot.filter.try_borrow_mut().is_ok() {
+        let Some(event) = slot.pending.borrow_mut().pop_front() else {
+            return;
+        };
+        on_slot(slot, stream, Hook::Event, |f, s| {
+            f.on_stream_event(s, event);
+            Verdict::Continue
+        });
+    }
 }
 
 /// [`on_filter`] on the stream's slot: a panic anywhere in the hook, the calls it queued
@@ -155,7 +199,7 @@ fn run_filter(
         let verdict = f(&mut filter, stream);
         (verdict, std::mem::take(&mut filter.after))
     };
-    run(stream, queued);
+    run(slot, stream, queued);
     code(verdict)
 }
 
@@ -179,9 +223,16 @@ fn answer_failure(slot: &Slot, stream: &mut Stream, fallback: Fallback) {
 }
 
 /// Makes the queued calls into Envoy.
-fn run(stream: &mut Stream, queued: Vec<After>) {
+fn run(slot: &Slot, stream: &mut Stream, queued: Vec<After>) {
     for call in queued {
         match call {
+            After::SendHeaders { headers, end } => {
+                // Set first: the headers may be with the client once the call starts.
+                slot.response_sent.set(true);
+                stream.send_headers(&headers, end);
+            }
+            After::SendData { data, end } => stream.send_data(&data, end),
+            After::ResetStream(id) => stream.reset_call_stream(id),
             After::ContinueRequest => stream.continue_request(),
             After::Reply {
                 status,
@@ -299,6 +350,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_new(
             filter: RefCell::new(Filter::new(plugin)),
             response_sent: Cell::new(false),
             failed: Cell::new(false),
+            pending: RefCell::new(VecDeque::new()),
         };
         Box::into_raw(Box::new(slot)).cast_const().cast()
     })
@@ -437,11 +489,20 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
     }
 }
 
+/// The client's stream is over (before the filter is destroyed): a streamed call-out still
+/// running is reset.
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_stream_complete(
-    _envoy: FilterEnvoyPtr,
-    _filter: *const c_void,
+    envoy: FilterEnvoyPtr,
+    filter: *const c_void,
 ) {
+    // SAFETY: as above.
+    unsafe {
+        on_filter(envoy, filter, Hook::Event, |f, _| {
+            f.on_client_done();
+            Verdict::Continue
+        });
+    }
 }
 
 /// Envoy is about to send a local reply (its own or ours): let it.
@@ -508,57 +569,81 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_downstream_below_write_buf
 ) {
 }
 
-/// Streamed call-outs (`start_http_stream`) are not used; these hooks only complete the ABI.
+/// A streamed call-out's answer: every attempt of a request that streams is one
+/// ([`crate::core::stream::Host::start_stream`]). The config-level hooks are unused and only
+/// complete the ABI.
 mod streams {
     use super::*;
 
     #[no_mangle]
     pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_headers(
-        _envoy: FilterEnvoyPtr,
-        _filter: *const c_void,
-        _stream_id: u64,
-        _headers: *const EnvoyHeader,
-        _headers_len: usize,
-        _end_stream: bool,
+        envoy: FilterEnvoyPtr,
+        filter: *const c_void,
+        stream_id: u64,
+        headers: *const EnvoyHeader,
+        headers_len: usize,
+        end_stream: bool,
     ) {
+        // SAFETY: Envoy passes the pointers of one live stream; the array is this hook's.
+        unsafe {
+            on_stream_event(envoy, filter, || StreamEvent::Headers {
+                id: stream_id,
+                headers: host::header_pairs(headers, headers_len),
+                end: end_stream,
+            });
+        }
     }
 
     #[no_mangle]
     pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_data(
-        _envoy: FilterEnvoyPtr,
-        _filter: *const c_void,
-        _stream_id: u64,
-        _data: *const EnvoyBuffer,
-        _data_len: usize,
-        _end_stream: bool,
+        envoy: FilterEnvoyPtr,
+        filter: *const c_void,
+        stream_id: u64,
+        data: *const EnvoyBuffer,
+        data_len: usize,
+        end_stream: bool,
     ) {
+        // SAFETY: as above.
+        unsafe {
+            on_stream_event(envoy, filter, || StreamEvent::Data {
+                id: stream_id,
+                bytes: host::joined(data, data_len),
+                end: end_stream,
+            });
+        }
     }
 
     #[no_mangle]
     pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_trailers(
-        _envoy: FilterEnvoyPtr,
-        _filter: *const c_void,
-        _stream_id: u64,
+        envoy: FilterEnvoyPtr,
+        filter: *const c_void,
+        stream_id: u64,
         _trailers: *const EnvoyHeader,
         _trailers_len: usize,
     ) {
+        // SAFETY: as above.
+        unsafe { on_stream_event(envoy, filter, || StreamEvent::Trailers { id: stream_id }) }
     }
 
     #[no_mangle]
     pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_complete(
-        _envoy: FilterEnvoyPtr,
-        _filter: *const c_void,
-        _stream_id: u64,
+        envoy: FilterEnvoyPtr,
+        filter: *const c_void,
+        stream_id: u64,
     ) {
+        // SAFETY: as above.
+        unsafe { on_stream_event(envoy, filter, || StreamEvent::Complete { id: stream_id }) }
     }
 
     #[no_mangle]
     pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_reset(
-        _envoy: FilterEnvoyPtr,
-        _filter: *const c_void,
-        _stream_id: u64,
+        envoy: FilterEnvoyPtr,
+        filter: *const c_void,
+        stream_id: u64,
         _reason: u32,
     ) {
+        // SAFETY: as above.
+        unsafe { on_stream_event(envoy, filter, || StreamEvent::Reset { id: stream_id }) }
     }
 
     #[no_mangle]
@@ -612,341 +697,4 @@ mod streams {
 }
 
 #[cfg(test)]
-mod tests {
-    //! The hooks against a fake Envoy: callbacks that record what the module asked for, and a
-    //! local reply that runs the filter's response hooks again, as Envoy's does.
-
-    use super::*;
-    use crate::native::ffi::{header_map, ModuleBuffer, ModuleHeader};
-    use std::ffi::CStr;
-
-    const CONFIG: &str = r#"{"models": [{"name": "t", "cluster": "c", "model": "m"}],
-      "virtual_models": [{"name": "vm", "model_types": ["chat"], "routing_config": {
-        "type": "weight-based-routing", "load_balance_targets": [{"target": "t", "weight": 100}]}}]}"#;
-
-    #[derive(Debug, Clone, PartialEq, Eq)]
-    enum Call {
-        Lookup(String),
-        Remove(String),
-        ReadHeaders,
-        ClearRoute,
-        /// A local reply: status and body.
-        Reply(u32, String),
-        /// What the filter's response-headers hook answered the reply, run from inside it.
-        ReplyPassed(u32),
-        Reset(u32),
-        Unexpected,
-    }
-
-    /// One test thread's Envoy.
-    struct Fake {
-        request: Vec<(Vec<u8>, Vec<u8>)>,
-        calls: Vec<Call>,
-        module: *const c_void,
-    }
-
-    thread_local! {
-        static FAKE: RefCell<Fake> = const {
-            RefCell::new(Fake { request: Vec::new(), calls: Vec::new(), module: std::ptr::null() })
-        };
-    }
-
-    fn record(call: Call) {
-        FAKE.with(|f| f.borrow_mut().calls.push(call));
-    }
-
-    fn text(b: ModuleBuffer) -> String {
-        // SAFETY: the module lends `len` bytes for the call.
-        String::from_utf8_lossy(unsafe { std::slice::from_raw_parts(b.ptr, b.len) }).into_owned()
-    }
-
-    extern "C" fn get_header(
-        _: FilterEnvoyPtr,
-        map: u32,
-        key: ModuleBuffer,
-        out: *mut EnvoyBuffer,
-        _index: usize,
-        _count: *mut usize,
-    ) -> bool {
-        let key = text(key);
-        record(Call::Lookup(key.clone()));
-        FAKE.with(|f| {
-            let f = f.borrow();
-            let found = f.request.iter().find(|(k, _)| *k == key.as_bytes());
-            match found {
-                Some((_, v)) if map == header_map::REQUEST => {
-                    // SAFETY: the module's out-parameter; the value lives in the fake.
-                    unsafe {
-                        *out = EnvoyBuffer {
-                            ptr: v.as_ptr(),
-                            len: v.len(),
-                        }
-                    };
-                    true
-                }
-                _ => false,
-            }
-        })
-    }
-
-    extern "C" fn headers_size(_: FilterEnvoyPtr, _map: u32) -> usize {
-        FAKE.with(|f| f.borrow().request.len())
-    }
-
-    extern "C" fn get_headers(_: FilterEnvoyPtr, _map: u32, out: *mut EnvoyHeader) -> bool {
-        record(Call::ReadHeaders);
-        FAKE.with(|f| {
-            for (i, (k, v)) in f.borrow().request.iter().enumerate() {
-                let buffer = |b: &Vec<u8>| EnvoyBuffer {
-                    ptr: b.as_ptr(),
-                    len: b.len(),
-                };
-                // SAFETY: the module passes an array of `headers_size` entries.
-                unsafe {
-                    *out.add(i) = EnvoyHeader {
-                        key: buffer(k),
-                        value: buffer(v),
-                    }
-                };
-            }
-        });
-        true
-    }
-
-    extern "C" fn set_header(
-        _: FilterEnvoyPtr,
-        _map: u32,
-        key: ModuleBuffer,
-        value: ModuleBuffer,
-    ) -> bool {
-        let key = text(key);
-        if value.ptr.is_null() {
-            record(Call::Remove(key.clone()));
-            FAKE.with(|f| f.borrow_mut().request.retain(|(k, _)| *k != key.as_bytes()));
-        } else {
-            record(Call::Unexpected);
-        }
-        true
-    }
-
-    extern "C" fn clear_route_cache(_: FilterEnvoyPtr) {
-        record(Call::ClearRoute);
-    }
-
-    extern "C" fn send_response(
-        envoy: FilterEnvoyPtr,
-        status: u32,
-        _headers: *mut ModuleHeader,
-        _headers_len: usize,
-        body: ModuleBuffer,
-        _details: ModuleBuffer,
-    ) {
-        record(Call::Reply(status, text(body)));
-        // Envoy sends a reply that no response preceded through the response hooks, this
-        // filter's included, before `sendLocalReply` returns.
-        let module = FAKE.with(|f| f.borrow().module);
-        let passed = envoy_dynamic_module_on_http_filter_response_headers(envoy, module, false);
-        record(Call::ReplyPassed(passed));
-    }
-
-    extern "C" fn reset_stream(_: FilterEnvoyPtr, reason: u32, _details: ModuleBuffer) {
-        record(Call::Reset(reason));
-    }
-
-    extern "C" fn unexpected() {
-        record(Call::Unexpected);
-    }
-
-    fn fake_api() -> &'static Api {
-        let api = Api::resolve(|name: &CStr| {
-            let name = name.to_bytes();
-            let name = name
-                .strip_prefix(b"envoy_dynamic_module_callback_")
-                .unwrap_or(name);
-            match name {
-                b"http_get_header" => get_header as *mut c_void,
-                b"http_get_headers_size" => headers_size as *mut c_void,
-                b"http_get_headers" => get_headers as *mut c_void,
-                b"http_set_header" => set_header as *mut c_void,
-                b"http_clear_route_cache" => clear_route_cache as *mut c_void,
-                b"http_send_response" => send_response as *mut c_void,
-                b"http_filter_reset_stream" => reset_stream as *mut c_void,
-                _ => unexpected as *mut c_void,
-            }
-        });
-        Box::leak(Box::new(api.unwrap()))
-    }
-
-    /// A stream of a plugin with [`CONFIG`], whose client sent `request`; the module's pointer.
-    fn new_stream(request: &[(&str, &str)]) -> *const c_void {
-        let plugin = Plugin::load(fake_api(), CONFIG.as_bytes(), |c| c).unwrap();
-        let config = Arc::into_raw(Arc::new(plugin)).cast::<c_void>();
-        let module = envoy_dynamic_module_on_http_filter_new(config, std::ptr::null_mut());
-        // The stream holds its own reference.
-        envoy_dynamic_module_on_http_filter_config_destroy(config);
-        FAKE.with(|f| {
-            let mut f = f.borrow_mut();
-            f.request = request
-                .iter()
-                .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
-                .collect();
-            f.calls.clear();
-            f.module = module;
-        });
-        module
-    }
-
-    fn take_calls() -> Vec<Call> {
-        FAKE.with(|f| std::mem::take(&mut f.borrow_mut().calls))
-    }
-
-    fn request_headers(module: *const c_void) -> u32 {
-        envoy_dynamic_module_on_http_filter_request_headers(std::ptr::null_mut(), module, false)
-    }
-
-    /// Runs a hook of `hook`'s side whose filter code is `f`.
-    fn call_hook(module: *const c_void, hook: Hook, f: impl FnOnce() -> Verdict) -> u32 {
-        // SAFETY: a live stream of this module.
-        unsafe { on_filter(std::ptr::null_mut(), module, hook, |_, _| f()) }
-    }
-
-    fn panics() -> Verdict {
-        std::panic::panic_any("a bug")
-    }
-
-    fn chat(extra: &[(&'static str, &'static str)]) -> Vec<(&'static str, &'static str)> {
-        let mut h = vec![(":method", "POST"), (":path", "/v1/chat/completions")];
-        h.extend_from_slice(extra);
-        h
-    }
-
-    fn error_json(call: &Call) -> serde_json::Value {
-        match call {
-            Call::Reply(_, body) => serde_json::from_str(body).unwrap(),
-            other => panic!("not a reply: {other:?}"),
-        }
-    }
-
-    #[test]
-    fn a_panic_fails_closed_with_a_reply_until_the_response_headers_went_on_then_a_reset() {
-        assert_eq!(fallback(false), Fallback::Reply);
-        assert_eq!(fallback(true), Fallback::Reset);
-        assert_eq!(status_after_failure(Hook::Request), status::STOP_ITERATION);
-        assert_eq!(status_after_failure(Hook::Response), status::CONTINUE);
-    }
-
-    #[test]
-    fn a_panic_on_the_request_answers_500_internal_error_and_the_request_never_goes_on() {
-        let module = new_stream(&chat(&[]));
-        assert_eq!(request_headers(module), status::STOP_ITERATION);
-        take_calls();
-        assert_eq!(
-            call_hook(module, Hook::Request, panics),
-            status::STOP_ITERATION
-        );
-        let calls = take_calls();
-        assert!(
-            matches!(calls.first(), Some(Call::Reply(500, _))),
-            "{calls:?}"
-        );
-        let error = error_json(&calls[0]);
-        assert_eq!(error["error"]["code"], "internal_error");
-        assert_eq!(error["error"]["type"], "server_error");
-        // The 500 goes out through the filter's own response hook, which lets it pass.
-        assert_eq!(calls[1..], [Call::ReplyPassed(status::CONTINUE)]);
-        // The filter is out of the stream: it never runs again; the request stays stopped.
-        let ran = Cell::new(false);
-        let mark = || {
-            ran.set(true);
-            Verdict::Continue
-        };
-        assert_eq!(
-            call_hook(module, Hook::Request, mark),
-            status::STOP_ITERATION
-        );
-        assert_eq!(call_hook(module, Hook::Response, mark), status::CONTINUE);
-        assert!(!ran.get());
-        assert_eq!(take_calls(), []);
-        envoy_dynamic_module_on_http_filter_destroy(module);
-    }
-
-    #[test]
-    fn an_anthropic_client_gets_the_500_in_anthropics_shape() {
-        let module = new_stream(&[(":method", "POST"), (":path", "/v1/messages")]);
-        request_headers(module);
-        take_calls();
-        call_hook(module, Hook::Request, panics);
-        let error = error_json(&take_calls()[0]);
-        assert_eq!(error["type"], "error");
-        assert_eq!(error["error"]["type"], "api_error");
-        envoy_dynamic_module_on_http_filter_destroy(module);
-    }
-
-    #[test]
-    fn a_panic_in_a_response_hook_replaces_a_response_whose_headers_it_held() {
-        let module = new_stream(&chat(&[]));
-        request_headers(module);
-        // The answer's headers are held (as a flight holds a failed answer to retry it).
-        assert_eq!(call_hook(module, Hook::Response, || Verdict::Stop), 1);
-        take_calls();
-        assert_eq!(
-            call_hook(module, Hook::Response, panics),
-            status::STOP_ITERATION
-        );
-        assert!(matches!(take_calls().first(), Some(Call::Reply(500, _))));
-        envoy_dynamic_module_on_http_filter_destroy(module);
-    }
-
-    #[test]
-    fn a_panic_after_the_response_headers_went_on_resets_the_stream() {
-        let module = new_stream(&chat(&[]));
-        request_headers(module);
-        assert_eq!(call_hook(module, Hook::Response, || Verdict::Continue), 0);
-        take_calls();
-        assert_eq!(
-            call_hook(module, Hook::Response, panics),
-            status::STOP_ITERATION
-        );
-        assert_eq!(take_calls(), [Call::Reset(ffi::stream_reset::LOCAL_RESET)]);
-        // A request hook after it (a request body still streaming) stops too.
-        assert_eq!(
-            call_hook(module, Hook::Request, || Verdict::Continue),
-            status::STOP_ITERATION
-        );
-        envoy_dynamic_module_on_http_filter_destroy(module);
-    }
-
-    #[test]
-    fn a_panic_in_a_timer_or_call_out_fails_closed_too() {
-        let module = new_stream(&chat(&[]));
-        request_headers(module);
-        take_calls();
-        call_hook(module, Hook::Event, panics);
-        assert!(matches!(take_calls().first(), Some(Call::Reply(500, _))));
-        envoy_dynamic_module_on_http_filter_destroy(module);
-    }
-
-    #[test]
-    fn the_cluster_header_a_client_sent_is_removed_before_anything_else() {
-        let cluster = "x-switchboard-cluster".to_string();
-        // An LLM request, which the filter holds for its body (it used to keep the header
-        // until the routing decision replaced it).
-        let module = new_stream(&chat(&[("x-switchboard-cluster", "admin")]));
-        assert_eq!(request_headers(module), status::STOP_ITERATION);
-        // One read of every header, then the removal before anything is decided.
-        assert_eq!(
-            take_calls(),
-            [
-                Call::ReadHeaders,
-                Call::Remove(cluster.clone()),
-                Call::ClearRoute,
-            ]
-        );
-        envoy_dynamic_module_on_http_filter_destroy(module);
-        // Without one: the one read, and the cached route stays.
-        let module = new_stream(&chat(&[]));
-        request_headers(module);
-        assert_eq!(take_calls(), [Call::ReadHeaders]);
-        envoy_dynamic_module_on_http_filter_destroy(module);
-    }
-}
+mod tests;

@@ -277,10 +277,7 @@ impl Stream {
 
     /// Answers the client locally.
     pub fn send_response(&mut self, status: u16, headers: &[(&str, &str)], body: &[u8]) {
-        let mut list: Vec<ModuleHeader> = headers
-            .iter()
-            .map(|(k, v)| ModuleHeader::of(k.as_bytes(), v.as_bytes()))
-            .collect();
+        let mut list = lend(headers);
         // SAFETY: the headers and body outlive the call, which copies them.
         unsafe {
             (self.api.http_send_response)(
@@ -302,10 +299,7 @@ impl Stream {
         body: &[u8],
         timeout_ms: u64,
     ) -> Option<u64> {
-        let mut list: Vec<ModuleHeader> = headers
-            .iter()
-            .map(|(k, v)| ModuleHeader::of(k.as_bytes(), v.as_bytes()))
-            .collect();
+        let mut list = lend(headers);
         let mut id = 0u64;
         // SAFETY: everything lent outlives the call, which copies it.
         let result = unsafe {
@@ -325,6 +319,64 @@ impl Stream {
             log::warn!("could not call cluster {cluster}: Envoy refused the call ({result})");
             None
         }
+    }
+
+    /// Starts a streamed call-out to `cluster` with its whole request and no timeout (0);
+    /// `None` if Envoy refused it. Its events may come before this returns (an answer Envoy
+    /// makes at once, such as no healthy upstream).
+    pub fn start_stream(
+        &mut self,
+        cluster: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Option<u64> {
+        let mut list = lend(headers);
+        let mut id = 0u64;
+        // SAFETY: everything lent outlives the call, which copies it.
+        let result = unsafe {
+            (self.api.http_filter_start_http_stream)(
+                self.ptr,
+                &mut id,
+                ModuleBuffer::of(cluster.as_bytes()),
+                list.as_mut_ptr(),
+                list.len(),
+                ModuleBuffer::of(body),
+                true,
+                0,
+            )
+        };
+        if result == callout_init::SUCCESS {
+            Some(id)
+        } else {
+            log::warn!(
+                "could not stream from cluster {cluster}: Envoy refused the call ({result})"
+            );
+            None
+        }
+    }
+
+    /// Resets a streamed call-out (its reset hook may run before this returns).
+    pub fn reset_call_stream(&mut self, id: u64) {
+        // SAFETY: a plain call on the stream; an unknown id is ignored.
+        unsafe { (self.api.http_filter_reset_http_stream)(self.ptr, id) }
+    }
+
+    /// Sends the client answer headers (they pass this filter's response hooks).
+    pub fn send_headers(&mut self, headers: &[(Vec<u8>, Vec<u8>)], end: bool) {
+        let mut list: Vec<ModuleHeader> = headers
+            .iter()
+            .map(|(k, v)| ModuleHeader::of(k, v))
+            .collect();
+        // SAFETY: the headers outlive the call, which copies them.
+        unsafe {
+            (self.api.http_send_response_headers)(self.ptr, list.as_mut_ptr(), list.len(), end)
+        }
+    }
+
+    /// Sends the client answer bytes after its headers.
+    pub fn send_data(&mut self, data: &[u8], end: bool) {
+        // SAFETY: the bytes outlive the call, which copies them.
+        unsafe { (self.api.http_send_response_data)(self.ptr, ModuleBuffer::of(data), end) }
     }
 
     /// Makes Envoy pick the route again, with the request headers as they are now.
@@ -410,6 +462,14 @@ impl Stream {
     }
 }
 
+/// Headers lent to Envoy for one call.
+fn lend(headers: &[(&str, &str)]) -> Vec<ModuleHeader> {
+    headers
+        .iter()
+        .map(|(k, v)| ModuleHeader::of(k.as_bytes(), v.as_bytes()))
+        .collect()
+}
+
 /// `wasm.<name>` in `buf`; `None` if it does not fit.
 fn prefixed<'b>(buf: &'b mut [u8; 64], name: &str) -> Option<&'b [u8]> {
     const PREFIX: &[u8] = b"wasm.";
@@ -419,6 +479,49 @@ fn prefixed<'b>(buf: &'b mut [u8; 64], name: &str) -> Option<&'b [u8]> {
     head.copy_from_slice(PREFIX);
     tail.copy_from_slice(name.as_bytes());
     Some(out)
+}
+
+/// Envoy's array of `len` items at `ptr` (null when empty).
+///
+/// # Safety
+/// `ptr` must be null or point to `len` items valid for the current hook.
+unsafe fn envoy_slice<'a, T>(ptr: *const T, len: usize) -> &'a [T] {
+    if ptr.is_null() || len == 0 {
+        &[]
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts(ptr, len) }
+    }
+}
+
+/// Envoy's headers, copied as (name, value) pairs.
+///
+/// # Safety
+/// The array must be one Envoy passed to the current hook.
+pub unsafe fn header_pairs(headers: *const EnvoyHeader, len: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+    // SAFETY: the caller's contract; the bytes are copied in this hook.
+    unsafe {
+        envoy_slice(headers, len)
+            .iter()
+            .map(|h| (h.key.bytes().to_vec(), h.value.bytes().to_vec()))
+            .collect()
+    }
+}
+
+/// Envoy's body chunks, joined into one copy.
+///
+/// # Safety
+/// The array must be one Envoy passed to the current hook.
+pub unsafe fn joined(chunks: *const EnvoyBuffer, len: usize) -> Vec<u8> {
+    // SAFETY: the caller's contract; the bytes are copied in this hook.
+    unsafe {
+        let chunks = envoy_slice(chunks, len);
+        let mut body = Vec::with_capacity(chunks.iter().map(|c| c.len).sum());
+        for c in chunks {
+            body.extend_from_slice(c.bytes());
+        }
+        body
+    }
 }
 
 /// The headers and body of a call-out's answer, copied out of Envoy's arrays.
@@ -433,21 +536,8 @@ pub unsafe fn callout_answer(
 ) -> (Headers, Vec<u8>) {
     // SAFETY: Envoy's arrays of the given lengths (null when empty).
     unsafe {
-        let headers: &[EnvoyHeader] = if headers.is_null() {
-            &[]
-        } else {
-            std::slice::from_raw_parts(headers, headers_len)
-        };
-        let chunks: &[EnvoyBuffer] = if chunks.is_null() {
-            &[]
-        } else {
-            std::slice::from_raw_parts(chunks, chunks_len)
-        };
+        let headers = envoy_slice(headers, headers_len);
         let list = Headers::from_pairs(headers.iter().map(|h| (h.key.bytes(), h.value.bytes())));
-        let mut body = Vec::with_capacity(chunks.iter().map(|c| c.len).sum());
-        for c in chunks {
-            body.extend_from_slice(c.bytes());
-        }
-        (list, body)
+        (list, joined(chunks, chunks_len))
     }
 }

@@ -10,6 +10,7 @@
 mod envoy;
 mod ffi;
 mod filter;
+mod forward;
 mod hooks;
 mod host;
 mod logger;
