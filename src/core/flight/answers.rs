@@ -46,7 +46,9 @@ impl Machine {
         out.push(Effect::Deliver(Delivery {
             ending,
             headers: self.answer_headers(config, answered_by, gave_up),
-            drop_content_length: rewrite,
+            // A watched stream may end with an error event Switchboard adds: its length is
+            // not known either.
+            drop_content_length: rewrite || self.dialect.is_some(),
             hidden: self.hidden_headers(config, answered_by),
         }));
     }
