@@ -5,6 +5,7 @@
 //! a streamed call-out whose answer the module holds and forwards ([`Held`]): the answer
 //! accessors then read and edit that answer.
 
+pub use super::after::After;
 use super::forward::Held;
 use super::host::{BodyAt, Side, Stream};
 use super::plugin::{Plugin, Routing};
@@ -22,27 +23,6 @@ use crate::core::routing::HealthInput;
 use crate::core::routing::RoutingState;
 use crate::core::stream::Host;
 use std::sync::Arc;
-
-/// A call into Envoy to make once the hook has let go of the filter.
-pub enum After {
-    /// Resume the request stopped earlier.
-    ContinueRequest,
-    /// Answer the client locally.
-    Reply {
-        status: u16,
-        headers: Vec<(String, String)>,
-        body: Vec<u8>,
-    },
-    /// Send the client answer headers (`:status` among them).
-    SendHeaders {
-        headers: Vec<(Vec<u8>, Vec<u8>)>,
-        end: bool,
-    },
-    /// Send the client answer bytes after the headers.
-    SendData { data: Vec<u8>, end: bool },
-    /// Reset a streamed call-out.
-    ResetStream(u64),
-}
 
 /// Envoy, as one stream's host for one hook.
 pub struct Envoy<'a> {

@@ -6,7 +6,7 @@
 //! headers, the bytes not yet sent, and what the client already got. Sends are queued as
 //! [`After`] calls, made once the hook has let go of the filter (they run its response hooks).
 
-use super::envoy::After;
+use super::after::After;
 use crate::core::headers::Headers;
 
 /// Answer headers not passed on: they frame the upstream connection, and Envoy frames the

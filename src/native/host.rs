@@ -299,26 +299,22 @@ impl Stream {
         body: &[u8],
         timeout_ms: u64,
     ) -> Option<u64> {
-        let mut list = lend(headers);
-        let mut id = 0u64;
-        // SAFETY: everything lent outlives the call, which copies it.
-        let result = unsafe {
-            (self.api.http_filter_http_callout)(
-                self.ptr,
-                &mut id,
-                ModuleBuffer::of(cluster.as_bytes()),
-                list.as_mut_ptr(),
-                list.len(),
-                ModuleBuffer::of(body),
-                timeout_ms,
-            )
+        let api = self.api;
+        let start = |ptr, id: &mut u64, cluster, list: &mut [ModuleHeader], body| {
+            // SAFETY: everything lent outlives the call, which copies it.
+            unsafe {
+                (api.http_filter_http_callout)(
+                    ptr,
+                    id,
+                    cluster,
+                    list.as_mut_ptr(),
+                    list.len(),
+                    body,
+                    timeout_ms,
+                )
+            }
         };
-        if result == callout_init::SUCCESS {
-            Some(id)
-        } else {
-            log::warn!("could not call cluster {cluster}: Envoy refused the call ({result})");
-            None
-        }
+        self.start_call(cluster, headers, body, start)
     }
 
     /// Starts a streamed call-out to `cluster` with its whole request and no timeout (0);
@@ -330,27 +326,53 @@ impl Stream {
         headers: &[(&str, &str)],
         body: &[u8],
     ) -> Option<u64> {
+        let api = self.api;
+        let start = |ptr, id: &mut u64, cluster, list: &mut [ModuleHeader], body| {
+            // SAFETY: everything lent outlives the call, which copies it.
+            unsafe {
+                (api.http_filter_start_http_stream)(
+                    ptr,
+                    id,
+                    cluster,
+                    list.as_mut_ptr(),
+                    list.len(),
+                    body,
+                    true,
+                    0,
+                )
+            }
+        };
+        self.start_call(cluster, headers, body, start)
+    }
+
+    /// Lends a call's cluster, headers and body to `start`, one of Envoy's call starts; the
+    /// call's id, or `None` (logged) if Envoy refused it.
+    fn start_call(
+        &mut self,
+        cluster: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        start: impl FnOnce(
+            FilterEnvoyPtr,
+            &mut u64,
+            ModuleBuffer,
+            &mut [ModuleHeader],
+            ModuleBuffer,
+        ) -> u32,
+    ) -> Option<u64> {
         let mut list = lend(headers);
         let mut id = 0u64;
-        // SAFETY: everything lent outlives the call, which copies it.
-        let result = unsafe {
-            (self.api.http_filter_start_http_stream)(
-                self.ptr,
-                &mut id,
-                ModuleBuffer::of(cluster.as_bytes()),
-                list.as_mut_ptr(),
-                list.len(),
-                ModuleBuffer::of(body),
-                true,
-                0,
-            )
-        };
+        let result = start(
+            self.ptr,
+            &mut id,
+            ModuleBuffer::of(cluster.as_bytes()),
+            &mut list,
+            ModuleBuffer::of(body),
+        );
         if result == callout_init::SUCCESS {
             Some(id)
         } else {
-            log::warn!(
-                "could not stream from cluster {cluster}: Envoy refused the call ({result})"
-            );
+            log::warn!("could not call cluster {cluster}: Envoy refused the call ({result})");
             None
         }
     }

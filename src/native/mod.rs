@@ -7,6 +7,7 @@
 //! [`crate::core`]: state shared by the workers (health records, session pins) is ordinary
 //! synchronised memory here, since every worker is a thread of one process ([`store`]).
 
+mod after;
 mod envoy;
 mod ffi;
 mod filter;

@@ -313,6 +313,15 @@ impl Stream {
         })
     }
 
+    /// The flight whose streamed call-out `id` is awaited (an abandoned one's events are
+    /// dropped: [`Verdict::Stop`] keeps them from the client).
+    fn streaming(&mut self, id: u64) -> Option<&mut Flight> {
+        match &mut self.phase {
+            Phase::Forwarded(flight) if flight.is_current_stream(id) => Some(flight),
+            _ => None,
+        }
+    }
+
     /// The answer headers of the streamed call-out `id` arrived (`end`: with no body); the
     /// host's answer accessors read that answer. [`Verdict::Continue`]: send what the host
     /// holds of it to the client.
@@ -323,15 +332,13 @@ impl Stream {
         id: u64,
         end: bool,
     ) -> Verdict {
-        match &mut self.phase {
-            Phase::Forwarded(flight) if flight.is_current_stream(id) => {
-                let status = host.answer_status();
-                flight.answer_event(plugin, host, end, |m, config, facts, out| {
-                    m.on_answer_headers(config, status, facts, out)
-                })
-            }
-            _ => Verdict::Stop,
-        }
+        let Some(flight) = self.streaming(id) else {
+            return Verdict::Stop;
+        };
+        let status = host.answer_status();
+        flight.answer_event(plugin, host, end, |m, config, facts, out| {
+            m.on_answer_headers(config, status, facts, out)
+        })
     }
 
     /// A chunk of the streamed call-out `id`'s answer (`end`: the last).
@@ -342,14 +349,12 @@ impl Stream {
         id: u64,
         end: bool,
     ) -> Verdict {
-        match &mut self.phase {
-            Phase::Forwarded(flight) if flight.is_current_stream(id) => {
-                flight.answer_event(plugin, host, end, |m, config, facts, out| {
-                    m.on_answer_body(config, end, facts, out)
-                })
-            }
-            _ => Verdict::Stop,
-        }
+        let Some(flight) = self.streaming(id) else {
+            return Verdict::Stop;
+        };
+        flight.answer_event(plugin, host, end, |m, config, facts, out| {
+            m.on_answer_body(config, end, facts, out)
+        })
     }
 
     /// The streamed call-out `id`'s answer ended with trailers.
@@ -359,25 +364,21 @@ impl Stream {
         host: &mut impl Host,
         id: u64,
     ) -> Verdict {
-        match &mut self.phase {
-            Phase::Forwarded(flight) if flight.is_current_stream(id) => {
-                flight.answer_event(plugin, host, true, |m, config, _, out| {
-                    m.on_answer_trailers(config, out)
-                })
-            }
-            _ => Verdict::Stop,
-        }
+        let Some(flight) = self.streaming(id) else {
+            return Verdict::Stop;
+        };
+        flight.answer_event(plugin, host, true, |m, config, _, out| {
+            m.on_answer_trailers(config, out)
+        })
     }
 
     /// The streamed call-out `id` was reset (or failed to connect) before its end.
     pub fn on_stream_reset(&mut self, plugin: &Plugin, host: &mut impl Host, id: u64) {
-        if let Phase::Forwarded(flight) = &mut self.phase {
-            if flight.is_current_stream(id) {
-                flight.answer_event(plugin, host, true, |m, config, facts, out| {
-                    m.on_answer_reset(config, facts, out);
-                    Flow::Continue
-                });
-            }
+        if let Some(flight) = self.streaming(id) {
+            flight.answer_event(plugin, host, true, |m, config, facts, out| {
+                m.on_answer_reset(config, facts, out);
+                Flow::Continue
+            });
         }
     }
 
