@@ -5,6 +5,7 @@ use crate::fault::{self, Errors, Tokens};
 use crate::generate::{estimate_prompt_tokens, new_id, Gen};
 use crate::respond::{ApiError, Reply, Step};
 use crate::sse;
+use bytes::Bytes;
 use hyper::StatusCode;
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -104,12 +105,22 @@ pub fn messages(g: &Gen) -> Reply {
         }),
     )));
     steps.push(Step::now(ev("message_stop", json!({}))));
+    let ping = || ev("ping", json!({}));
+    Reply::Stream(break_stream(g, steps, start, ping))
+}
+
+/// `steps` as a stream fault leaves them. Anthropic's ping comes before any
+/// content; its errors arrive as an `error` event, after which nothing more is sent.
+fn break_stream(
+    g: &Gen,
+    steps: Vec<Step>,
+    start: Bytes,
+    ping: impl FnOnce() -> Bytes,
+) -> Vec<Step> {
     let tokens = Tokens {
         first: 2,
         count: g.token_count(),
     };
-    // Anthropic's ping comes before any content; its errors arrive as an
-    // `error` event, after which nothing more is sent.
     let error = || {
         sse::event(
             "error",
@@ -117,16 +128,10 @@ pub fn messages(g: &Gen) -> Reply {
         )
     };
     let errors = Errors {
-        failed_opening: || {
-            vec![
-                Step::now(start),
-                Step::now(ev("ping", json!({}))),
-                Step::now(error()),
-            ]
-        },
+        failed_opening: || vec![Step::now(start), Step::now(ping()), Step::now(error())],
         error: |_| error(),
     };
-    Reply::Stream(fault::apply(g.fault, steps, tokens, errors))
+    fault::apply(g.fault, steps, tokens, errors)
 }
 
 #[cfg(test)]

@@ -272,9 +272,16 @@ pub fn create(
             delay: g.total_delay(),
         });
     }
+    Ok(Reply::Stream(stream(&draft, &done, failed)))
+}
+
+/// The streamed answer: OpenAI's events for `done`, or a stream fault's
+/// (`failed` is the response an injected error leaves).
+fn stream(draft: &Draft, done: &Value, failed: Option<Value>) -> Vec<Step> {
+    let g = draft.g;
     let start = draft.object("in_progress", json!([]), Value::Null);
     let tokens: Vec<String> = g.tokens().collect();
-    let events = events(&start, &done, &tokens);
+    let events = events(&start, done, &tokens);
     // Content starts at the first text delta (or, with none, where they would be).
     let first = events
         .iter()
@@ -284,7 +291,7 @@ pub fn create(
         first,
         count: tokens.len(),
     };
-    let steps = stream_steps(&g, events);
+    let steps = stream_steps(g, events);
     let errors = Errors {
         failed_opening: || {
             let failed = failed
@@ -294,7 +301,7 @@ pub fn create(
                 ("response.in_progress", json!({"response": start})),
                 ("response.failed", json!({"response": failed})),
             ];
-            stream_steps(&g, numbered(opening))
+            stream_steps(g, numbered(opening))
         },
         error: |sent| {
             sse::event(
@@ -304,7 +311,7 @@ pub fn create(
             )
         },
     };
-    Ok(Reply::Stream(fault::apply(g.fault, steps, tokens, errors)))
+    fault::apply(g.fault, steps, tokens, errors)
 }
 
 fn output_text(text: &str) -> Value {
