@@ -278,3 +278,23 @@ def test_a_fallback_streams_as_it_arrives(stack, figure):
     figure("streamed fallback: the fallback's own first chunk", round(own_first * 1000), "ms")
     figure("streamed fallback: the failed attempt", round(failed_attempt * 1000), "ms")
     figure("streamed fallback: whole answer", round(whole * 1000), "ms")
+
+
+def test_a_client_that_hangs_up_cancels_the_attempt_without_counting_against_the_target(stack):
+    stack.provider("a", token_delay_ms=200, output_tokens=20)
+    stack.provider("b")
+    envoy = stack.envoy(config([model("a", "a"), model("b", "b")], priority(["a", "b"])))
+
+    for _ in range(2):
+        with requests.post(f"{envoy.url}/v1/chat/completions", stream=True, timeout=10,
+                           json={"model": "vm", "stream": True, "messages": CHAT}) as r:
+            assert r.headers["x-switchboard-resolved-model"] == "a"
+            next(r.iter_content(chunk_size=None))
+        # Leaving the `with` closes the connection mid-stream.
+    deadline = time.monotonic() + 5
+    while envoy.stat("cluster.a.upstream_rq_active") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert envoy.stat("cluster.a.upstream_rq_active") == 0, "the attempt in flight was cancelled"
+    assert all(counter(envoy, "stream_failed", "a", r) == 0 for r in ("reset", "idle", "malformed", "error_event"))
+    text, resolved, error = chat_stream(envoy)
+    assert error is None and resolved == "a", "two clients leaving did not make a unhealthy"
