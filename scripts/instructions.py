@@ -106,27 +106,30 @@ def filters_for(name: str, s: Scenario) -> list[dict]:
 
 def self_cost_by_object(path: Path) -> dict[str, int]:
     """Sums callgrind's self cost (Ir) by the kind of code that ran it, from its output file:
-    cost lines after a `calls=` line are inclusive costs of the call and are skipped."""
-    names: dict[str, str] = {}
+    cost lines after a `calls=` line are inclusive costs of the call and are skipped. Compressed
+    names are numbered per kind (objects, functions), so `ob=(2)` and `fn=(2)` are two names."""
+    names: dict[tuple[str, str], str] = {}
     by_kind: dict[str, int] = defaultdict(int)
     obj, fn = "?", "?"
     skip_next = False
 
-    def name_of(value: str) -> str:
+    def name_of(space: str, value: str) -> str:
         m = re.match(r"\((\d+)\)(?: (.*))?", value)
         if not m:
             return value
         if m.group(2) is not None:
-            names[m.group(1)] = m.group(2)
-        return names.get(m.group(1), "?")
+            names[space, m.group(1)] = m.group(2)
+        return names.get((space, m.group(1)), "?")
 
     for line in path.read_text(errors="replace").splitlines():
         if line.startswith("ob="):
-            obj = name_of(line[3:])
+            obj = name_of("ob", line[3:])
         elif line.startswith("fn="):
-            fn = name_of(line[3:])
-        elif line.startswith(("cob=", "cfn=")):
-            name_of(line[4:])  # records the compressed name
+            fn = name_of("fn", line[3:])
+        elif line.startswith("cob="):
+            name_of("ob", line[4:])  # records the compressed name
+        elif line.startswith("cfn="):
+            name_of("fn", line[4:])
         elif line.startswith("calls="):
             skip_next = True
         elif line and (line[0].isdigit() or line[0] in "+-*"):
