@@ -7,7 +7,10 @@ Envoy, the no-op Wasm filter and its two floors, Switchboard's `.wasm`, and Swit
 module when `target/native/libswitchboard.so` exists, with its own floor, the no-op dynamic module
 `libnoop_native.so`, in the 1.5 KB chat scenarios) are loaded in turns, round after round,
 and the report gives medians of per-round ratios with their range, Envoy's and the upstream's
-CPU per request, p50/p99, errors and RSS, and each target's verdict from this run.
+CPU per request, p50/p99, errors and RSS, and each target's verdict from this run. One scenario
+is not timed: the memory per in-flight streamed fallback holds 128 streams open at once and
+reads Envoy's memory while they are (scripts/stream_memory.py). Sections of docs/benchmarks.md after its
+`BY_HAND` line (figures measured by hand, with their commands) are kept.
 
 `BENCH_QUICK=1` (development): 3 rounds of 1 s, only the two 1.5 KB chat scenarios, written to
 target/bench-quick.md instead of docs/benchmarks.md, without the callgrind instruction counts the
@@ -43,6 +46,7 @@ sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
 from harness import (ENVOY_BIN, NATIVE_MODULE, WASM, bootstrap, free_ports, start_envoy, stop_process,  # noqa: E402
                      wasm_filter, wasm_memory_kb)
+from stream_memory import HOLD_MS, in_flight_memory, section as stream_memory_section  # noqa: E402
 
 NOOP_WASM = ROOT / "target" / "wasm32-wasip1" / "release" / "noop_filter.wasm"
 NATIVE_SO = NATIVE_MODULE  # target/native/libswitchboard.so (`make build`)
@@ -74,14 +78,27 @@ class Scenario:
     conns: int  # wrk connections
     targets: int = 2
     sticky: bool = False
-    kind: str = "chat"  # chat | stream | fallback | memory
+    kind: str = "chat"  # chat | stream | fallback | stream-fallback | memory | stream-memory
     quick: bool = False  # part of BENCH_QUICK's default set
+
+    @property
+    def streamed(self) -> bool:
+        """The request asks for a stream and the good upstream answers one."""
+        return self.kind in ("stream", "stream-fallback", "stream-memory")
+
+    @property
+    def falls_back(self) -> bool:
+        """Switchboard's first target answers 503 and every request falls back."""
+        return self.kind in ("fallback", "stream-fallback", "stream-memory")
 
 
 MAIN = "1.5 KB chat, 16 connections"
 ONE_CONN = "1.5 KB chat, 1 connection"
 MB_ONE = "1 MB prompt, 1 connection"
 MB_MEMORY = "1 MB prompt, 8 connections (memory)"
+STREAM = "1.5 KB chat streamed (SSE), 16 connections"
+STREAM_FALLBACK = "1.5 KB chat streamed, 16 connections, every request falls back after a 503"
+STREAM_MEMORY = "Memory per in-flight streamed fallback (128 streams held open)"
 SCENARIOS = [
     Scenario(MAIN, 1536, 16, quick=True),
     Scenario(ONE_CONN, 1536, 1, quick=True),
@@ -89,8 +106,12 @@ SCENARIOS = [
     Scenario(MB_ONE, 1024 * 1024, 1),
     Scenario(MB_MEMORY, 1024 * 1024, 8, kind="memory"),
     Scenario("1.5 KB chat, 16 connections, 32 targets, sticky routing", 1536, 16, targets=32, sticky=True),
-    Scenario("1.5 KB chat streamed (SSE), 16 connections", 1536, 16, kind="stream"),
+    Scenario(STREAM, 1536, 16, kind="stream"),
     Scenario("1.5 KB chat, 16 connections, every request falls back after a 503", 1536, 16, kind="fallback"),
+    Scenario(STREAM_FALLBACK, 1536, 16, kind="stream-fallback"),
+    # Not timed: 128 streams held open at once, Envoy's memory read while they are
+    # (stream_memory.py); enough that the allocator's steps are a small part of the growth.
+    Scenario(STREAM_MEMORY, 1536, 128, kind="stream-memory"),
 ]
 
 
@@ -160,7 +181,7 @@ def noop(mode: str, vm_id: str) -> dict:
 
 def configurations(s: Scenario) -> dict[str, list[dict]]:
     """The filters of each Envoy in the scenario, in the order they are loaded each round."""
-    sb_config = plugin_config(s.targets, s.sticky, fallback=s.kind == "fallback")
+    sb_config = plugin_config(s.targets, s.sticky, fallback=s.falls_back)
     configs = {
         "plain": [],
         "no-op": [noop("", "noop")],
@@ -224,12 +245,12 @@ def start_pinned_envoy(config: dict):
 
 
 class Upstream:
-    """`lean-upstream chat stream fail` on the load CPU: one port per answer."""
+    """`lean-upstream chat stream slow-stream fail` on the load CPU: one port per answer."""
 
     def __init__(self) -> None:
         lifetime = str(int(3 * 3600))  # a bound even if this script dies without stopping it
-        self.proc = subprocess.Popen(["taskset", "-c", str(LOAD_CPU), str(LEAN_UPSTREAM), "chat", "stream", "fail",
-                                      "--lifetime-s", lifetime],
+        self.proc = subprocess.Popen(["taskset", "-c", str(LOAD_CPU), str(LEAN_UPSTREAM), "chat", "stream",
+                                      "slow-stream", "fail", "--hold-ms", str(HOLD_MS), "--lifetime-s", lifetime],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.ports: dict[str, int] = {}
         for line in self.proc.stdout:
@@ -237,14 +258,15 @@ class Upstream:
                 break
             mode, port = line.split()
             self.ports[mode] = int(port)
-        if set(self.ports) != {"chat", "stream", "fail"}:
+        if set(self.ports) != {"chat", "stream", "slow-stream", "fail"}:
             stop_process(self.proc)
             raise RuntimeError(f"lean-upstream did not start: {self.proc.stderr.read()}")
 
     def clusters(self, s: Scenario) -> dict[str, int]:
-        """`provider` answers well (with a stream in the stream scenario: the no-op filter's
-        host calls name that cluster too); `failing` answers 503."""
-        good = self.ports["stream"] if s.kind == "stream" else self.ports["chat"]
+        """`provider` answers well (with a stream in the stream scenarios, held open in the
+        stream memory one: the no-op filter's host calls name that cluster too); `failing`
+        answers 503."""
+        good = self.ports["slow-stream" if s.kind == "stream-memory" else "stream" if s.streamed else "chat"]
         return {"provider": good, "failing": self.ports["fail"]}
 
     def stop(self) -> None:
@@ -338,23 +360,42 @@ def check_answer(url: str, body: bytes, label: str, s: Scenario) -> None:
     """One request before measuring: a configuration that answers wrongly is not benchmarked."""
     r = requests.post(f"{url}/v1/chat/completions", data=body, timeout=10,
                       headers={"content-type": "application/json", "x-user-id": "bench-user-42"})
-    problem = None
-    if r.status_code != 200:
-        problem = f"status {r.status_code}: {r.text[:200]}"
-    elif label.startswith(("switchboard", "native")) and "no-op" not in label:
-        if not r.headers.get("x-switchboard-resolved-model"):
-            problem = "no x-switchboard-resolved-model header"
-        elif s.kind == "fallback" and r.headers.get("x-switchboard-attempts") != "2":
-            problem = f"expected a fallback (attempts 2), got {r.headers.get('x-switchboard-attempts')}"
-    if s.kind == "stream" and "text/event-stream" not in r.headers.get("content-type", ""):
-        problem = f"not a stream: {r.headers.get('content-type')}"
+    switchboard = label.startswith(("switchboard", "native")) and "no-op" not in label
+    problem = answer_problem(r, s, switchboard, fallback=switchboard and s.falls_back)
     if problem:
         raise RuntimeError(f"{s.name}, {label}: {problem}")
 
 
+def answer_problem(r: requests.Response, s: Scenario, switchboard: bool, fallback: bool) -> str | None:
+    """What is wrong with one answer in scenario `s`: `switchboard` if Switchboard routed it,
+    `fallback` if it should have fallen back."""
+    if r.status_code != 200:
+        return f"status {r.status_code}: {r.text[:200]}"
+    if switchboard and not r.headers.get("x-switchboard-resolved-model"):
+        return "no x-switchboard-resolved-model header"
+    if fallback and r.headers.get("x-switchboard-attempts") != "2":
+        return f"expected a fallback (attempts 2), got {r.headers.get('x-switchboard-attempts')}"
+    return stream_problem(r) if s.streamed else None
+
+
+# The lean upstream's stream: five events, the last `data: [DONE]`.
+STREAM_EVENTS = 5
+
+
+def stream_problem(r: requests.Response) -> str | None:
+    """What is wrong with a streamed answer, read whole: not SSE, or not every event of the
+    lean upstream's stream through to its end."""
+    if "text/event-stream" not in r.headers.get("content-type", ""):
+        return f"not a stream: {r.headers.get('content-type')}"
+    events = [e for e in r.text.split("\n\n") if e.strip()]
+    if len(events) != STREAM_EVENTS or events[-1].strip() != "data: [DONE]":
+        return f"the stream did not arrive whole: {len(events)} events, ending {r.text[-80:]!r}"
+    return None
+
+
 def run_scenario(s: Scenario, upstream: Upstream) -> dict:
     body = Path(tempfile.mkstemp(suffix=".json")[1])
-    payload = chat_body(s.size, stream=s.kind == "stream")
+    payload = chat_body(s.size, stream=s.streamed)
     body.write_bytes(payload)
     clusters = upstream.clusters(s)
     envoys = {}
@@ -403,6 +444,38 @@ def run_scenario(s: Scenario, upstream: Upstream) -> dict:
         for e in envoys.values():
             e.stop()
         body.unlink()
+
+
+def stream_memory_configurations() -> dict[str, tuple[list[dict], bool, bool]]:
+    """The stream memory scenario's Envoys: filters, whether Switchboard routes, whether every
+    request falls back. Without the fallback, a healthy stream held open after its commit
+    point: what the fallback adds per stream."""
+    fallback, healthy = plugin_config(2, fallback=True), plugin_config(2)
+    configs = {"plain": ([], False, False),
+               "switchboard, no fallback": ([wasm_filter(healthy)], True, False),
+               "switchboard": ([wasm_filter(fallback)], True, True)}
+    if NATIVE_SO.exists():
+        configs["native, no fallback"] = ([native_filter(healthy)], True, False)
+        configs["native"] = ([native_filter(fallback)], True, True)
+    return configs
+
+
+def run_stream_memory(s: Scenario, upstream: Upstream) -> dict[str, dict]:
+    """Each configuration in turn, one Envoy at a time: its RSS before and while `s.conns`
+    streams are held open (stream_memory.py)."""
+    payload = chat_body(s.size, stream=True)
+    results = {}
+    for label, (filters, switchboard, fallback) in stream_memory_configurations().items():
+        envoy = start_pinned_envoy(bootstrap(*free_ports(2), upstream.clusters(s), filters, passthrough="provider"))
+        try:
+            results[label] = in_flight_memory(envoy, payload, s.conns,
+                                              lambda r: answer_problem(r, s, switchboard, fallback))
+        except (OSError, RuntimeError, requests.RequestException) as e:
+            results[label] = {"error": str(e)[:200]}
+        finally:
+            envoy.stop()
+        print(f"  {label}: {results[label]}", flush=True)
+    return results
 
 
 # --- figures ----------------------------------------------------------------------------------
@@ -480,14 +553,16 @@ def ratio_lines(r: dict) -> list[str]:
 
 def scenario_section(s: Scenario, r: dict) -> list[str]:
     lines = [f"## {s.name}", ""]
-    if s.kind == "fallback":
+    if s.falls_back:
         lines += ["Switchboard's first target answers 503 (its health ignores it, so every request"
                   " tries it) and each request falls back to the second target with a call-out:"
                   " two upstream exchanges per request. Plain Envoy and the no-op filters go straight"
                   " to the good upstream (one exchange), so the ratios show what a fallback costs"
                   " against a request that needs none.", ""]
-    if s.kind == "stream":
-        lines += ["`\"stream\": true`; the upstream answers a fixed five-event SSE stream (chunked).", ""]
+    if s.streamed:
+        lines += ["`\"stream\": true`; the upstream answers a fixed five-event SSE stream (chunked)"
+                  + (", the fallback's included: on the `.wasm` a call-out's answer arrives whole, so the"
+                     " client gets it when it has ended" if s.falls_back else "") + ".", ""]
     lines += ["| Envoy | req/s | p50 | p99 | errors | Envoy CPU / req | Envoy core busy | Envoy core stolen"
               " | upstream CPU / req | wrk CPU / req | peak RSS | RSS growth |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -633,7 +708,8 @@ def method_lines(upstream_cost: list[str]) -> list[str]:
         " /proc/stat; the kernel leaves it out of a process's CPU time): while the host is that busy, this"
         " VM's CPU runs everything slower, plain Envoy included",
         "- The upstream is `tools/lean-upstream`: one epoll loop answering precomputed bytes over HTTP/1.1"
-        " keep-alive (a 278-byte chat completion, a five-event SSE stream, or a 503), reading and dropping"
+        " keep-alive (a 278-byte chat completion, a five-event SSE stream, the same stream held open after"
+        f" its first content event for {HOLD_MS / 1000:g} s, or a 503), reading and dropping"
         " request bodies as they arrive. Its own CPU per request is in the tables:",
         *upstream_cost,
         f"- {ROUNDS} rounds ({VERDICT_ROUNDS} for \"{MAIN}\", whose figures the targets are judged on)"
@@ -694,6 +770,18 @@ def core_benchmarks() -> list[str]:
             " over 32 targets under 2 µs):", "", "```", *rows, "```", ""]
 
 
+# Sections of docs/benchmarks.md below this line are measured by hand (scripts/instructions.py
+# runs with their commands): `make bench` keeps them.
+BY_HAND = "<!-- Measured by hand below this line: `make bench` keeps it. -->"
+
+
+def kept_by_hand(report: Path) -> str:
+    """What the report holds from the BY_HAND line on, if anything."""
+    text = report.read_text() if report.exists() else ""
+    at = text.find(BY_HAND)
+    return "\n" + text[at:] if at >= 0 else ""
+
+
 LOAD_AT_START = ""
 
 
@@ -717,9 +805,13 @@ def main() -> int:
     upstream = Upstream()
     results: dict[str, tuple[Scenario, dict]] = {}
     counted: list[str] = []
+    held: list[str] = []  # the streams held open: a section of their own, not timed
     try:
         for s in chosen:
             print(f"running: {s.name}", flush=True)
+            if s.kind == "stream-memory":
+                held += stream_memory_section(s.name, s.conns, run_stream_memory(s, upstream))
+                continue
             results[s.name] = (s, run_scenario(s, upstream))
             print(quick_row(results[s.name][1]), flush=True)
         if not QUICK or os.environ.get("BENCH_INSTRUCTIONS"):
@@ -737,7 +829,8 @@ def main() -> int:
     lines += counted
     for s, r in results.values():
         lines += scenario_section(s, r)
-    report = "\n".join(lines + core) + "\n"
+    lines += held
+    report = "\n".join(lines + core) + "\n" + kept_by_hand(OUT)
     OUT.parent.mkdir(exist_ok=True)
     OUT.write_text(report)
     print(report)

@@ -10,6 +10,12 @@ quiet or a loaded machine, so an A/B of a change can be read while other work ru
 calls a body-routing filter cannot avoid (the host-call floor). `native-calls` is the native
 build's floor: the no-op dynamic module (tools/noop-native) making the same calls.
 
+`INSTR_SCENARIO` picks the request and the upstream: `chat` (default) the 1.5 KB chat;
+`stream` the same chat with `"stream": true`, answered by the lean upstream's five-event SSE
+stream; `stream-fallback` that stream after a 503: Switchboard's first target (the `failing`
+cluster) answers 503 to every request, which falls back to the stream. Every configuration's
+`provider` cluster, the floors' included, is the port that answers the scenario's good answer.
+
 `native` loads `libswitchboard.so` (and `native-calls` `libnoop_native.so`) from
 `INSTR_NATIVE_DIR` (default target/native); for attribution by function build it with symbols
 in its own directory and point there:
@@ -18,10 +24,12 @@ in its own directory and point there:
 then `callgrind_annotate` the output file the script names (`INSTR_KEEP=1` keeps it).
 
 Each configuration is one Envoy (`--concurrency 1`) under callgrind in front of the lean
-upstream; the 1.5 KB chat of `make bench` (2 weighted targets) is sent N times over one
-keep-alive connection (`INSTR_REQUESTS`, default 200). Instructions are split by object: the
-Envoy binary (Envoy and V8's runtime, host calls included), code without an object (V8's
-generated code: the filter's Wasm and its trampolines), the kernel's vDSO and the C library.
+upstream; the scenario's request (2 weighted targets) is sent N times over one keep-alive
+connection (`INSTR_REQUESTS`, default 200), every answer checked (status 200; a stream read
+whole, every event to its `[DONE]`; a fallback's `x-switchboard-attempts: 2`). Instructions
+are split by object: the Envoy binary (Envoy and V8's runtime, host calls included), code
+without an object (V8's generated code: the filter's Wasm and its trampolines), the kernel's
+vDSO and the C library.
 Instruction counts are not time (a cache miss costs nothing here), but they move with the
 work a change adds or removes, and they repeat to a fraction of a percent.
 """
@@ -44,14 +52,24 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
-from bench import (NOOP_WASM, SCENARIOS, Upstream, chat_body, native_filter, native_noop,  # noqa: E402
-                   plugin_config)
+from bench import (MAIN, NOOP_WASM, SCENARIOS, STREAM, STREAM_FALLBACK, Scenario, Upstream,  # noqa: E402
+                   answer_problem, chat_body, native_filter, native_noop, plugin_config)
 from harness import ENVOY_BIN, NATIVE_DIR, WASM, bootstrap, free_ports, stop_process, wasm_filter  # noqa: E402
 
 REQUESTS = int(os.environ.get("INSTR_REQUESTS", "200"))
 WARMUP = int(os.environ.get("INSTR_WARMUP", "30"))
 NATIVE_SO_DIR = Path(os.environ.get("INSTR_NATIVE_DIR", str(NATIVE_DIR))).resolve()
 START_TIMEOUT_S = 900  # V8 compiles the module under valgrind: minutes on a busy machine
+# INSTR_SCENARIO's choices: the `make bench` scenario whose request and upstream are counted.
+SCENARIO_NAMES = {"chat": MAIN, "stream": STREAM, "stream-fallback": STREAM_FALLBACK}
+# The configurations without Switchboard: they neither route nor fall back.
+FLOORS = {"plain", "no-op", "held", "calls", "native-calls"}
+
+
+def scenario_of(choice: str) -> Scenario:
+    if choice not in SCENARIO_NAMES:
+        raise ValueError(f"INSTR_SCENARIO={choice}: one of {', '.join(SCENARIO_NAMES)}")
+    return next(s for s in SCENARIOS if s.name == SCENARIO_NAMES[choice])
 
 
 def real_envoy() -> str:
@@ -62,7 +80,7 @@ def real_envoy() -> str:
     return str(candidate if candidate.exists() else ENVOY_BIN)
 
 
-def filters_for(name: str) -> list[dict]:
+def filters_for(name: str, s: Scenario) -> list[dict]:
     def noop(mode: str) -> dict:
         return {**wasm_filter(mode, NOOP_WASM), "name": "noop"}
     if name == "plain":
@@ -78,7 +96,7 @@ def filters_for(name: str) -> list[dict]:
     # Under valgrind a request takes 100 ms or more, so the worker's health view (kept 100 ms
     # by default) would be re-read from shared data on every request instead of once per
     # thousand or so: keep it for the run, as a fast Envoy effectively does.
-    config = {**plugin_config(2), "health_view_ms": 10_000}
+    config = {**plugin_config(2, fallback=s.falls_back), "health_view_ms": 10_000}
     if name == "switchboard":
         return [wasm_filter(config)]
     if name == "native":
@@ -88,27 +106,30 @@ def filters_for(name: str) -> list[dict]:
 
 def self_cost_by_object(path: Path) -> dict[str, int]:
     """Sums callgrind's self cost (Ir) by the kind of code that ran it, from its output file:
-    cost lines after a `calls=` line are inclusive costs of the call and are skipped."""
-    names: dict[str, str] = {}
+    cost lines after a `calls=` line are inclusive costs of the call and are skipped. Compressed
+    names are numbered per kind (objects, functions), so `ob=(2)` and `fn=(2)` are two names."""
+    names: dict[tuple[str, str], str] = {}
     by_kind: dict[str, int] = defaultdict(int)
     obj, fn = "?", "?"
     skip_next = False
 
-    def name_of(value: str) -> str:
+    def name_of(space: str, value: str) -> str:
         m = re.match(r"\((\d+)\)(?: (.*))?", value)
         if not m:
             return value
         if m.group(2) is not None:
-            names[m.group(1)] = m.group(2)
-        return names.get(m.group(1), "?")
+            names[space, m.group(1)] = m.group(2)
+        return names.get((space, m.group(1)), "?")
 
     for line in path.read_text(errors="replace").splitlines():
         if line.startswith("ob="):
-            obj = name_of(line[3:])
+            obj = name_of("ob", line[3:])
         elif line.startswith("fn="):
-            fn = name_of(line[3:])
-        elif line.startswith(("cob=", "cfn=")):
-            name_of(line[4:])  # records the compressed name
+            fn = name_of("fn", line[3:])
+        elif line.startswith("cob="):
+            name_of("ob", line[4:])  # records the compressed name
+        elif line.startswith("cfn="):
+            name_of("fn", line[4:])
         elif line.startswith("calls="):
             skip_next = True
         elif line and (line[0].isdigit() or line[0] in "+-*"):
@@ -141,9 +162,9 @@ def kind(obj: str, fn: str) -> str:
     return "other"
 
 
-def measure(name: str, upstream: Upstream) -> dict[str, float]:
+def measure(name: str, upstream: Upstream, s: Scenario = SCENARIOS[0]) -> dict[str, float]:
     listen, admin = free_ports(2)
-    config = bootstrap(listen, admin, upstream.clusters(SCENARIOS[0]), filters_for(name), passthrough="provider")
+    config = bootstrap(listen, admin, upstream.clusters(s), filters_for(name, s), passthrough="provider")
     # Envoy's periodic work (stats flush every 5 s by default) would add more per request the
     # slower valgrind runs: push it out of the measured window.
     config["stats_flush_interval"] = "299s"
@@ -169,15 +190,17 @@ def measure(name: str, upstream: Upstream) -> dict[str, float]:
             time.sleep(1)
         else:
             raise RuntimeError("Envoy under valgrind did not become ready")
-        body = chat_body(1536)
+        body = chat_body(s.size, stream=s.streamed)
         session = requests.Session()
 
         def send(n: int) -> None:
             for _ in range(n):
                 r = session.post(f"http://127.0.0.1:{listen}/v1/chat/completions", data=body, timeout=120,
                                  headers={"content-type": "application/json", "x-user-id": "bench-user-42"})
-                if r.status_code != 200:
-                    raise RuntimeError(f"{name}: status {r.status_code}: {r.text[:200]}")
+                routed = name not in FLOORS
+                problem = answer_problem(r, s, switchboard=routed, fallback=routed and s.falls_back)
+                if problem:
+                    raise RuntimeError(f"{name}: {problem}")
         send(WARMUP)
         subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], capture_output=True, check=True,
                        timeout=300)
@@ -191,6 +214,12 @@ def measure(name: str, upstream: Upstream) -> dict[str, float]:
 
 
 def main() -> int:
+    choice = os.environ.get("INSTR_SCENARIO", "chat")
+    try:
+        scenario = scenario_of(choice)
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 1
     names = sys.argv[1:] or ["plain", "no-op", "calls", "switchboard"]
     needed = [p for p, used in ((NOOP_WASM, {"no-op", "calls"}), (WASM, {"switchboard"}))
               if used & set(names)]
@@ -198,6 +227,7 @@ def main() -> int:
         needed.append(NATIVE_SO_DIR / "libswitchboard.so")
     if "native-calls" in names:
         needed.append(NATIVE_SO_DIR / "libnoop_native.so")
+    needed += [Path(n) for n in names if n.endswith(".wasm")]
     for path in needed:
         if not path.exists():
             print(f"missing {path}: run `make bench` first", file=sys.stderr)
@@ -207,13 +237,14 @@ def main() -> int:
     try:
         for name in names:
             print(f"measuring {name} ...", flush=True)
-            results[name] = measure(name, upstream)
+            results[name] = measure(name, upstream, scenario)
             total = sum(results[name].values())
             print(f"  {total:,.0f} instructions per request", flush=True)
     finally:
         upstream.stop()
     kinds = sorted({k for r in results.values() for k in r})
-    print(f"\nInstructions per request ({REQUESTS} requests after {WARMUP} of warm-up, 1.5 KB chat):\n")
+    print(f"\nInstructions per request ({REQUESTS} requests after {WARMUP} of warm-up, scenario {choice}:"
+          f" {scenario.name}):\n")
     print("| code | " + " | ".join(results) + " |")
     print("|---|" + "---|" * len(results))
     for k in kinds + ["total"]:

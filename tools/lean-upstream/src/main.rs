@@ -7,18 +7,30 @@
 //! an hour, has passed: no run outlives its benchmark by long). Modes:
 //! - `chat`: a fixed OpenAI chat completion (`200`, JSON);
 //! - `stream`: a fixed short OpenAI chat completion stream (`200`, SSE, chunked);
+//! - `slow-stream`: the same stream, its first content event sent at once and the rest only
+//!   after `--hold-ms` (default 2000, at most 60000): streams held open past their commit point,
+//!   for the memory an in-flight stream costs;
 //! - `fail`: `503` with an OpenAI-shaped error, for the fallback scenario.
 //!
 //! The request body is read and discarded as it arrives (content-length or chunked), never kept.
 
 mod http;
+mod outbox;
 
 use http::{Parser, Progress};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
+use outbox::{Answer, Outbox};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::io::{self, Read, Write};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
+
+/// The longest a slow stream may be held open: every run stays bounded.
+const MAX_HOLD: Duration = Duration::from_secs(60);
+/// The slow stream's first part: the head and the events up to its first content.
+const SLOW_STREAM_FIRST_EVENTS: usize = 2;
 
 const CHAT_BODY: &str = concat!(
     r#"{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"gpt-4o","#,
@@ -41,6 +53,7 @@ const FAIL_BODY: &str = r#"{"error":{"message":"overloaded (bench upstream)","ty
 enum Mode {
     Chat,
     Stream,
+    SlowStream,
     Fail,
 }
 
@@ -49,6 +62,7 @@ impl Mode {
         match s {
             "chat" => Some(Mode::Chat),
             "stream" => Some(Mode::Stream),
+            "slow-stream" => Some(Mode::SlowStream),
             "fail" => Some(Mode::Fail),
             _ => None,
         }
@@ -58,45 +72,61 @@ impl Mode {
         match self {
             Mode::Chat => "chat",
             Mode::Stream => "stream",
+            Mode::SlowStream => "slow-stream",
             Mode::Fail => "fail",
         }
     }
 
-    /// The whole response, status line to last byte.
-    fn response(self) -> Vec<u8> {
+    /// The response, status line to last byte, in two parts: the first is sent at once, the
+    /// second (empty but for a slow stream) after the hold.
+    fn response(self) -> (String, String) {
         let fixed = |status: &str, body: &str| {
             format!(
                 "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
                 body.len()
             )
-            .into_bytes()
         };
         match self {
-            Mode::Chat => fixed("200 OK", CHAT_BODY),
-            Mode::Fail => fixed("503 Service Unavailable", FAIL_BODY),
-            Mode::Stream => {
-                let mut out = String::from(
-                    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n\
-                     transfer-encoding: chunked\r\n\r\n",
-                );
-                // One HTTP chunk per SSE event, as a provider flushes them.
-                for event in STREAM_EVENTS {
-                    let chunk = format!("{event}\n\n");
-                    out.push_str(&format!("{:x}\r\n{chunk}\r\n", chunk.len()));
-                }
-                out.push_str("0\r\n\r\n");
-                out.into_bytes()
+            Mode::Chat => (fixed("200 OK", CHAT_BODY), String::new()),
+            Mode::Fail => (fixed("503 Service Unavailable", FAIL_BODY), String::new()),
+            Mode::Stream => (
+                format!("{STREAM_HEAD}{}{LAST_CHUNK}", chunks(STREAM_EVENTS)),
+                String::new(),
+            ),
+            Mode::SlowStream => {
+                let (first, rest) = STREAM_EVENTS.split_at(SLOW_STREAM_FIRST_EVENTS);
+                (
+                    format!("{STREAM_HEAD}{}", chunks(first)),
+                    format!("{}{LAST_CHUNK}", chunks(rest)),
+                )
             }
         }
     }
 }
 
+const STREAM_HEAD: &str = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+    cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n";
+const LAST_CHUNK: &str = "0\r\n\r\n";
+
+/// One HTTP chunk per SSE event, as a provider flushes them.
+fn chunks(events: &[&str]) -> String {
+    events
+        .iter()
+        .map(|event| {
+            let chunk = format!("{event}\n\n");
+            format!("{:x}\r\n{chunk}\r\n", chunk.len())
+        })
+        .collect()
+}
+
+/// When held parts of answers fall due, by connection token (the earliest on top).
+type Timers = BinaryHeap<Reverse<(Instant, usize)>>;
+
 struct Conn {
     stream: TcpStream,
-    response: &'static [u8],
+    answer: Answer,
     parser: Parser,
-    /// Bytes of responses not yet written.
-    out: Vec<u8>,
+    outbox: Outbox,
     close_after_write: bool,
     writable_wanted: bool,
 }
@@ -104,12 +134,22 @@ struct Conn {
 fn main() -> ExitCode {
     let mut modes = Vec::new();
     let mut lifetime = Duration::from_secs(3600);
+    let mut hold = Duration::from_secs(2);
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         if arg == "--lifetime-s" {
             match args.next().and_then(|v| v.parse().ok()) {
                 Some(s) => lifetime = Duration::from_secs(s),
                 None => return usage("--lifetime-s needs a number of seconds"),
+            }
+        } else if arg == "--hold-ms" {
+            match args
+                .next()
+                .and_then(|v| v.parse().ok())
+                .map(Duration::from_millis)
+            {
+                Some(ms) if ms <= MAX_HOLD => hold = ms,
+                _ => return usage("--hold-ms needs a number of milliseconds up to 60000"),
             }
         } else if let Some(mode) = Mode::parse(&arg) {
             modes.push(mode);
@@ -120,7 +160,7 @@ fn main() -> ExitCode {
     if modes.is_empty() {
         modes.push(Mode::Chat);
     }
-    match serve(&modes, lifetime) {
+    match serve(&modes, lifetime, hold) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("lean-upstream: {e}");
@@ -131,12 +171,13 @@ fn main() -> ExitCode {
 
 fn usage(problem: &str) -> ExitCode {
     eprintln!(
-        "lean-upstream: {problem}\nusage: lean-upstream [chat|stream|fail]... [--lifetime-s N]"
+        "lean-upstream: {problem}\nusage: lean-upstream [chat|stream|slow-stream|fail]... \
+         [--lifetime-s N] [--hold-ms N]"
     );
     ExitCode::from(2)
 }
 
-fn serve(modes: &[Mode], lifetime: Duration) -> io::Result<()> {
+fn serve(modes: &[Mode], lifetime: Duration, hold: Duration) -> io::Result<()> {
     let mut poll = Poll::new()?;
     let mut listeners = Vec::new();
     let mut stdout = io::stdout().lock();
@@ -146,53 +187,108 @@ fn serve(modes: &[Mode], lifetime: Duration) -> io::Result<()> {
             .register(&mut listener, Token(i), Interest::READABLE)?;
         writeln!(stdout, "{} {}", mode.name(), listener.local_addr()?.port())?;
         // Leaked once per listener: the answers live as long as the process.
-        let response: &'static [u8] = Box::leak(mode.response().into_boxed_slice());
-        listeners.push((listener, response));
+        let (first, rest) = mode.response();
+        let leak = |s: String| -> &'static [u8] { Box::leak(s.into_bytes().into_boxed_slice()) };
+        let answer = Answer {
+            first: leak(first),
+            rest: leak(rest),
+            hold,
+        };
+        listeners.push((listener, answer));
     }
     writeln!(stdout, "ready")?;
     stdout.flush()?;
     drop(stdout);
 
     let first_conn = listeners.len();
-    let mut conns: Vec<Option<Conn>> = Vec::new();
-    let mut free: Vec<usize> = Vec::new();
+    let mut conns = Conns {
+        slots: Vec::new(),
+        free: Vec::new(),
+        first: first_conn,
+    };
+    let mut timers = Timers::new();
     let mut events = Events::with_capacity(256);
     let mut buf = vec![0u8; 64 * 1024];
     let deadline = Instant::now() + lifetime;
     while Instant::now() < deadline {
-        match poll.poll(&mut events, Some(Duration::from_secs(1))) {
+        match poll.poll(&mut events, Some(next_wait(&timers))) {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             other => other?,
         }
         for event in events.iter() {
-            let Token(t) = event.token();
-            if let Some((listener, response)) = listeners.get(t) {
-                accept(&poll, listener, response, first_conn, &mut conns, &mut free)?;
+            let token = event.token();
+            if let Some((listener, answer)) = listeners.get(token.0) {
+                accept(&poll, listener, *answer, &mut conns)?;
                 continue;
             }
-            let slot = t - first_conn;
-            let keep = match conns.get_mut(slot).and_then(Option::as_mut) {
-                Some(conn) => drive(&poll, conn, Token(t), &mut buf),
-                None => continue,
-            };
-            if !keep {
-                if let Some(mut conn) = conns.get_mut(slot).and_then(Option::take) {
-                    let _ = poll.registry().deregister(&mut conn.stream);
-                }
-                free.push(slot);
+            conns.drive(&poll, token, &mut buf, &mut timers, None);
+        }
+        // Held parts that fell due go out (a slow stream's rest).
+        let now = Instant::now();
+        while let Some(&Reverse((due, token))) = timers.peek() {
+            if due > now {
+                break;
             }
+            timers.pop();
+            conns.drive(&poll, Token(token), &mut buf, &mut timers, Some(now));
         }
     }
     Ok(())
 }
 
+/// How long the loop may wait for an event: until the next held part falls due, at most 1 s
+/// (the lifetime is checked between waits).
+fn next_wait(timers: &Timers) -> Duration {
+    let idle = Duration::from_secs(1);
+    timers.peek().map_or(idle, |&Reverse((due, _))| {
+        due.saturating_duration_since(Instant::now()).min(idle)
+    })
+}
+
+/// The open connections, by token (after the listeners' tokens).
+struct Conns {
+    slots: Vec<Option<Conn>>,
+    free: Vec<usize>,
+    first: usize,
+}
+
+impl Conns {
+    /// Drives one connection (after releasing its parts due at `release`, if given), and
+    /// forgets it when it is done.
+    fn drive(
+        &mut self,
+        poll: &Poll,
+        token: Token,
+        buf: &mut [u8],
+        timers: &mut Timers,
+        release: Option<Instant>,
+    ) {
+        let Some(slot) = token.0.checked_sub(self.first) else {
+            return;
+        };
+        let keep = match self.slots.get_mut(slot).and_then(Option::as_mut) {
+            Some(conn) => {
+                if let Some(now) = release {
+                    conn.outbox.release(now);
+                }
+                drive(poll, conn, token, buf, timers)
+            }
+            None => return,
+        };
+        if !keep {
+            if let Some(mut conn) = self.slots.get_mut(slot).and_then(Option::take) {
+                let _ = poll.registry().deregister(&mut conn.stream);
+            }
+            self.free.push(slot);
+        }
+    }
+}
+
 fn accept(
     poll: &Poll,
     listener: &TcpListener,
-    response: &'static [u8],
-    first_conn: usize,
-    conns: &mut Vec<Option<Conn>>,
-    free: &mut Vec<usize>,
+    answer: Answer,
+    conns: &mut Conns,
 ) -> io::Result<()> {
     loop {
         let (mut stream, _) = match listener.accept() {
@@ -202,18 +298,18 @@ fn accept(
             Err(e) => return Err(e),
         };
         stream.set_nodelay(true)?;
-        let slot = free.pop().unwrap_or_else(|| {
-            conns.push(None);
-            conns.len() - 1
+        let slot = conns.free.pop().unwrap_or_else(|| {
+            conns.slots.push(None);
+            conns.slots.len() - 1
         });
         poll.registry()
-            .register(&mut stream, Token(first_conn + slot), Interest::READABLE)?;
-        if let Some(entry) = conns.get_mut(slot) {
+            .register(&mut stream, Token(conns.first + slot), Interest::READABLE)?;
+        if let Some(entry) = conns.slots.get_mut(slot) {
             *entry = Some(Conn {
                 stream,
-                response,
+                answer,
                 parser: Parser::default(),
-                out: Vec::new(),
+                outbox: Outbox::default(),
                 close_after_write: false,
                 writable_wanted: false,
             });
@@ -223,7 +319,7 @@ fn accept(
 
 /// Reads what arrived, answers every complete request, writes what it can. False when the
 /// connection is done.
-fn drive(poll: &Poll, conn: &mut Conn, token: Token, buf: &mut [u8]) -> bool {
+fn drive(poll: &Poll, conn: &mut Conn, token: Token, buf: &mut [u8], timers: &mut Timers) -> bool {
     if !conn.close_after_write {
         loop {
             match conn.stream.read(buf) {
@@ -234,7 +330,9 @@ fn drive(poll: &Poll, conn: &mut Conn, token: Token, buf: &mut [u8]) -> bool {
                         match conn.parser.feed(data) {
                             Progress::NeedMore => break,
                             Progress::Done { used, close } => {
-                                conn.out.extend_from_slice(conn.response);
+                                if let Some(due) = conn.outbox.answer(conn.answer, Instant::now()) {
+                                    timers.push(Reverse((due, token.0)));
+                                }
                                 data = data.get(used..).unwrap_or_default();
                                 if close {
                                     conn.close_after_write = true;
@@ -256,21 +354,13 @@ fn drive(poll: &Poll, conn: &mut Conn, token: Token, buf: &mut [u8]) -> bool {
             }
         }
     }
-    while !conn.out.is_empty() {
-        match conn.stream.write(&conn.out) {
-            Ok(0) => return false,
-            Ok(n) => {
-                conn.out.drain(..n);
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(_) => return false,
-        }
-    }
-    if conn.out.is_empty() && conn.close_after_write {
+    if !flush(conn) {
         return false;
     }
-    let want = !conn.out.is_empty();
+    if conn.outbox.is_empty() && conn.close_after_write {
+        return false;
+    }
+    let want = !conn.outbox.out.is_empty();
     if want != conn.writable_wanted {
         let interest = if want {
             Interest::READABLE | Interest::WRITABLE
@@ -285,6 +375,22 @@ fn drive(poll: &Poll, conn: &mut Conn, token: Token, buf: &mut [u8]) -> bool {
             return false;
         }
         conn.writable_wanted = want;
+    }
+    true
+}
+
+/// Writes what the socket takes. False when the connection broke.
+fn flush(conn: &mut Conn) -> bool {
+    while !conn.outbox.out.is_empty() {
+        match conn.stream.write(&conn.outbox.out) {
+            Ok(0) => return false,
+            Ok(n) => {
+                conn.outbox.out.drain(..n);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return false,
+        }
     }
     true
 }
