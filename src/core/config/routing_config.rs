@@ -601,6 +601,44 @@ mod tests {
     }
 
     #[test]
+    fn stream_commit_and_the_idle_timeout_default_and_name_their_field_when_wrong() {
+        let c = Config::parse(vm_with(r#""fallback_timeout_ms": 500"#).as_bytes()).unwrap();
+        assert_eq!(
+            c.virtual_models[0].streams,
+            super::super::StreamRules::default()
+        );
+        let fields = r#""stream_commit": {"max_bytes": 4096, "max_events": 8},
+            "stream_idle_timeout_ms": 30000"#;
+        let c = Config::parse(vm_with(fields).as_bytes()).unwrap();
+        let rules = c.virtual_models[0].streams;
+        assert_eq!(
+            (
+                rules.commit_max_bytes,
+                rules.commit_max_events,
+                rules.idle_timeout_ms
+            ),
+            (4096, 8, 30000)
+        );
+        for (fields, message) in [
+            (
+                r#""stream_commit": {"max_bytes": 0}"#,
+                "virtual_models[0].stream_commit.max_bytes: must be greater than 0",
+            ),
+            (
+                r#""stream_commit": {"max_events": 8, "bytes": 1}"#,
+                "virtual_models[0].stream_commit.bytes: unknown field",
+            ),
+            (
+                r#""stream_idle_timeout_ms": 0"#,
+                "virtual_models[0].stream_idle_timeout_ms: must be greater than 0",
+            ),
+        ] {
+            let e = err(&vm_with(fields));
+            assert!(e.starts_with(message), "{e}");
+        }
+    }
+
+    #[test]
     fn fallback_timeout_growth_multiplies_each_next_targets_timeout() {
         let c = Config::parse(
             vm_with(r#""fallback_timeout_ms": 500, "fallback_timeout_growth": 2"#).as_bytes(),

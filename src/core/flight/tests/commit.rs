@@ -215,3 +215,91 @@ fn the_fallback_timeout_bounds_a_stream_until_its_first_content_only() {
     m.on_timer(&config, token, due, &mut fx);
     assert!(fx.is_empty());
 }
+
+/// A streaming request whose every attempt is a streamed call-out, started at t=1000: the
+/// machine and its start's effects.
+fn start_streamed(config: &Config) -> (Machine, Vec<Effect<'_>>) {
+    let start = Start {
+        virtual_model: Some(0),
+        candidates: vec![ModelId(0), ModelId(1)],
+        pinned: false,
+        stream: true,
+        sticky: None,
+        mint_ids: false,
+        anthropic_errors: false,
+        conversation: false,
+        caller: None,
+        dialect: Some(Dialect::ChatCompletions),
+        streams_attempts: true,
+    };
+    let replay = Replay {
+        endpoint: Endpoint::ChatCompletions,
+        body: BODY.to_vec(),
+        layout: inspect(BODY).unwrap().layout(false),
+        headers: Headers::from_pairs([(":method", "POST"), (":path", "/v1/chat/completions")]),
+        stored_path: None,
+    };
+    let mut fx = Effects::new();
+    let m = Machine::start(config, start, replay, 1000, &mut fx);
+    (m, list(fx))
+}
+
+#[test]
+fn every_streamed_attempt_is_a_call_and_a_reset_before_headers_falls_back() {
+    let config = config(TWO);
+    let (mut m, effects) = start_streamed(&config);
+    let first = the_call(&effects).id;
+    assert_eq!(kinds(&effects), [(0, AttemptKind::First)]);
+    assert!(m.is_current_call(first) && m.streams_attempts());
+    let mut fx = Effects::new();
+    m.on_dispatched(first, &mut fx);
+    let mut fx = Effects::new();
+    m.on_answer_reset(&config, &mut at(1100), &mut fx);
+    let effects = list(fx);
+    let refused = AttemptOutcome::ConnectFailure;
+    assert_eq!(kinds(&effects), [(1, AttemptKind::Fallback(refused))]);
+    let second = the_call(&effects).id;
+    assert!(
+        m.is_current_call(second) && !m.is_current_call(first),
+        "the first is abandoned"
+    );
+    // The fallback streams: its answer goes on at its first content, and the session pins.
+    ok_headers(&mut m, &config);
+    let (flow, effects) = body(&mut m, &config, TOKEN, false);
+    assert_eq!(flow, Flow::Continue);
+    assert_eq!(records(&effects), [(1, AttemptOutcome::Status(200))]);
+}
+
+#[test]
+fn a_streamed_answer_idle_past_its_timeout_ends_with_an_error_event() {
+    let json = TWO.replace(
+        r#""model_types": ["chat"],"#,
+        r#""model_types": ["chat"], "stream_idle_timeout_ms": 500,"#,
+    );
+    let config = config(&json);
+    let (mut m, _) = start_streamed(&config);
+    let (_, effects) = ok_headers(&mut m, &config);
+    let (due, token) = the_timer(&effects);
+    assert_eq!(due, 1600, "armed from the headers' arrival");
+    let (flow, _) = body(&mut m, &config, TOKEN, false); // at 1200: the stream commits
+    assert_eq!(flow, Flow::Continue);
+    // The timer finds the stream active since: armed again from its last chunk.
+    let mut fx = Effects::new();
+    m.on_timer(&config, token, due, &mut fx);
+    let effects = list(fx);
+    let (due, token) = the_timer(&effects);
+    assert_eq!(due, 1700);
+    let mut fx = Effects::new();
+    m.on_timer(&config, token, due, &mut fx);
+    let effects = list(fx);
+    let idle = AttemptOutcome::StreamFailed(StreamFault::Idle);
+    assert_eq!(records(&effects), [(0, idle)]);
+    let tail = effects.iter().find_map(|e| match e {
+        Effect::EndAnswer { tail } => Some(String::from_utf8_lossy(tail).into_owned()),
+        _ => None,
+    });
+    assert!(
+        tail.is_some_and(|t| t.contains("stream_idle")),
+        "{effects:?}"
+    );
+}
