@@ -6,7 +6,11 @@
 //! arrives. A failed answer is held (headers, body and trailers) while the next attempt is made
 //! as a call-out with the body rewritten for that target; the last attempt's answer then
 //! replaces it (a verified Envoy behaviour: a held answer is replaced by
-//! `send_http_response`). The decisions come from [`Attempts`]; this module sequences them.
+//! `send_http_response`). On a host that forwards streamed call-outs itself (the native
+//! module), a streaming request's every attempt, the first included, is such a call-out whose
+//! answer comes as answer events ([`Start::streams_attempts`]). A good streamed answer is held
+//! until its first content event (`commit.rs`). The decisions come from [`Attempts`]; this module
+//! sequences them.
 //!
 //! # Events (methods; pass the [`Config`] the machine was started with)
 //! - [`Machine::start`]: the request was routed (its first attempt written into the request).
@@ -474,8 +478,9 @@ impl Machine {
     pub fn on_dispatched<'c>(&mut self, call: CallId, out: &mut Effects<'c>) {
         if self.is_current_call(call) {
             // `fallback_timeout_ms` covers every attempt (TrueFoundry virtual models,
-            // "Retries and fallbacks"; Zuplo model load balancing, "Failures and retries"). A call's answer
-            // arrives whole, so here it bounds the whole answer.
+            // "Retries and fallbacks"; Zuplo model load balancing, "Failures and retries"). A
+            // call's answer arrives whole, so here it bounds the whole answer; a streamed
+            // call-out's, the time to its first content event (its commit point).
             self.arm_fallback_timeout(self.started_ms, out);
         }
     }
