@@ -215,3 +215,22 @@ fn the_fallback_timeout_bounds_a_stream_until_its_first_content_only() {
     m.on_timer(&config, token, due, &mut fx);
     assert!(fx.is_empty());
 }
+
+#[test]
+fn a_first_content_event_split_across_chunks_commits_once_and_is_not_read_again() {
+    let config = config(TWO);
+    let mut m = start_with(&config, &[0, 1], streaming);
+    ok_headers(&mut m, &config);
+    let half = TOKEN.len() / 2;
+    let first = format!("{ROLE}{}", &TOKEN[..half]);
+    assert_eq!(body(&mut m, &config, &first, false).0, Flow::Hold);
+    let (flow, effects) = body(&mut m, &config, &format!("{ROLE}{TOKEN}"), false);
+    assert_eq!(flow, Flow::Continue);
+    assert_eq!(records(&effects), [(0, AttemptOutcome::Status(200))]);
+    assert!(
+        replaced(&effects).is_none() && !ends(&effects),
+        "{effects:?}"
+    );
+    let (_, effects) = body(&mut m, &config, DONE, true);
+    assert!(effects.is_empty(), "{effects:?}");
+}
