@@ -149,7 +149,10 @@ impl Machine {
         let Some(commit) = self.commit_held(config, out) else {
             return Flow::Continue;
         };
-        self.watch = Some(Box::new(commit.watcher));
+        let mut watcher = commit.watcher;
+        // Past the commit point only a failure or the stream's end changes anything.
+        watcher.skip_content();
+        self.watch = Some(Box::new(watcher));
         self.deliver_chunk(config, chunk, from, end, facts, out);
         Flow::Continue
     }
