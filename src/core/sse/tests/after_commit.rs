@@ -75,9 +75,6 @@ fn first(stream: &str, n: usize) -> String {
 /// Every stream of these tests, and faults after content: provider errors, a line that is not
 /// an event, data that is not JSON, Switchboard's own terminal event.
 fn streams() -> Vec<(Dialect, String)> {
-    let chat_content = first(CHAT, 2);
-    let messages_content = first(MESSAGES, 4);
-    let responses_content = first(RESPONSES, 5);
     let mut streams = corpus();
     streams.extend([
         (Dialect::ChatCompletions, CHAT_TOOLS.to_string()),
@@ -89,43 +86,17 @@ fn streams() -> Vec<(Dialect, String)> {
             "data: {\"choices\":[{\"text\":\"Once\",\"index\":0}]}\n\ndata: [DONE]\n\n".into(),
         ),
     ]);
-    let chat_errors = [
-        r#"data: {"error":{"message":"boom","type":"server_error","param":null,"code":null}}"#,
-        r#"data: {"error":{"object":"error","message":"too long","code":400}}"#,
-        r#"data: {"error":"upstream timed out"}"#,
-        "event: error\ndata: {\"message\":\"overloaded\",\"code\":\"busy\"}",
-        "data: {\"error\":null,\"choices\":[{\"delta\":{\"content\":\"x\"}}]}",
-        "data: {\"choices\":[{\"delta\":{\"content\":\"an \\\"error\\\"\"}}]}",
-        "this is not an event",
-        "data: <html>",
-        "data: [DONE] now",
-    ];
-    for fault in chat_errors {
+    let chat_content = first(CHAT, 2);
+    for fault in CHAT_FAULTS {
         let stream = format!("{chat_content}{fault}\n\n{}", &CHAT[chat_content.len()..]);
         streams.push((Dialect::ChatCompletions, stream));
     }
-    let messages_faults = [
-        "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}",
-        "event: error",
-        "event: ping\ndata: not json",
-        "this is not an event",
-        "data: {\"type\":\"message_stop\"}",
-    ];
-    for fault in messages_faults {
+    let messages_content = first(MESSAGES, 4);
+    for fault in MESSAGES_FAULTS {
         streams.push((Dialect::Messages, format!("{messages_content}{fault}\n\n")));
     }
-    let responses_faults = [
-        "event: error\ndata: {\"type\":\"error\",\"sequence_number\":5,\"error\":{\"type\":\"server_error\",\"code\":\"server_error\",\"message\":\"An error occurred.\",\"param\":null}}",
-        "event: error\ndata: {\"type\":\"error\",\"code\":\"ERR\",\"message\":\"wrong\",\"param\":null,\"sequence_number\":5}",
-        "event: response.incomplete\ndata: {\"type\":\"response.incomplete\",\"sequence_number\":5,\"response\":{\"id\":\"resp_67c\",\"status\":\"incomplete\",\"incomplete_details\":{\"reason\":\"max_output_tokens\"}}}",
-        "event: response.failed\ndata: {\"type\":\"response.failed\", \"sequence_number\" : 5,\"response\":{\"id\":\"resp_67c\",\"error\":{\"code\":\"server_error\",\"message\":\"m\"}}}",
-        "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"no number\"}",
-        "event: response.output_text.delta\ndata: {\"sequence_number\":5.5,\"type\":\"response.output_text.delta\"}",
-        "event: keepalive\ndata: {\"type\":\"keepalive\",\"sequence_number\":6}",
-        "this is not an event",
-        "data: {\"type\":\"response.completed\",\"sequence_number\":7}",
-    ];
-    for fault in responses_faults {
+    let responses_content = first(RESPONSES, 5);
+    for fault in RESPONSES_FAULTS {
         streams.push((
             Dialect::Responses,
             format!("{responses_content}{fault}\n\n"),
@@ -146,6 +117,41 @@ fn streams() -> Vec<(Dialect, String)> {
     }
     streams
 }
+
+/// Events after a chat stream's first token.
+const CHAT_FAULTS: [&str; 9] = [
+    r#"data: {"error":{"message":"boom","type":"server_error","param":null,"code":null}}"#,
+    r#"data: {"error":{"object":"error","message":"too long","code":400}}"#,
+    r#"data: {"error":"upstream timed out"}"#,
+    "event: error\ndata: {\"message\":\"overloaded\",\"code\":\"busy\"}",
+    "data: {\"error\":null,\"choices\":[{\"delta\":{\"content\":\"x\"}}]}",
+    "data: {\"choices\":[{\"delta\":{\"content\":\"an \\\"error\\\"\"}}]}",
+    "this is not an event",
+    "data: <html>",
+    "data: [DONE] now",
+];
+
+/// Events after a Messages stream's first delta.
+const MESSAGES_FAULTS: [&str; 5] = [
+    "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}",
+    "event: error",
+    "event: ping\ndata: not json",
+    "this is not an event",
+    "data: {\"type\":\"message_stop\"}",
+];
+
+/// Events after a Responses stream's first delta.
+const RESPONSES_FAULTS: [&str; 9] = [
+    "event: error\ndata: {\"type\":\"error\",\"sequence_number\":5,\"error\":{\"type\":\"server_error\",\"code\":\"server_error\",\"message\":\"An error occurred.\",\"param\":null}}",
+    "event: error\ndata: {\"type\":\"error\",\"code\":\"ERR\",\"message\":\"wrong\",\"param\":null,\"sequence_number\":5}",
+    "event: response.incomplete\ndata: {\"type\":\"response.incomplete\",\"sequence_number\":5,\"response\":{\"id\":\"resp_67c\",\"status\":\"incomplete\",\"incomplete_details\":{\"reason\":\"max_output_tokens\"}}}",
+    "event: response.failed\ndata: {\"type\":\"response.failed\", \"sequence_number\" : 5,\"response\":{\"id\":\"resp_67c\",\"error\":{\"code\":\"server_error\",\"message\":\"m\"}}}",
+    "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"no number\"}",
+    "event: response.output_text.delta\ndata: {\"sequence_number\":5.5,\"type\":\"response.output_text.delta\"}",
+    "event: keepalive\ndata: {\"type\":\"keepalive\",\"sequence_number\":6}",
+    "this is not an event",
+    "data: {\"type\":\"response.completed\",\"sequence_number\":7}",
+];
 
 #[test]
 fn skipping_content_changes_no_failure_end_or_offset() {
