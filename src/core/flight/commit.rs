@@ -88,8 +88,10 @@ impl Machine {
         let mut at = commit.fed.min(chunk.len());
         while let Some((event, next)) = commit.watcher.next(&chunk, at) {
             match event {
+                // The watcher has read this event: watching goes on after it (from its start,
+                // an event begun in an earlier chunk would be read again from its middle).
                 Event::Content | Event::Final => {
-                    return self.commit_now(config, &chunk, at, end, facts, out)
+                    return self.commit_now(config, &chunk, next, end, facts, out)
                 }
                 Event::Error(_) => {
                     let cut = Cut {
@@ -147,7 +149,10 @@ impl Machine {
         let Some(commit) = self.commit_held(config, out) else {
             return Flow::Continue;
         };
-        self.watch = Some(Box::new(commit.watcher));
+        let mut watcher = commit.watcher;
+        // Past the commit point only a failure or the stream's end changes anything.
+        watcher.skip_content();
+        self.watch = Some(Box::new(watcher));
         self.deliver_chunk(config, chunk, from, end, facts, out);
         Flow::Continue
     }

@@ -7,6 +7,7 @@
 //! read by its `event:` name alone (see [`super::classify`]). Every bound is on the stream's
 //! bytes, never on where chunks end, so the events do not depend on the chunking.
 
+use super::after_commit;
 use super::classify::{self, ResponsesSeen};
 use super::{Dialect, Event};
 use memchr::memchr2;
@@ -98,6 +99,8 @@ pub struct Watcher {
     bytes: u64,
     saw_content: bool,
     saw_final: bool,
+    /// Past the commit point: content is not read ([`Watcher::skip_content`]).
+    skip_content: bool,
     responses: ResponsesSeen,
 }
 
@@ -126,6 +129,7 @@ impl Watcher {
             bytes: 0,
             saw_content: false,
             saw_final: false,
+            skip_content: false,
             responses: ResponsesSeen::default(),
         }
     }
@@ -156,12 +160,26 @@ impl Watcher {
     /// (its JSON is incomplete); `None` if nothing is left.
     pub fn finish(&mut self) -> Option<Event> {
         self.after_cr = false;
+        // The last event is read in full even past the commit point: a cut one is malformed
+        // only by its incomplete JSON, which the reading past the commit point does not check.
+        let skip_content = std::mem::replace(&mut self.skip_content, false);
         let event = match self.line.is_empty() {
             true => None,
             false => self.carried_line(&[]),
         };
         let event = event.or_else(|| self.dispatch(&[]));
+        self.skip_content = skip_content;
         event.map(|e| self.record(e))
+    }
+
+    /// The stream is committed: from now on only a failure and the API's last event matter.
+    /// [`Watcher::next`] still returns every event with its end, but reads an event's JSON only
+    /// where its name or bytes say it may be a failure ([`super::after_commit`]): content may
+    /// come as `Other`, and a JSON object cut or broken inside is no longer `Malformed` (but
+    /// at [`Watcher::finish`]). Errors, the last event, the framing and a Responses stream's id
+    /// and sequence number are read as before.
+    pub fn skip_content(&mut self) {
+        self.skip_content = true;
     }
 
     /// Complete events seen so far.
@@ -385,7 +403,10 @@ impl Watcher {
             oversized: pending.oversized,
             saw_content: self.saw_content,
         };
-        let event = classify::event(self.dialect, &read, &mut self.responses);
+        let event = match self.skip_content {
+            true => after_commit::event(self.dialect, &read, &mut self.responses),
+            false => classify::event(self.dialect, &read, &mut self.responses),
+        };
         self.data = release(std::mem::take(&mut self.data));
         self.data.clear();
         Some(event)

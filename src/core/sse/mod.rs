@@ -6,12 +6,14 @@
 //! Framing follows WHATWG HTML, "Server-sent events", "Interpreting an event stream": lines end
 //! in `\n`, `\r\n` or `\r`; a blank line ends an event; `data:` lines join with `\n`; one space
 //! after the colon is dropped; a line starting with `:` is a comment. Each event's data is read
-//! with serde into small borrowed structs ([`classify`]); nothing is kept between events but
-//! what an event split across chunks needs ([`lines`]).
+//! with serde into small borrowed structs ([`classify`]) until the stream is committed, then
+//! only where it may be a failure ([`after_commit`]); nothing is kept between events but what
+//! an event split across chunks needs ([`lines`]).
 //!
 //! The OpenAI API reference ("Streaming": chat completion chunks, Responses "Streaming events")
 //! and Anthropic's "Streaming Messages" name the events classified here.
 
+mod after_commit;
 mod classify;
 mod lines;
 mod terminal;

@@ -768,3 +768,5 @@ fn a_watchers_terminal_event_continues_its_responses_stream() {
         terminal_event(Dialect::Messages, "cut", "stream_idle")
     );
 }
+
+mod after_commit;

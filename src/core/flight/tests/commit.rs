@@ -303,3 +303,40 @@ fn a_streamed_answer_idle_past_its_timeout_ends_with_an_error_event() {
         "{effects:?}"
     );
 }
+
+#[test]
+fn a_first_content_event_split_across_chunks_commits_once_and_is_not_read_again() {
+    let config = config(TWO);
+    let mut m = start_with(&config, &[0, 1], streaming);
+    ok_headers(&mut m, &config);
+    let half = TOKEN.len() / 2;
+    let first = format!("{ROLE}{}", &TOKEN[..half]);
+    assert_eq!(body(&mut m, &config, &first, false).0, Flow::Hold);
+    let (flow, effects) = body(&mut m, &config, &format!("{ROLE}{TOKEN}"), false);
+    assert_eq!(flow, Flow::Continue);
+    assert_eq!(records(&effects), [(0, AttemptOutcome::Status(200))]);
+    assert!(
+        replaced(&effects).is_none() && !ends(&effects),
+        "{effects:?}"
+    );
+    let (_, effects) = body(&mut m, &config, DONE, true);
+    assert!(effects.is_empty(), "{effects:?}");
+}
+
+#[test]
+fn an_error_event_after_content_ends_the_stream_as_the_provider_sent_it() {
+    let config = config(TWO);
+    let mut m = start_with(&config, &[0, 1], streaming);
+    ok_headers(&mut m, &config);
+    body(&mut m, &config, TOKEN, false);
+    // Past the commit point content is not read, failures still are.
+    let (flow, effects) = body(&mut m, &config, &format!("{TOKEN}{ERROR}{DONE}"), false);
+    assert_eq!(flow, Flow::Continue);
+    let failed = AttemptOutcome::StreamFailed(StreamFault::ErrorEvent);
+    assert_eq!(records(&effects), [(0, failed)]);
+    assert_eq!(
+        replaced(&effects).as_deref(),
+        Some(&*format!("{TOKEN}{ERROR}"))
+    );
+    assert!(ends(&effects));
+}

@@ -1,0 +1,110 @@
+//! What an event is once the stream is committed ([`super::Watcher::skip_content`]): then only
+//! a failure and the API's last event matter, not content, so an event's JSON is read only
+//! when its name or a byte search says it may be a failure; every other event is told by its
+//! name without reading its data.
+//!
+//! - Messages and Responses: by the `event:` name, which these APIs send with every event
+//!   and which names the JSON's `type` (the full reading trusts the `type`). `error`,
+//!   `response.failed` and `response.incomplete` are read in full, as is an event without a
+//!   name. A Responses output item event is still `Content` (by its name): a
+//!   `response.incomplete` after output is the end, before any a failure.
+//! - Chat and completions: `[DONE]` is the end; data that contains the bytes `"error"` (a key:
+//!   inside a JSON string the quotes would be escaped) or comes in an `error` event is read in
+//!   full; any other JSON object is `Other`, whole or not.
+//! - Data that does not start as a JSON object is `Malformed`, as in the full reading.
+//!
+//! A Responses stream's `sequence_number` (which Switchboard's own end continues) is read from
+//! each event's bytes; its response id, from the events that carry the response, read in full
+//! until one gave it.
+
+use super::classify::{self, Read, ResponsesSeen};
+use super::{Dialect, Event};
+use memchr::memmem;
+
+/// What the event is, its content possibly `Other`.
+pub(super) fn event(dialect: Dialect, read: &Read<'_>, seen: &mut ResponsesSeen) -> Event {
+    if read.data.is_some_and(|data| !object(data)) && !done(dialect, read) {
+        return Event::Malformed;
+    }
+    match dialect {
+        Dialect::ChatCompletions | Dialect::Completions => chat(read, seen),
+        Dialect::Messages => messages(read, seen),
+        Dialect::Responses => responses(read, seen),
+    }
+}
+
+fn chat(read: &Read<'_>, seen: &mut ResponsesSeen) -> Event {
+    let Some(data) = read.data.filter(|_| !read.oversized) else {
+        // No data, or over the bounds: told without reading any.
+        return classify::event(Dialect::ChatCompletions, read, seen);
+    };
+    let error = read.name == Some("error") || memmem::find(data, b"\"error\"").is_some();
+    match (done(Dialect::ChatCompletions, read), error) {
+        (true, _) => Event::Final,
+        (false, true) => classify::event(Dialect::ChatCompletions, read, seen),
+        (false, false) => Event::Other,
+    }
+}
+
+fn messages(read: &Read<'_>, seen: &mut ResponsesSeen) -> Event {
+    match read.name {
+        None | Some("error") => classify::event(Dialect::Messages, read, seen),
+        Some("message_stop") => Event::Final,
+        Some("content_block_delta") => Event::Content,
+        Some(_) => Event::Other,
+    }
+}
+
+fn responses(read: &Read<'_>, seen: &mut ResponsesSeen) -> Event {
+    let Some(name) = read.name else {
+        return classify::event(Dialect::Responses, read, seen);
+    };
+    let lifecycle = matches!(
+        name,
+        "response.created" | "response.in_progress" | "response.queued"
+    );
+    // Failures are read in full, and so are the events that carry the response until one
+    // gave its id.
+    let carries_id = lifecycle || name == "response.completed";
+    let full = matches!(name, "error" | "response.failed" | "response.incomplete")
+        || (carries_id && seen.id.is_empty());
+    if full {
+        return classify::event(Dialect::Responses, read, seen);
+    }
+    if let Some(number) = read.data.and_then(sequence_number) {
+        seen.sequence_number = Some(number);
+    }
+    match name {
+        "response.completed" => Event::Final,
+        _ if lifecycle => Event::Other,
+        _ if name.starts_with("response.") => Event::Content,
+        _ => Event::Other,
+    }
+}
+
+/// Chat's `data: [DONE]`.
+fn done(dialect: Dialect, read: &Read<'_>) -> bool {
+    let chat = matches!(dialect, Dialect::ChatCompletions | Dialect::Completions);
+    chat && read.data.is_some_and(|d| d.trim_ascii() == b"[DONE]")
+}
+
+/// Whether `data` starts as a JSON object.
+fn object(data: &[u8]) -> bool {
+    data.trim_ascii_start().first() == Some(&b'{')
+}
+
+/// The number after the first `"sequence_number":` (a top-level key: the events' nested
+/// objects carry none), if it is a whole number.
+fn sequence_number(data: &[u8]) -> Option<u64> {
+    const KEY: &[u8] = b"\"sequence_number\"";
+    let at = memmem::find(data, KEY)?;
+    let value = data.get(at + KEY.len()..)?.trim_ascii_start();
+    let value = value.strip_prefix(b":")?.trim_ascii_start();
+    let digits = value.iter().take_while(|b| b.is_ascii_digit()).count();
+    let (number, after) = value.split_at(digits);
+    // `4.5` or `4e2` is no sequence number (nor, to serde, a u64).
+    if matches!(after.first(), Some(b'.' | b'e' | b'E')) {
+        return None;
+    }
+    core::str::from_utf8(number).ok()?.parse().ok()
+}
