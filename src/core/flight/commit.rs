@@ -251,7 +251,12 @@ impl Machine {
                 _ => None,
             };
         }
-        let (fault, keep) = failed?;
+        let Some((fault, keep)) = failed else {
+            if end {
+                self.watch = None; // it ended well: nothing more to watch
+            }
+            return None;
+        };
         let tail = match fault {
             StreamFault::ErrorEvent => Vec::new(),
             _ => terminal(config, self.routed_target, watcher, fault),
@@ -321,11 +326,23 @@ impl Machine {
         facts: &mut dyn AnswerFacts,
         out: &mut Effects<'c>,
     ) {
-        if !matches!(self.state, State::Delivering) || self.ended || self.watch.is_none() {
+        let held = matches!(self.state, State::Routed) && self.commit.is_some();
+        let watched =
+            matches!(self.state, State::Delivering) && !self.ended && self.watch.is_some();
+        if !held && !watched {
             return;
         }
         let details = facts.code_details().unwrap_or_default();
-        if details.starts_with("upstream_reset_after_response_started") {
+        if !details.starts_with("upstream_reset_after_response_started") {
+            return;
+        }
+        if held {
+            // Reset before its first content: the client's stream went with it, so there is
+            // no next attempt to make, only the failure to count.
+            self.commit = None;
+            let outcome = AttemptOutcome::StreamFailed(StreamFault::Reset);
+            self.record(config, self.routed_target, outcome, || None, out);
+        } else {
             self.stream_failed(config, StreamFault::Reset, out);
         }
     }

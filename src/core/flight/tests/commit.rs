@@ -340,3 +340,52 @@ fn an_error_event_after_content_ends_the_stream_as_the_provider_sent_it() {
     );
     assert!(ends(&effects));
 }
+
+#[test]
+fn a_stream_the_router_reset_counts_against_its_target_when_the_request_is_logged() {
+    let config = config(TWO);
+    let reset = AttemptOutcome::StreamFailed(StreamFault::Reset);
+    let logged = |m: &mut Machine, details: &'static str| {
+        let mut fx = Effects::new();
+        let mut facts = at(1300);
+        facts.details = Some(details);
+        m.on_logged(&config, &mut facts, &mut fx);
+        records(&list(fx))
+    };
+    // After its first content, and before it.
+    let mut m = start_with(&config, &[0, 1], streaming);
+    ok_headers(&mut m, &config);
+    body(&mut m, &config, TOKEN, false);
+    assert_eq!(
+        logged(&mut m, "downstream_remote_disconnect"),
+        [],
+        "a client that left"
+    );
+    assert_eq!(
+        logged(
+            &mut m,
+            "upstream_reset_after_response_started{remote_reset}"
+        ),
+        [(0, reset)]
+    );
+    let mut m = start_with(&config, &[0, 1], streaming);
+    ok_headers(&mut m, &config);
+    assert_eq!(
+        logged(
+            &mut m,
+            "upstream_reset_after_response_started{remote_reset}"
+        ),
+        [(0, reset)]
+    );
+    // A stream that ended well is not counted again.
+    let mut m = start_with(&config, &[0, 1], streaming);
+    ok_headers(&mut m, &config);
+    body(&mut m, &config, &format!("{TOKEN}{DONE}"), true);
+    assert_eq!(
+        logged(
+            &mut m,
+            "upstream_reset_after_response_started{remote_reset}"
+        ),
+        []
+    );
+}
