@@ -17,7 +17,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+sys.path.insert(0, str(HERE))
 from harness import ENVOY_BIN, free_ports, start_provider, stop_process  # noqa: E402
+from pb_value import b64  # noqa: E402
 
 PROBE_WASM = HERE / "attempt-probe" / "target" / "wasm32-wasip1" / "release" / "attempt_probe.wasm"
 BODY = {"model": "virtual", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
@@ -126,6 +128,14 @@ def wait_ready(admin: int) -> None:
 
 
 C = "x-switchboard-cluster"
+
+
+def groups(*clusters: str) -> str:
+    """A per-request priority-group list, one single-cluster group per attempt, in order."""
+    return b64([{"name": f"g{i}", "clusters": [{"cluster_name": c, "weight": 1}]}
+                for i, c in enumerate(clusters)])
+
+
 REQUESTS = {
     "q1": [("fail cluster, 2 retries in-cluster", {C: "fail"}),
            ("ok cluster", {C: "ok"})],
@@ -134,8 +144,12 @@ REQUESTS = {
                   ("composite [fail, fail, ok2]", {C: "chain_fail_fail_ok2"})],
     "aggregate": [("aggregate [fail, ok]", {C: "agg_fail_ok"})],
     "priority": [("priority groups, static order [fail, ok]", {}),
-                 ("override [ok2, ok] by metadata", {"x-sb-groups": "OVERRIDE_OK2_OK"}),
-                 ("override [fail, ok2] by metadata", {"x-sb-groups": "OVERRIDE_FAIL_OK2"})],
+                 ("override [ok2, ok] by metadata", {"x-sb-groups": groups("ok2", "ok")}),
+                 ("override [fail, ok2] by metadata", {"x-sb-groups": groups("fail", "ok2")}),
+                 ("override [ok2, ok], then a Wasm header change clears the route cache",
+                  {"x-sb-groups": groups("ok2", "ok"), "x-probe-cluster-pick": "-"}),
+                 ("override [fail, fail, ok2], cache cleared",
+                  {"x-sb-groups": groups("fail", "fail", "ok2"), "x-probe-cluster-pick": "-"})],
     "headers": [("no retry headers (route has no retry_policy)", {C: "fail"}),
                 ("filter sets x-envoy-max-retries=2", {C: "fail", "x-probe-retries": "2"}),
                 ("client sends x-envoy-max-retries=2 itself",
