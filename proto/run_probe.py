@@ -81,10 +81,12 @@ def main(scenario: str) -> None:
     fail = start_provider("fail", fail_status=503)
     ok = start_provider("ok", **STREAM_FLAGS)
     ok2 = start_provider("ok2", **STREAM_FLAGS)
+    # 200, the opening chunk, then an in-stream error before any content.
+    fault = start_provider("fault", stream_fault="error-before-content", ttft_ms=300)
     work = Path(tempfile.mkdtemp(prefix="router-proto-"))
     cfg = work / "envoy.yaml"
     cfg.write_text(render(TEMPLATES[scenario], {"LISTEN": listen, "ADMIN": admin, "P_FAIL": fail.port,
-                                                "P_OK": ok.port, "P_OK2": ok2.port,
+                                                "P_OK": ok.port, "P_OK2": ok2.port, "P_FAULT": fault.port,
                                                 "PROBE_WASM": PROBE_WASM}))
     log = work / "envoy.log"
     envoy = subprocess.Popen([str(ENVOY_BIN), "-c", str(cfg), "--concurrency", "1",
@@ -94,11 +96,11 @@ def main(scenario: str) -> None:
     try:
         wait_ready(admin)
         for name, headers in REQUESTS[scenario]:
-            for p in (fail, ok, ok2):
+            for p in (fail, ok, ok2, fault):
                 p.clear()
             result = timed_request(listen, headers, BODY)
             print(f"== {name}: {json.dumps(result)}")
-            for p in (fail, ok, ok2):
+            for p in (fail, ok, ok2, fault):
                 for r in seen(p):
                     print(f"   {p.name} saw {json.dumps(r)}")
         time.sleep(0.3)
@@ -110,7 +112,7 @@ def main(scenario: str) -> None:
         print("-- config:", cfg)
     finally:
         stop_process(envoy)
-        for p in (fail, ok, ok2):
+        for p in (fail, ok, ok2, fault):
             p.stop()
 
 
@@ -149,7 +151,9 @@ REQUESTS = {
                  ("override [ok2, ok], then a Wasm header change clears the route cache",
                   {"x-sb-groups": groups("ok2", "ok"), "x-probe-cluster-pick": "-"}),
                  ("override [fail, fail, ok2], cache cleared",
-                  {"x-sb-groups": groups("fail", "fail", "ok2"), "x-probe-cluster-pick": "-"})],
+                  {"x-sb-groups": groups("fail", "fail", "ok2"), "x-probe-cluster-pick": "-"}),
+                 ("override [fault, ok2]: a 200 with an error before content, held and turned 503",
+                  {"x-sb-groups": groups("fault", "ok2"), "x-probe-cluster-pick": "-"})],
     "headers": [("no retry headers (route has no retry_policy)", {C: "fail"}),
                 ("filter sets x-envoy-max-retries=2", {C: "fail", "x-probe-retries": "2"}),
                 ("client sends x-envoy-max-retries=2 itself",

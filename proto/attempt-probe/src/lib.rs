@@ -24,7 +24,7 @@ impl RootContext for ProbeRoot {
         if self.downstream {
             return Some(Box::new(RetryHeaders));
         }
-        Some(Box::new(Probe { context_id, attempt: String::new(), rewrite_body: false }))
+        Some(Box::new(Probe { context_id, attempt: String::new(), rewrite_body: false, holding: false }))
     }
     fn get_type(&self) -> Option<ContextType> {
         Some(ContextType::HttpContext)
@@ -35,6 +35,7 @@ struct Probe {
     context_id: u32,
     attempt: String,
     rewrite_body: bool,
+    holding: bool,
 }
 
 impl Context for Probe {}
@@ -95,11 +96,37 @@ impl HttpContext for Probe {
         Action::Continue
     }
 
-    fn on_http_response_headers(&mut self, _n: usize, _eos: bool) -> Action {
+    fn on_http_response_headers(&mut self, _n: usize, eos: bool) -> Action {
         let status = self.get_http_response_header(":status").unwrap_or_default();
         log::info!("probe ctx={} attempt={} response status={}", self.context_id, self.attempt, status);
         self.set_http_response_header("x-probe-attempt", Some(&self.attempt.clone()));
+        if status == "200" && !eos {
+            // The commit point: the router has not seen this 200 yet, so it can still retry.
+            self.holding = true;
+            return Action::Pause;
+        }
         Action::Continue
+    }
+
+    fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        if !self.holding {
+            return Action::Continue;
+        }
+        let seen = self.get_http_response_body(0, body_size).unwrap_or_default();
+        let text = String::from_utf8_lossy(&seen);
+        if text.contains("tok") {
+            log::info!("probe ctx={} attempt={} first content: commit", self.context_id, self.attempt);
+            self.holding = false;
+            return Action::Continue;
+        }
+        if text.contains("\"error\"") || end_of_stream {
+            // An error before content: turn the held 200 into a 503 so the router retries.
+            log::info!("probe ctx={} attempt={} error before content: 200 -> 503", self.context_id, self.attempt);
+            self.set_http_response_header(":status", Some("503"));
+            self.holding = false;
+            return Action::Continue;
+        }
+        Action::Pause
     }
 }
 
