@@ -77,7 +77,7 @@ def seen(provider) -> list[dict]:
 
 
 def main(scenario: str) -> None:
-    listen, admin = free_ports(2)
+    listen, admin, dead = free_ports(3)  # nothing listens on `dead`
     fail = start_provider("fail", fail_status=503)
     ok = start_provider("ok", **STREAM_FLAGS)
     ok2 = start_provider("ok2", **STREAM_FLAGS)
@@ -86,7 +86,7 @@ def main(scenario: str) -> None:
     work = Path(tempfile.mkdtemp(prefix="router-proto-"))
     cfg = work / "envoy.yaml"
     cfg.write_text(render(TEMPLATES[scenario], {"LISTEN": listen, "ADMIN": admin, "P_FAIL": fail.port,
-                                                "P_OK": ok.port, "P_OK2": ok2.port, "P_FAULT": fault.port,
+                                                "P_OK": ok.port, "P_OK2": ok2.port, "P_FAULT": fault.port, "P_DEAD": dead,
                                                 "PROBE_WASM": PROBE_WASM}))
     log = work / "envoy.log"
     envoy = subprocess.Popen([str(ENVOY_BIN), "-c", str(cfg), "--concurrency", "1",
@@ -153,7 +153,9 @@ REQUESTS = {
                  ("override [fail, fail, ok2], cache cleared",
                   {"x-sb-groups": groups("fail", "fail", "ok2"), "x-probe-cluster-pick": "-"}),
                  ("override [fault, ok2]: a 200 with an error before content, held and turned 503",
-                  {"x-sb-groups": groups("fault", "ok2"), "x-probe-cluster-pick": "-"})],
+                  {"x-sb-groups": groups("fault", "ok2"), "x-probe-cluster-pick": "-"}),
+                 ("override [dead, ok2]: connection refused, then a stream",
+                  {"x-sb-groups": groups("dead", "ok2"), "x-probe-cluster-pick": "-"})],
     "headers": [("no retry headers (route has no retry_policy)", {C: "fail"}),
                 ("filter sets x-envoy-max-retries=2", {C: "fail", "x-probe-retries": "2"}),
                 ("client sends x-envoy-max-retries=2 itself",
