@@ -26,13 +26,30 @@ CHAT = [{"role": "user", "content": "hello"}]
 NATIVE = BUILD == "native"
 
 
+OPENAI_KEY = "sk-gateway-openai"
+ANTHROPIC_KEY = "sk-ant-gateway"
+
+
 def model(name: str, cluster: str, **extra) -> dict:
-    return {"name": name, "cluster": cluster, "model": f"{name}-upstream", "visibility": "internal", **extra}
+    return {"name": name, "cluster": cluster, "model": "gpt-4o", "provider": "openai",
+            "authority": "api.openai.com", "visibility": "internal",
+            "headers": {"authorization": f"Bearer {OPENAI_KEY}"}, **extra}
 
 
 def claude(name: str, cluster: str) -> dict:
     return {"name": name, "cluster": cluster, "model": "claude-sonnet-4-0", "provider": "anthropic",
-            "visibility": "internal", "headers": {"x-api-key": "sk-ant"}}
+            "authority": "api.anthropic.com", "visibility": "internal",
+            "headers": {"x-api-key": ANTHROPIC_KEY}}
+
+
+def openai_provider(stack, name: str, **flags):
+    """A mock in OpenAI's strict mode: a wrong Host, path or key fails as the real one would."""
+    return stack.provider(name, strict="openai", host_name="api.openai.com", api_key=OPENAI_KEY, **flags)
+
+
+def anthropic_provider(stack, name: str, **flags):
+    return stack.provider(name, strict="anthropic", host_name="api.anthropic.com", api_key=ANTHROPIC_KEY,
+                          **flags)
 
 
 def priority(names: list[str], types=("chat",), **vm_extra) -> dict:
@@ -90,8 +107,8 @@ def raw_chat_stream(envoy, timeout: float = 20) -> bytes:
 # Before the first content: a failed attempt that falls back.
 
 def test_an_error_event_before_content_falls_back_like_a_failed_status(stack):
-    stack.provider("a", stream_fault="error-before-content")
-    stack.provider("b")
+    a = openai_provider(stack, "a", stream_fault="error-before-content")
+    b = openai_provider(stack, "b")
     envoy = stack.envoy(config([model("a", "a"), model("b", "b")], priority(["a", "b"])))
 
     text, resolved, error = chat_stream(envoy)
@@ -100,11 +117,13 @@ def test_an_error_event_before_content_falls_back_like_a_failed_status(stack):
     assert resolved == "b" and text, "the fallback answered, and the client never saw a's error"
     assert counter(envoy, "stream_failed", "a", "error_event") == 1
     assert counter(envoy, "fallbacks", "a", "stream_failed") == 1
+    sent = a.requests() + b.requests()
+    assert len(sent) == 2 and all(q["strict_status"] is None for q in sent), "each attempt as OpenAI takes it"
 
 
 def test_a_responses_failed_before_output_falls_back(stack):
-    stack.provider("a", stream_fault="error-before-content")
-    stack.provider("b")
+    openai_provider(stack, "a", stream_fault="error-before-content")
+    openai_provider(stack, "b")
     envoy = stack.envoy(config([model("a", "a"), model("b", "b")], priority(["a", "b"], types=("responses",))))
 
     kinds = []
@@ -118,8 +137,8 @@ def test_a_responses_failed_before_output_falls_back(stack):
 
 
 def test_an_anthropic_error_before_content_falls_back(stack):
-    stack.provider("a", stream_fault="error-before-content")
-    stack.provider("b")
+    anthropic_provider(stack, "a", stream_fault="error-before-content")
+    anthropic_provider(stack, "b")
     envoy = stack.envoy(config([claude("a", "a"), claude("b", "b")], priority(["a", "b"])))
     client = anthropic.Anthropic(base_url=envoy.url, api_key="client", max_retries=0)
 
@@ -132,7 +151,7 @@ def test_an_anthropic_error_before_content_falls_back(stack):
 
 
 def test_with_nothing_left_an_error_before_content_reaches_the_client_in_its_shape(stack):
-    stack.provider("a", stream_fault="error-before-content")
+    openai_provider(stack, "a", stream_fault="error-before-content")
     envoy = stack.envoy(config([model("a", "a")], priority(["a"])))
 
     _, _, error = chat_stream(envoy)
@@ -144,8 +163,8 @@ def test_with_nothing_left_an_error_before_content_reaches_the_client_in_its_sha
 # After the first content: the request stays on its target, and the stream ends honestly.
 
 def test_an_error_event_after_content_ends_the_stream_with_that_error(stack):
-    stack.provider("a", stream_fault="error-after-content")
-    stack.provider("b")
+    openai_provider(stack, "a", stream_fault="error-after-content")
+    openai_provider(stack, "b")
     envoy = stack.envoy(config([model("a", "a"), model("b", "b")], priority(["a", "b"])))
 
     text, resolved, error = chat_stream(envoy)
@@ -157,7 +176,7 @@ def test_an_error_event_after_content_ends_the_stream_with_that_error(stack):
 
 
 def test_a_garbage_line_after_content_ends_with_an_error_event_and_no_done(stack):
-    stack.provider("a", stream_fault="garbage-after-content")
+    openai_provider(stack, "a", stream_fault="garbage-after-content")
     envoy = stack.envoy(config([model("a", "a")], priority(["a"])))
 
     body = raw_chat_stream(envoy)
@@ -174,7 +193,7 @@ def test_a_garbage_line_after_content_ends_with_an_error_event_and_no_done(stack
 
 
 def test_a_garbage_line_ends_a_messages_stream_with_an_error_event(stack):
-    stack.provider("a", stream_fault="garbage-after-content")
+    anthropic_provider(stack, "a", stream_fault="garbage-after-content")
     envoy = stack.envoy(config([claude("a", "a")], priority(["a"])))
     client = anthropic.Anthropic(base_url=envoy.url, api_key="client", max_retries=0)
 
@@ -190,7 +209,7 @@ def test_a_garbage_line_ends_a_messages_stream_with_an_error_event(stack):
 
 
 def test_a_garbage_line_ends_a_responses_stream_with_response_failed(stack):
-    stack.provider("a", stream_fault="garbage-after-content")
+    openai_provider(stack, "a", stream_fault="garbage-after-content")
     envoy = stack.envoy(config([model("a", "a")], priority(["a"], types=("responses",))))
 
     kinds = []
@@ -204,7 +223,7 @@ def test_a_garbage_line_ends_a_responses_stream_with_response_failed(stack):
 def test_a_stall_after_content(stack):
     """Native: no event for `stream_idle_timeout_ms` ends the stream with an error event. The
     `.wasm` cannot write to the client from a timer: the stall passes and the stream goes on."""
-    stack.provider("a", stream_fault="stall-after-content", stall_ms=3000)
+    openai_provider(stack, "a", stream_fault="stall-after-content", stall_ms=3000)
     envoy = stack.envoy(config([model("a", "a")], priority(["a"], stream_idle_timeout_ms=500)))
 
     start = time.monotonic()
@@ -224,7 +243,7 @@ def test_a_cut_after_content(stack):
     """Native: the upstream's reset ends the stream with an error event. The `.wasm`: Envoy's
     router resets the client's stream before a filter can write. Both count it against the
     target."""
-    stack.provider("a", stream_fault="cut-after-content")
+    openai_provider(stack, "a", stream_fault="cut-after-content")
     envoy = stack.envoy(config([model("a", "a")], priority(["a"])))
 
     text, _, error = chat_stream(envoy)
@@ -247,8 +266,8 @@ def test_a_fallback_streams_as_it_arrives(stack, figure):
     """A 503, then a fallback streaming 20 chunks 250 ms apart: the first content chunk comes
     within 1.2 x (the fallback's own time to it + the failed attempt's time), and
     `fallback_timeout_ms` 1000 bounds only the time to the first event, not the 5 s answer."""
-    stack.provider("a", fail_status=503)
-    stack.provider("b", ttft_ms=250, token_delay_ms=250, output_tokens=20)
+    openai_provider(stack, "a", fail_status=503)
+    openai_provider(stack, "b", ttft_ms=250, token_delay_ms=250, output_tokens=20)
     both = stack.envoy(config([model("a", "a"), model("b", "b")], priority(["a", "b"], fallback_timeout_ms=1000)))
     only_a = stack.envoy(config([model("a", "a")], priority(["a"])))
     only_b = stack.envoy(config([model("b", "b")], priority(["b"])))
@@ -281,8 +300,8 @@ def test_a_fallback_streams_as_it_arrives(stack, figure):
 
 
 def test_a_client_that_hangs_up_cancels_the_attempt_without_counting_against_the_target(stack):
-    stack.provider("a", token_delay_ms=200, output_tokens=20)
-    stack.provider("b")
+    openai_provider(stack, "a", token_delay_ms=200, output_tokens=20)
+    openai_provider(stack, "b")
     envoy = stack.envoy(config([model("a", "a"), model("b", "b")], priority(["a", "b"])))
 
     for _ in range(2):
