@@ -98,11 +98,12 @@ impl Machine {
                         keep: next,
                         tail: Vec::new(),
                     };
+                    let now = facts.now_ms();
                     return self.fail_before_commit(
                         config,
                         StreamFault::ErrorEvent,
                         Some((&chunk, cut)),
-                        facts,
+                        now,
                         out,
                     );
                 }
@@ -114,11 +115,12 @@ impl Machine {
                         StreamFault::Malformed,
                     );
                     let cut = Cut { keep: at, tail };
+                    let now = facts.now_ms();
                     return self.fail_before_commit(
                         config,
                         StreamFault::Malformed,
                         Some((&chunk, cut)),
-                        facts,
+                        now,
                         out,
                     );
                 }
@@ -181,7 +183,7 @@ impl Machine {
         config: &'c Config,
         fault: StreamFault,
         held: Option<(&[u8], Cut)>,
-        facts: &mut dyn AnswerFacts,
+        now_ms: u64,
         out: &mut Effects<'c>,
     ) -> Flow {
         let Some(commit) = self.commit.take() else {
@@ -199,7 +201,7 @@ impl Machine {
         match (step, held) {
             (Step::Retry { .. } | Step::Fallback { .. }, _) => {
                 self.holding = true;
-                self.next_attempt(config, step, outcome, facts.now_ms(), out);
+                self.next_attempt(config, step, outcome, now_ms, out);
                 Flow::Hold
             }
             (_, Some((chunk, cut))) => {
@@ -313,7 +315,8 @@ impl Machine {
         facts: &mut dyn AnswerFacts,
         out: &mut Effects<'c>,
     ) {
-        self.fail_stream(config, StreamFault::Reset, facts, out);
+        let now = facts.now_ms();
+        self.fail_stream(config, StreamFault::Reset, now, out);
     }
 
     /// The request is over (its access log is due): a watched stream that neither ended nor
@@ -352,19 +355,18 @@ impl Machine {
         &mut self,
         config: &'c Config,
         fault: StreamFault,
-        facts: &mut dyn AnswerFacts,
+        now_ms: u64,
         out: &mut Effects<'c>,
     ) {
         match self.state {
             State::Routed if self.commit.is_some() => {
-                self.fail_before_commit(config, fault, None, facts, out);
+                self.fail_before_commit(config, fault, None, now_ms, out);
             }
             State::Routed if !self.holding => {
                 // No answer at all: the next step at once, as for a refused call-out.
-                let now = facts.now_ms();
                 if let Some(target) = self.routed_target {
-                    if let Some((next, kind)) = self.after_refusal(config, target, now, out) {
-                        self.dispatch(config, next, kind, now, out);
+                    if let Some((next, kind)) = self.after_refusal(config, target, now_ms, out) {
+                        self.dispatch(config, next, kind, now_ms, out);
                     }
                 }
             }
@@ -411,8 +413,7 @@ impl Machine {
         if now_ms < due {
             return self.arm_idle(out);
         }
-        let mut facts = Now(now_ms);
-        self.fail_stream(config, StreamFault::Idle, &mut facts, out);
+        self.fail_stream(config, StreamFault::Idle, now_ms, out);
     }
 }
 
@@ -435,25 +436,4 @@ fn terminal(
     };
     let message = format!("the stream from {name} failed: {why}");
     watcher.terminal_event(&message, code)
-}
-
-/// The facts of a timer event: only the time is known.
-struct Now(u64);
-
-impl AnswerFacts for Now {
-    fn now_ms(&mut self) -> u64 {
-        self.0
-    }
-    fn code_details(&mut self) -> Option<String> {
-        None
-    }
-    fn headers(&mut self) -> crate::core::headers::Headers {
-        crate::core::headers::Headers::default()
-    }
-    fn chunk(&mut self) -> Vec<u8> {
-        Vec::new()
-    }
-    fn ends_with_headers(&mut self) -> bool {
-        false
-    }
 }

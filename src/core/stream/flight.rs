@@ -104,6 +104,28 @@ impl Flight {
         verdict(flow)
     }
 
+    /// The answer's headers, the router's or a streamed call-out's.
+    fn on_headers(&mut self, plugin: &Plugin, host: &mut impl Host, end: bool) -> Verdict {
+        let status = host.answer_status();
+        self.answer_event(plugin, host, end, |m, config, facts, out| {
+            m.on_answer_headers(config, status, facts, out)
+        })
+    }
+
+    /// A chunk of the answer (`end`: the last).
+    fn on_body(&mut self, plugin: &Plugin, host: &mut impl Host, end: bool) -> Verdict {
+        self.answer_event(plugin, host, end, |m, config, facts, out| {
+            m.on_answer_body(config, end, facts, out)
+        })
+    }
+
+    /// The answer's trailers.
+    fn on_trailers(&mut self, plugin: &Plugin, host: &mut impl Host) -> Verdict {
+        self.answer_event(plugin, host, true, |m, config, _, out| {
+            m.on_answer_trailers(config, out)
+        })
+    }
+
     /// Whether `id` is the streamed call-out whose answer the machine waits for (a stream
     /// abandoned for the next attempt is not).
     fn is_current_stream(&self, id: u64) -> bool {
@@ -279,13 +301,10 @@ impl Stream {
         host: &mut impl Host,
         end: bool,
     ) -> Verdict {
-        let Phase::Forwarded(flight) = &mut self.phase else {
-            return Verdict::Continue;
-        };
-        let status = host.answer_status();
-        flight.answer_event(plugin, host, end, |m, config, facts, out| {
-            m.on_answer_headers(config, status, facts, out)
-        })
+        match &mut self.phase {
+            Phase::Forwarded(flight) => flight.on_headers(plugin, host, end),
+            _ => Verdict::Continue,
+        }
     }
 
     /// A chunk of the router's answer (`end`: the last).
@@ -295,22 +314,18 @@ impl Stream {
         host: &mut impl Host,
         end: bool,
     ) -> Verdict {
-        let Phase::Forwarded(flight) = &mut self.phase else {
-            return Verdict::Continue;
-        };
-        flight.answer_event(plugin, host, end, |m, config, facts, out| {
-            m.on_answer_body(config, end, facts, out)
-        })
+        match &mut self.phase {
+            Phase::Forwarded(flight) => flight.on_body(plugin, host, end),
+            _ => Verdict::Continue,
+        }
     }
 
     /// The router's answer's trailers arrived.
     pub fn on_response_trailers(&mut self, plugin: &Plugin, host: &mut impl Host) -> Verdict {
-        let Phase::Forwarded(flight) = &mut self.phase else {
-            return Verdict::Continue;
-        };
-        flight.answer_event(plugin, host, true, |m, config, _, out| {
-            m.on_answer_trailers(config, out)
-        })
+        match &mut self.phase {
+            Phase::Forwarded(flight) => flight.on_trailers(plugin, host),
+            _ => Verdict::Continue,
+        }
     }
 
     /// The flight whose streamed call-out `id` is awaited (an abandoned one's events are
@@ -323,8 +338,8 @@ impl Stream {
     }
 
     /// The answer headers of the streamed call-out `id` arrived (`end`: with no body); the
-    /// host's answer accessors read that answer. [`Verdict::Continue`]: send what the host
-    /// holds of it to the client.
+    /// host's answer accessors read that answer, as the router's events read the router's.
+    /// [`Verdict::Continue`]: send what the host holds of it to the client.
     pub fn on_stream_headers(
         &mut self,
         plugin: &Plugin,
@@ -332,13 +347,8 @@ impl Stream {
         id: u64,
         end: bool,
     ) -> Verdict {
-        let Some(flight) = self.streaming(id) else {
-            return Verdict::Stop;
-        };
-        let status = host.answer_status();
-        flight.answer_event(plugin, host, end, |m, config, facts, out| {
-            m.on_answer_headers(config, status, facts, out)
-        })
+        self.streaming(id)
+            .map_or(Verdict::Stop, |f| f.on_headers(plugin, host, end))
     }
 
     /// A chunk of the streamed call-out `id`'s answer (`end`: the last).
@@ -349,12 +359,8 @@ impl Stream {
         id: u64,
         end: bool,
     ) -> Verdict {
-        let Some(flight) = self.streaming(id) else {
-            return Verdict::Stop;
-        };
-        flight.answer_event(plugin, host, end, |m, config, facts, out| {
-            m.on_answer_body(config, end, facts, out)
-        })
+        self.streaming(id)
+            .map_or(Verdict::Stop, |f| f.on_body(plugin, host, end))
     }
 
     /// The streamed call-out `id`'s answer ended with trailers.
@@ -364,12 +370,8 @@ impl Stream {
         host: &mut impl Host,
         id: u64,
     ) -> Verdict {
-        let Some(flight) = self.streaming(id) else {
-            return Verdict::Stop;
-        };
-        flight.answer_event(plugin, host, true, |m, config, _, out| {
-            m.on_answer_trailers(config, out)
-        })
+        self.streaming(id)
+            .map_or(Verdict::Stop, |f| f.on_trailers(plugin, host))
     }
 
     /// The streamed call-out `id` was reset (or failed to connect) before its end.
