@@ -25,6 +25,7 @@ pub mod plugin;
 pub mod report;
 pub mod request;
 pub mod responses;
+pub mod router_path;
 pub mod routing;
 pub mod seal;
 pub mod sse;

@@ -38,7 +38,7 @@ pub use strategy::{
     SessionIdentifier, StickyRouting, StickySource, Thresholds, Tier, WeightedTarget,
     DEFAULT_JWT_PAYLOAD,
 };
-pub use stream_rules::StreamRules;
+pub use stream_rules::{StreamFallbacks, StreamRules};
 pub use trace_settings::TraceSettings;
 pub use upstream::Upstream;
 pub use version::ConfigVersion;

@@ -619,6 +619,12 @@ mod tests {
             ),
             (4096, 8, 30000)
         );
+        assert_eq!(rules.fallbacks, super::super::StreamFallbacks::CallOut);
+        let c = Config::parse(vm_with(r#""stream_fallbacks": "router""#).as_bytes()).unwrap();
+        assert_eq!(
+            c.virtual_models[0].streams.fallbacks,
+            super::super::StreamFallbacks::Router
+        );
         for (fields, message) in [
             (
                 r#""stream_commit": {"max_bytes": 0}"#,
@@ -631,6 +637,10 @@ mod tests {
             (
                 r#""stream_idle_timeout_ms": 0"#,
                 "virtual_models[0].stream_idle_timeout_ms: must be greater than 0",
+            ),
+            (
+                r#""stream_fallbacks": "envoy""#,
+                r#"virtual_models[0].stream_fallbacks: must be "call_out" or "router""#,
             ),
         ] {
             let e = err(&vm_with(fields));

@@ -17,6 +17,24 @@ pub struct StreamRules {
     /// `stream_idle_timeout_ms`: a stream with no event (pings count) for this long failed.
     /// Only a host that forwards the stream itself can act on it (the native module).
     pub idle_timeout_ms: u64,
+    /// `stream_fallbacks`: how the `.wasm` makes a streaming request's retries and fallbacks.
+    pub fallbacks: StreamFallbacks,
+}
+
+/// `stream_fallbacks`: `"call_out"` (the default) or `"router"`.
+///
+/// On the `.wasm`, a call-out hands back a whole answer, so a streamed fallback reaches the
+/// client whole; `"router"` sends every attempt of a streaming request through Envoy's router
+/// instead (see [`crate::core::router_path`]), which needs the Envoy config that
+/// `switchboard envoy-config` writes, and a second and third pass of the `.wasm` per request.
+/// The native module streams every attempt itself, so it reads the field and changes nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StreamFallbacks {
+    /// Retries and fallbacks are call-outs the filter makes.
+    #[default]
+    CallOut,
+    /// Every attempt goes through the router, with the route's retries.
+    Router,
 }
 
 impl Default for StreamRules {
@@ -25,11 +43,13 @@ impl Default for StreamRules {
             commit_max_bytes: 16_384,
             commit_max_events: 64,
             idle_timeout_ms: 120_000,
+            fallbacks: StreamFallbacks::CallOut,
         }
     }
 }
 
-/// Reads `stream_commit: {max_bytes, max_events}` and `stream_idle_timeout_ms`.
+/// Reads `stream_commit: {max_bytes, max_events}`, `stream_idle_timeout_ms` and
+/// `stream_fallbacks`.
 pub(super) fn compile_stream_rules(f: &mut Fields<'_>) -> Result<StreamRules, ConfigError> {
     let mut rules = StreamRules::default();
     if let Some(mut commit) = f.opt_object("stream_commit")? {
@@ -48,6 +68,16 @@ pub(super) fn compile_stream_rules(f: &mut Fields<'_>) -> Result<StreamRules, Co
         }
         rules.idle_timeout_ms = ms;
     }
+    rules.fallbacks = match f.opt_str("stream_fallbacks")? {
+        None | Some("call_out") => StreamFallbacks::CallOut,
+        Some("router") => StreamFallbacks::Router,
+        Some(_) => {
+            return Err(f.error(
+                "stream_fallbacks",
+                "must be \"call_out\" or \"router\"",
+            ))
+        }
+    };
     Ok(rules)
 }
 
