@@ -129,6 +129,16 @@ pub struct Attempts {
 }
 
 impl Attempts {
+    /// Envoy's router made `total` attempts, `fallbacks` of them at another target, the last
+    /// at `target` (the router path): the history as if this had made them.
+    pub fn made_by_router(&mut self, target: ModelId, total: u32, fallbacks: u32) {
+        if let Some(i) = self.candidates.iter().position(|m| *m == target) {
+            self.current = i;
+        }
+        self.total = total.max(1);
+        self.fallbacks = fallbacks;
+    }
+
     /// Starts with the first candidate as the attempt in flight.
     pub fn new(candidates: Vec<ModelId>, pinned: bool) -> Self {
         Attempts {

@@ -139,9 +139,20 @@ impl Keys {
 }
 
 const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+/// RFC 4648's standard alphabet, the one Envoy's base64 decoders read.
+const STANDARD: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 /// Unpadded base64url: ids stay one token, safe in a URL path and a JSON string.
 pub fn base64url_encode(data: &[u8]) -> String {
+    encode(data, ALPHABET, false)
+}
+
+/// Padded standard base64: what Envoy decodes from a header (`header_to_metadata`'s BASE64).
+pub fn base64_encode(data: &[u8]) -> String {
+    encode(data, STANDARD, true)
+}
+
+fn encode(data: &[u8], alphabet: &[u8; 64], pad: bool) -> String {
     let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
     for chunk in data.chunks(3) {
         let b = [
@@ -153,14 +164,18 @@ pub fn base64url_encode(data: &[u8]) -> String {
         for i in 0..=chunk.len() {
             let sextet = (n >> (18 - 6 * i)) & 63;
             out.push(char::from(
-                ALPHABET.get(sextet as usize).copied().unwrap_or(b'A'),
+                alphabet.get(sextet as usize).copied().unwrap_or(b'A'),
             ));
+        }
+        if pad {
+            for _ in chunk.len()..3 {
+                out.push('=');
+            }
         }
     }
     out
 }
 
-/// [`base64url_encode`] reversed; `None` for anything it could not have made.
 pub fn base64url_decode(text: &str) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(text.len() * 3 / 4);
     let (mut acc, mut bits) = (0u32, 0u32);
@@ -181,6 +196,21 @@ pub fn base64url_decode(text: &str) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn standard_base64_is_rfc_4648s() {
+        // RFC 4648, section 10's test vectors.
+        for (plain, coded) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(base64_encode(plain.as_bytes()), coded);
+        }
+        assert_eq!(base64_encode(&[0xfb, 0xff]), "+/8=");
+    }
 
     #[test]
     fn base64url_round_trips_every_length() {

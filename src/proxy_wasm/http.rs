@@ -55,6 +55,7 @@ impl Http {
             });
         };
         let plugin = self.plugin.clone()?;
+        wasm.plugin = Some(Rc::clone(&plugin));
         let out = f(stream, &plugin, &mut wasm);
         if stream.forwarded() {
             if let Some(stream) = self.stream.take() {

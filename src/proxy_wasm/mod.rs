@@ -8,6 +8,7 @@ mod http;
 mod metrics;
 mod profile;
 mod root;
+mod router_path;
 mod runtime;
 mod stream;
 

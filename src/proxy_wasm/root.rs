@@ -3,17 +3,31 @@
 
 use super::host;
 use super::http::Http;
+use super::router_path::{Reroute, Upstream};
 use super::runtime::Runtime;
 use super::stream;
 use crate::core::config::{Config, ConfigVersion};
 use crate::core::plugin::Plugin;
+use crate::core::router_path::{REROUTE_ROOT_ID, UPSTREAM_ROOT_ID};
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::ContextType;
 use std::cell::Cell;
 use std::rc::Rc;
 
+/// Which pass of the `.wasm` a root context runs (its `root_id`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// The Switchboard filter.
+    Filter,
+    /// The router path's pass per attempt, in an upstream filter chain.
+    Upstream,
+    /// The router path's route-cache clear after `header_to_metadata`.
+    Reroute,
+}
+
 /// One per plugin per worker thread.
 pub struct Root {
+    role: Role,
     plugin: Option<Rc<Plugin>>,
     runtime: Rc<Runtime>,
     /// State of a splitmix64 sequence that seeds each request's RNG.
@@ -24,6 +38,7 @@ impl Root {
     /// A root context with no config yet.
     pub fn new(context_id: u32) -> Self {
         Root {
+            role: Role::Filter,
             plugin: None,
             runtime: Rc::new(Runtime::default()),
             // Every worker's root context starts in the same millisecond with the same id, so
@@ -64,6 +79,16 @@ impl RootContext for Root {
     fn on_configure(&mut self, _plugin_configuration_size: usize) -> bool {
         let _span = super::profile::span("on_configure");
         host::follow_host_log_level();
+        // The router path's passes read the request's plan from the Switchboard filter in the
+        // same VM, never a config of their own.
+        self.role = match host::property(&["plugin_root_id"]).as_deref() {
+            Some(UPSTREAM_ROOT_ID) => Role::Upstream,
+            Some(REROUTE_ROOT_ID) => Role::Reroute,
+            _ => Role::Filter,
+        };
+        if self.role != Role::Filter {
+            return true;
+        }
         // `${env:NAME}` in header values: the VM's environment, which Envoy fills from its own
         // with `vm_config.environment_variables.host_env_keys` (read once, here).
         let env = |name: &str| std::env::var(name).ok();
@@ -112,6 +137,11 @@ impl RootContext for Root {
 
     fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
         let _span = super::profile::span("create_http_context");
+        match self.role {
+            Role::Filter => {}
+            Role::Upstream => return Some(Box::<Upstream>::default()),
+            Role::Reroute => return Some(Box::new(Reroute)),
+        }
         let rng = fastrand::Rng::with_seed(self.next_seed());
         Some(Box::new(Http::new(
             context_id,

@@ -14,7 +14,10 @@ use crate::core::request::Edits;
 use crate::core::routing::HealthInput;
 use crate::core::routing::RoutingState;
 use crate::core::stream::{Host, Verdict};
+use crate::core::router_path::RouterFlight;
 use proxy_wasm::types::Action;
+use std::cell::RefCell;
+use std::rc::Rc;
 
 /// The proxy-wasm action for a verdict.
 pub fn action(verdict: Verdict) -> Action {
@@ -32,6 +35,8 @@ pub struct Wasm<'a> {
     pub body_size: usize,
     /// The host's time, read once per callback and only if needed.
     pub clock: Clock,
+    /// The plugin the request was routed with, for the router path's passes.
+    pub plugin: Option<Rc<Plugin>>,
 }
 
 impl<'a> Wasm<'a> {
@@ -42,6 +47,7 @@ impl<'a> Wasm<'a> {
             context_id,
             body_size,
             clock: Clock::default(),
+            plugin: None,
         }
     }
 }
@@ -104,6 +110,13 @@ impl Host for Wasm<'_> {
         )?;
         self.rt.add_call(token, self.context_id);
         Some(u64::from(token))
+    }
+
+    fn share_router_flight(&mut self, flight: &Rc<RefCell<RouterFlight>>) -> bool {
+        match &self.plugin {
+            Some(plugin) => super::router_path::share(Rc::clone(plugin), flight, self.context_id),
+            None => false,
+        }
     }
 
     fn arm_timer(&mut self, due_ms: u64, token: u64) {

@@ -54,6 +54,9 @@ pub struct Start {
     /// Every attempt, the first included, is a streamed call-out the host forwards itself
     /// ([`crate::core::stream::Host::streams_attempts`]), rather than the router's.
     pub streams_attempts: bool,
+    /// Every attempt goes through Envoy's router, which retries and falls back
+    /// ([`crate::core::router_path`]): the machine makes no attempt of its own.
+    pub router_path: bool,
 }
 
 impl Start {
@@ -71,6 +74,7 @@ impl Start {
             caller: None,
             dialect: if stream { Dialect::of(endpoint) } else { None },
             streams_attempts: false,
+            router_path: false,
         }
     }
 
@@ -90,6 +94,7 @@ impl Start {
             caller: None,
             dialect: None,
             streams_attempts: false,
+            router_path: false,
         }
     }
 }

@@ -196,7 +196,8 @@ impl Machine {
         // model fails the request, and a slow one is waited for ("Keeps waiting").
         let fail_fast = vm.is_some_and(|vm| vm.fail_fast.contains(replay.endpoint.api()));
         let attempts = Attempts::new(start.candidates, start.pinned).with_fail_fast(fail_fast);
-        let may_try_again = attempts.may_try_again(|m| policy(config, vm_index, m));
+        let may_try_again =
+            !start.router_path && attempts.may_try_again(|m| policy(config, vm_index, m));
         // A streamed first attempt is a call-out too: it needs the request.
         let streamed = start.streams_attempts;
         let replay = (may_try_again || streamed).then_some(replay);
@@ -287,6 +288,24 @@ impl Machine {
     /// Whether another attempt could still follow (the client's request is kept for it).
     pub fn may_try_again(&self) -> bool {
         self.replay.is_some()
+    }
+
+    /// The router path's attempts ended with an answer from `target` after `attempts`
+    /// attempts, `fallbacks` of them at another target, the last made as `last`: the answer is
+    /// judged as that target's.
+    pub fn router_answered(
+        &mut self,
+        target: Option<ModelId>,
+        (attempts, fallbacks): (u32, u32),
+        last: Option<AttemptKind>,
+    ) {
+        if let Some(target) = target {
+            self.routed_target = Some(target);
+            self.attempts.made_by_router(target, attempts, fallbacks);
+        }
+        if attempts > 1 {
+            self.last_switch = last;
+        }
     }
 
     /// The router's answer headers arrived with `status`.

@@ -80,6 +80,7 @@ fn start_timed(
         caller: None,
         dialect: None,
         streams_attempts: false,
+        router_path: false,
     };
     edit(&mut start);
     let replay = Replay {

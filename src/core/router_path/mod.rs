@@ -51,3 +51,14 @@ pub fn router_cluster(cluster: &str) -> String {
     name.push_str(ROUTER_CLUSTER_SUFFIX);
     name
 }
+
+mod attempt;
+mod groups;
+mod plan;
+
+pub use attempt::{AttemptRequest, AttemptWatch, BodyVerdict, RouterAnswer, RouterFlight};
+pub use groups::groups_header;
+pub use plan::{plan, RouterPlan};
+
+#[cfg(test)]
+mod tests;

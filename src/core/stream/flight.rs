@@ -12,7 +12,10 @@ use crate::core::headers::Headers;
 use crate::core::plugin::Plugin;
 use crate::core::report::{self, Report};
 use crate::core::trace::Trace;
+use crate::core::router_path::RouterFlight;
+use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::rc::Rc;
 
 /// The state of one forwarded request.
 pub(super) struct Flight {
@@ -21,6 +24,9 @@ pub(super) struct Flight {
     calls: Vec<(u64, CallId)>,
     /// Its metrics' and trace's bookkeeping.
     report: Report,
+    /// Its attempts, when Envoy's router makes them (the router path), shared with the
+    /// upstream passes that rewrite and watch each.
+    router: Option<Rc<RefCell<RouterFlight>>>,
 }
 
 /// What the machine may ask about the router's answer, read from the host only when asked.
@@ -68,6 +74,7 @@ impl Flight {
         host: &mut impl Host,
         (start, replay): (Start, Replay),
         trace: Option<Box<Trace>>,
+        router: Option<Rc<RefCell<RouterFlight>>>,
         now_ms: u64,
     ) -> Flight {
         let config = &plugin.config;
@@ -78,6 +85,7 @@ impl Flight {
             machine,
             calls: Vec::new(),
             report,
+            router,
         };
         flight.apply(plugin, host, out);
         flight
@@ -107,9 +115,34 @@ impl Flight {
     /// The answer's headers, the router's or a streamed call-out's.
     fn on_headers(&mut self, plugin: &Plugin, host: &mut impl Host, end: bool) -> Verdict {
         let status = host.answer_status();
+        if let Some(router) = &self.router {
+            self.router_answered(plugin, host, Rc::clone(router));
+        }
         self.answer_event(plugin, host, end, |m, config, facts, out| {
             m.on_answer_headers(config, status, facts, out)
         })
+    }
+
+    /// The router path's answer: the machine learns which target it is from, and what the
+    /// attempts before it did (health, metrics, the trace) is applied now.
+    fn router_answered(
+        &mut self,
+        plugin: &Plugin,
+        host: &mut impl Host,
+        router: Rc<RefCell<RouterFlight>>,
+    ) {
+        let answer = router.borrow_mut().take_answered(&plugin.config);
+        let last = answer.log.iter().rev().find_map(|e| match e {
+            Effect::Attempt(a) => Some(a.kind),
+            _ => None,
+        });
+        let made = (answer.attempts, answer.fallbacks);
+        self.machine.router_answered(answer.target, made, last);
+        let mut out = Effects::new();
+        for effect in answer.log {
+            out.push(effect);
+        }
+        self.apply(plugin, host, out);
     }
 
     /// A chunk of the answer (`end`: the last).

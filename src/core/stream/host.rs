@@ -2,6 +2,9 @@
 //! what it writes. The proxy-wasm adapter, the native module and the test simulator each
 //! implement [`Host`] once; everything else about a request is written in the core.
 
+use crate::core::router_path::RouterFlight;
+use std::cell::RefCell;
+use std::rc::Rc;
 use crate::core::access_log::Value;
 use crate::core::config::{Config, ModelId};
 use crate::core::flight::{Attempt, CallRequest, Effect};
@@ -73,6 +76,13 @@ pub trait Host {
     fn start_stream(&mut self, call: &CallRequest<'_>) -> Option<u64> {
         let _ = call;
         None
+    }
+    /// Hands a router-path request's attempts ([`crate::core::router_path`]) to the host's
+    /// upstream passes, which find them by the request; false if this host has none (the
+    /// native module streams every attempt itself).
+    fn share_router_flight(&mut self, flight: &Rc<RefCell<RouterFlight>>) -> bool {
+        let _ = flight;
+        false
     }
     /// Wakes the stream with `token` at or after `due_ms`.
     fn arm_timer(&mut self, due_ms: u64, token: u64);

@@ -20,7 +20,10 @@ use crate::core::plugin::Plugin;
 use crate::core::report::{self, PinProbe};
 use crate::core::routing::classifier::parse_answer;
 use crate::core::routing::{HealthInput, Plan};
+use crate::core::router_path::{self, RouterFlight};
 use crate::core::trace::Trace;
+use std::cell::RefCell;
+use std::rc::Rc;
 
 impl Stream {
     /// The request's headers arrived (all of them, as the client sent them): the core says
@@ -250,20 +253,21 @@ impl Stream {
         now: u64,
     ) -> Verdict {
         let config = &plugin.config;
-        let ((mut start, replay), (outbound, first_target)) =
+        let ((mut start, mut replay), (outbound, first_target)) =
             decision.into_flight(endpoint, headers, body);
         if start.dialect.is_some() && host.streams_attempts() {
             // Every attempt is a streamed call-out the host forwards itself: the request
             // stays here, and its first attempt is made by the flight like any other.
             start.streams_attempts = true;
-            self.start_flight(plugin, host, (start, replay), now);
+            self.start_flight(plugin, host, (start, replay), None, now);
             return Verdict::Stop;
         }
         if let Err(reply) = write_attempt(host, &outbound, &replay.body, &replay.headers, plugin) {
             return self.reply(host, &reply);
         }
         report::log_attempt(config, first_target, 1, &outbound);
-        self.start_flight(plugin, host, (start, replay), now)
+        let router = take_router_path(plugin, host, &mut start, &mut replay);
+        self.start_flight(plugin, host, (start, replay), router, now)
     }
 
     /// Hands the request to its flight.
@@ -272,10 +276,11 @@ impl Stream {
         plugin: &Plugin,
         host: &mut impl Host,
         (start, replay): (Start, Replay),
+        router: Option<Rc<RefCell<RouterFlight>>>,
         now: u64,
     ) -> Verdict {
         let trace = self.trace.take();
-        let flight = Flight::start(plugin, host, (start, replay), trace, now);
+        let flight = Flight::start(plugin, host, (start, replay), trace, router, now);
         self.phase = Phase::Forwarded(Box::new(flight));
         Verdict::Continue
     }
@@ -318,8 +323,44 @@ impl Stream {
             self.trace = Some(Box::new(Trace::of_plan(config, &plan, health, Vec::new())));
         }
         let replay = route.replay(headers);
-        self.start_flight(plugin, host, (route.start, replay), now)
+        self.start_flight(plugin, host, (route.start, replay), None, now)
     }
+}
+
+/// The router path ([`crate::core::router_path`]), when the request's virtual model asks for it
+/// and the host has upstream passes: the router's headers go into the request (after the first
+/// attempt's, which a route without the router path would still send right), and the client's
+/// request moves to the attempts the passes share; the machine makes no attempt of its own.
+fn take_router_path(
+    plugin: &Plugin,
+    host: &mut impl Host,
+    start: &mut Start,
+    replay: &mut Replay,
+) -> Option<Rc<RefCell<RouterFlight>>> {
+    let config = &plugin.config;
+    let plan = router_path::plan(config, replay.endpoint, start)?;
+    let dialect = start.dialect?;
+    let rules = config.virtual_models.get(plan.virtual_model)?.streams;
+    let headers = plan.request_headers(config)?;
+    let empty = Replay {
+        endpoint: replay.endpoint,
+        body: Vec::new(),
+        layout: Default::default(),
+        headers: Headers::default(),
+        stored_path: None,
+    };
+    let client = std::mem::replace(replay, empty);
+    let flight = Rc::new(RefCell::new(RouterFlight::new(plan, client, dialect, rules)));
+    if !host.share_router_flight(&flight) {
+        let flight = Rc::try_unwrap(flight).ok()?.into_inner();
+        *replay = flight.into_client();
+        return None;
+    }
+    for (name, value) in &headers {
+        host.set_request_header(name, value);
+    }
+    start.router_path = true;
+    Some(flight)
 }
 
 /// A request was routed: its metrics, and the decision's access-log fields when they are

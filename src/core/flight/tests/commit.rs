@@ -231,6 +231,7 @@ fn start_streamed(config: &Config) -> (Machine, Vec<Effect<'_>>) {
         caller: None,
         dialect: Some(Dialect::ChatCompletions),
         streams_attempts: true,
+        router_path: false,
     };
     let replay = Replay {
         endpoint: Endpoint::ChatCompletions,

@@ -42,6 +42,7 @@ fn begin_over<'c>(
         caller: None,
         dialect: None,
         streams_attempts: false,
+        router_path: false,
     };
     let replay = Replay {
         endpoint,

@@ -1,0 +1,213 @@
+use super::*;
+use crate::core::config::{Config, ModelId, Named};
+use crate::core::endpoint::Endpoint;
+use crate::core::fallback::{AttemptOutcome, StreamFault};
+use crate::core::flight::{AttemptKind, Effect, Replay, Start};
+use crate::core::headers::Headers;
+use crate::core::request::inspect;
+use crate::core::routing::Plan;
+use crate::core::sse::Dialect;
+
+/// Two OpenAI-shaped targets with their own credentials, then an Azure one; the first is
+/// retried once (Zuplo model load balancing, "Failures and retries").
+const CONFIG: &str = r#"{
+  "models": [
+    {"name": "a", "cluster": "a", "model": "gpt-a", "provider": "openai",
+     "authority": "a.example", "headers": {"authorization": "Bearer key-a"}},
+    {"name": "b", "cluster": "b", "model": "gpt-b", "provider": "azure",
+     "authority": "b.example", "base_path": "/openai/deployments/b",
+     "query": {"api-version": "2024-10-21"}, "headers": {"api-key": "key-b"}},
+    {"name": "c", "cluster": "c", "model": "gpt-c", "provider": "openai",
+     "authority": "c.example", "headers": {"authorization": "Bearer key-c"}}
+  ],
+  "virtual_models": [
+    {"name": "vm", "model_types": ["chat"], "stream_fallbacks": "router", "fallback_timeout_ms": 800,
+     "routing_config": {"type": "priority-based-routing", "load_balance_targets": [
+        {"target": "a", "priority": 0, "retry_config": {"attempts": 1},
+         "fallback_status_codes": [500, 503]},
+        {"target": "b", "priority": 1, "retry_config": {"on_status_codes": [429]}},
+        {"target": "c", "priority": 2}]}}
+  ]
+}"#;
+
+const BODY: &[u8] = br#"{"model":"vm","stream":true,"messages":[]}"#;
+
+fn config(text: &str) -> Config {
+    Config::parse(text.as_bytes()).unwrap()
+}
+
+fn id(config: &Config, name: &str) -> ModelId {
+    match config.lookup(name) {
+        Some(Named::Catalog(id, _)) => id,
+        _ => panic!("{name} is not a catalog model"),
+    }
+}
+
+fn start(config: &Config, stream: bool) -> Start {
+    let plan = Plan {
+        candidates: ["a", "b", "c"].iter().map(|n| id(config, n)).collect(),
+        virtual_model: Some(0),
+        sticky: None,
+        pinned: false,
+    };
+    Start::routed(Endpoint::ChatCompletions, plan, stream, false)
+}
+
+fn flight(config: &Config) -> RouterFlight {
+    let start = start(config, true);
+    let plan = plan(config, Endpoint::ChatCompletions, &start).unwrap();
+    let client = Replay {
+        endpoint: Endpoint::ChatCompletions,
+        body: BODY.to_vec(),
+        layout: inspect(BODY).unwrap().layout(false),
+        headers: Headers::from_pairs([
+            (":path", "/v1/chat/completions"),
+            (":authority", "gateway.local"),
+            ("authorization", "Bearer client"),
+            ("x-team", "t1"),
+        ]),
+        stored_path: None,
+    };
+    RouterFlight::new(plan, client, Dialect::ChatCompletions, Default::default())
+}
+
+fn set<'r>(request: &'r AttemptRequest, name: &str) -> Option<&'r str> {
+    request
+        .set
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str())
+}
+
+#[test]
+fn the_order_is_the_one_a_503_takes_and_only_streams_on_a_router_model_take_it() {
+    let c = config(CONFIG);
+    let p = plan(&c, Endpoint::ChatCompletions, &start(&c, true)).unwrap();
+    let names: Vec<&str> = p.targets.iter().map(|t| c.models[t.0].name.as_str()).collect();
+    // a once and its retry, then b (503 is not in its retry codes), then c.
+    assert_eq!(names, ["a", "a", "b", "c"]);
+    assert_eq!(p.per_try_timeout_ms, Some(800));
+    assert!(plan(&c, Endpoint::ChatCompletions, &start(&c, false)).is_none());
+    let call_out = CONFIG.replace(r#""stream_fallbacks": "router", "#, "");
+    let c = config(&call_out);
+    assert!(plan(&c, Endpoint::ChatCompletions, &start(&c, true)).is_none());
+}
+
+#[test]
+fn the_router_is_told_the_clusters_in_order_and_when_to_retry() {
+    let c = config(CONFIG);
+    let p = plan(&c, Endpoint::ChatCompletions, &start(&c, true)).unwrap();
+    let headers = p.request_headers(&c).unwrap();
+    let get = |n: &str| headers.iter().find(|(k, _)| *k == n).map(|(_, v)| v.as_str());
+    assert_eq!(get(ROUTE_HEADER), Some(ROUTE_VALUE));
+    assert_eq!(
+        get(GROUPS_HEADER),
+        Some(groups_header(["a--router", "a--router", "b--router", "c--router"].into_iter()).as_str())
+    );
+    assert_eq!(get("x-envoy-max-retries"), Some("3"));
+    let retry_on = get("x-envoy-retry-on").unwrap();
+    assert!(retry_on.contains("retriable-status-codes") && retry_on.contains("gateway-error"));
+    // Every target's retry and fallback codes (defaults included), 503 always.
+    let codes: Vec<&str> = get("x-envoy-retriable-status-codes").unwrap().split(',').collect();
+    for code in ["429", "500", "503", "401"] {
+        assert!(codes.contains(&code), "{code} in {codes:?}");
+    }
+    assert!(!codes.contains(&"400"));
+    assert_eq!(get("x-envoy-upstream-rq-per-try-timeout-ms"), Some("800"));
+}
+
+#[test]
+fn each_attempt_is_rewritten_for_its_target_and_none_carries_another_targets_key() {
+    let c = config(CONFIG);
+    let mut f = flight(&c);
+    let first = f.begin(&c, 1, 0).unwrap();
+    assert_eq!(set(&first, "authorization"), Some("Bearer key-a"));
+    assert_eq!(set(&first, ":authority"), Some("a.example"));
+    assert!(String::from_utf8_lossy(&first.body).contains(r#""model":"gpt-a""#));
+    // Attempt 3 goes to b (Azure: api-key): a's authorization goes back to the client's, and
+    // b's own key and path are set.
+    f.begin(&c, 2, 0).unwrap();
+    let third = f.begin(&c, 3, 0).unwrap();
+    assert_eq!(set(&third, "api-key"), Some("key-b"));
+    assert_ne!(set(&third, "authorization"), Some("Bearer key-a"));
+    assert!(set(&third, ":path").unwrap().starts_with("/openai/deployments/b/chat/completions"));
+    assert!(String::from_utf8_lossy(&third.body).contains(r#""model":"gpt-b""#));
+    assert_eq!(set(&third, "content-length"), Some(third.body.len().to_string().as_str()));
+    // Attempt 4 (c) undoes b's api-key: the client sent none, so it goes.
+    let fourth = f.begin(&c, 4, 0).unwrap();
+    assert!(fourth.remove.iter().any(|n| n == "api-key"));
+    assert_eq!(set(&fourth, "authorization"), Some("Bearer key-c"));
+    assert!(f.begin(&c, 5, 0).is_none());
+}
+
+#[test]
+fn a_stream_failing_before_content_is_a_retried_503_and_its_attempts_are_reported() {
+    let c = config(CONFIG);
+    let mut f = flight(&c);
+    f.begin(&c, 1, 0).unwrap();
+    assert!(f.on_status(&c, 1, 503, false).is_none());
+    f.begin(&c, 2, 0).unwrap();
+    let mut watch = f.on_status(&c, 2, 200, false).unwrap();
+    let head = b"data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n";
+    assert_eq!(f.on_body(&c, &mut watch, head, false), BodyVerdict::Hold);
+    let mut failed = head.to_vec();
+    failed.extend_from_slice(b"data: {\"error\":{\"message\":\"overloaded\"}}\n\n");
+    assert_eq!(f.on_body(&c, &mut watch, &failed, false), BodyVerdict::Fail);
+    // b never answers (refused); c streams content and is committed.
+    f.begin(&c, 3, 0).unwrap();
+    f.begin(&c, 4, 0).unwrap();
+    // The last attempt's answer is the Switchboard filter's to judge: not held.
+    assert!(f.on_status(&c, 4, 200, false).is_none());
+    let answer = f.take_answered(&c);
+    assert_eq!(answer.target, Some(id(&c, "c")));
+    assert_eq!((answer.attempts, answer.fallbacks), (4, 2));
+    let records: Vec<AttemptOutcome> = answer
+        .log
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Record { outcome, .. } => Some(*outcome),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        records,
+        [
+            AttemptOutcome::Status(503),
+            AttemptOutcome::StreamFailed(StreamFault::ErrorEvent),
+            AttemptOutcome::FallbackTimeout,
+        ]
+    );
+    let kinds: Vec<AttemptKind> = answer
+        .log
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Attempt(a) => Some(a.kind),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            AttemptKind::First,
+            AttemptKind::Retry(AttemptOutcome::Status(503)),
+            AttemptKind::Fallback(AttemptOutcome::StreamFailed(StreamFault::ErrorEvent)),
+            AttemptKind::Fallback(AttemptOutcome::FallbackTimeout),
+        ]
+    );
+}
+
+#[test]
+fn content_commits_and_a_status_the_router_does_not_retry_is_not_counted_here() {
+    let c = config(CONFIG);
+    let mut f = flight(&c);
+    f.begin(&c, 1, 0).unwrap();
+    let mut watch = f.on_status(&c, 1, 200, false).unwrap();
+    let content = b"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n";
+    assert_eq!(f.on_body(&c, &mut watch, content, false), BodyVerdict::Pass);
+    let mut f = flight(&c);
+    f.begin(&c, 1, 0).unwrap();
+    assert!(f.on_status(&c, 1, 400, false).is_none());
+    let answer = f.take_answered(&c);
+    assert_eq!(answer.target, Some(id(&c, "a")));
+    assert!(!answer.log.iter().any(|e| matches!(e, Effect::Record { .. })));
+}
