@@ -13,8 +13,12 @@
 //!   [--provider NAME=KIND]...` turns a TrueFoundry, agentgateway or Zuplo virtual-model config
 //!   into a plugin config (stdout), reporting what it could not carry over (stderr).
 //!
+//! - `switchboard envoy-config CONFIG BOOTSTRAP` prints the Envoy bootstrap with what the
+//!   `.wasm`'s router path (`stream_fallbacks: "router"`) needs added (clusters, filters, route).
+//!
 //! The same core crate as the filter decides; nothing here re-implements routing.
 
+mod envoy_config;
 mod import;
 
 use std::collections::BTreeMap;
@@ -36,7 +40,8 @@ const USAGE: &str = "usage:
   switchboard simulate CONFIG.json --requests N [--model NAME] [--header name:value]... [--path P]
                       [--gateway-region R] [--gateway-zone Z]
   switchboard import --from truefoundry|agentgateway|zuplo FILE.yaml|FILE.json [--name NAME] [--provider NAME=KIND]...
-  switchboard stats-config";
+  switchboard stats-config
+  switchboard envoy-config CONFIG.json BOOTSTRAP.yaml|BOOTSTRAP.json   (adds the router path for stream_fallbacks \"router\")";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -45,6 +50,7 @@ fn main() -> ExitCode {
         Some("explain") => explain(&args[1..]),
         Some("simulate") => simulate(&args[1..]),
         Some("import") => import::run(&args[1..]),
+        Some("envoy-config") => envoy_config::run(&args[1..]),
         Some("stats-config") if args.len() == 1 => {
             Ok(switchboard::core::metrics::stats_config_yaml()
                 .trim_end()

@@ -79,7 +79,7 @@ fn provider_option(value: &str) -> Result<(String, &'static str), String> {
 }
 
 /// Reads a YAML or JSON file into a JSON value.
-fn load(path: &str) -> Result<Value, String> {
+pub(crate) fn load(path: &str) -> Result<Value, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
     if path.ends_with(".json") {
         return serde_json::from_str(&text).map_err(|e| format!("{path}: not valid JSON: {e}"));
