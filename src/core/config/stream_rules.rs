@@ -71,12 +71,7 @@ pub(super) fn compile_stream_rules(f: &mut Fields<'_>) -> Result<StreamRules, Co
     rules.fallbacks = match f.opt_str("stream_fallbacks")? {
         None | Some("call_out") => StreamFallbacks::CallOut,
         Some("router") => StreamFallbacks::Router,
-        Some(_) => {
-            return Err(f.error(
-                "stream_fallbacks",
-                "must be \"call_out\" or \"router\"",
-            ))
-        }
+        Some(_) => return Err(f.error("stream_fallbacks", "must be \"call_out\" or \"router\"")),
     };
     Ok(rules)
 }
