@@ -38,6 +38,13 @@ if BUILD not in ("wasm", "native"):
 ECDS_REJECTED = ("Filesystem config update rejected: Failed to create filter config: Failed to initialize dynamic module"
                  if BUILD == "native" else "Filesystem config update rejected: Unable to create Wasm plugin switchboard")
 MOCK_PROVIDER = ROOT / "target" / "release" / "mock-provider"
+SWITCHBOARD_CLI = ROOT / "target" / "release" / "switchboard"
+# SWITCHBOARD_STREAM_FALLBACKS=router: every stack of the Wasm build runs its virtual models on
+# the router path (`"stream_fallbacks": "router"`, with `switchboard envoy-config`'s Envoy
+# config); the native module streams every attempt itself and has no router path.
+STREAM_FALLBACKS = os.environ.get("SWITCHBOARD_STREAM_FALLBACKS", "call_out")
+if STREAM_FALLBACKS not in ("call_out", "router"):
+    raise RuntimeError(f"SWITCHBOARD_STREAM_FALLBACKS must be call_out or router, not {STREAM_FALLBACKS!r}")
 CLUSTER_HEADER = "x-switchboard-cluster"
 # Envoy's own request buffer limit must exceed the filter's, so the filter answers the 413.
 ENVOY_BUFFER_LIMIT = 64 * 1024 * 1024
@@ -535,6 +542,42 @@ def start_envoy(config: dict | str, concurrency: int = 2, expect_failure: bool =
     raise HarnessError("Envoy did not become ready" if not expect_failure else "Envoy did not exit")
 
 
+def with_router_fallbacks(plugin_config: dict | str) -> dict | str:
+    """A dict plugin config with `"stream_fallbacks": "router"` in every virtual model that does
+    not choose; a string (a test's exact text) stays as it is."""
+    if not isinstance(plugin_config, dict):
+        return plugin_config
+    vms = [vm if not isinstance(vm, dict) or "stream_fallbacks" in vm else {**vm, "stream_fallbacks": "router"}
+           for vm in plugin_config.get("virtual_models") or []]
+    return {**plugin_config, "virtual_models": vms} if "virtual_models" in plugin_config else plugin_config
+
+
+def envoy_config(config: dict, plugin_config: dict | str, directory: Path) -> dict:
+    """`config` with the router path added by `switchboard envoy-config`, which reads the plugin
+    config and the bootstrap from files written to `directory`."""
+    plugin_path, bootstrap_path = directory / "plugin.json", directory / "bootstrap.json"
+    plugin_path.write_text(plugin_text(plugin_config))
+    bootstrap_path.write_text(json.dumps(config, indent=1))
+    result = subprocess.run([str(require(SWITCHBOARD_CLI, "the switchboard command")), "envoy-config",
+                             str(plugin_path), str(bootstrap_path)],
+                            capture_output=True, text=True, timeout=60)
+    if result.returncode != 0:
+        raise HarnessError(f"switchboard envoy-config failed:\n{result.stderr[-4000:]}")
+    return json.loads(result.stdout)
+
+
+def takes_router_path(router_path: bool | None, ecds: bool) -> bool:
+    """Whether a stack's plugin config gets `"stream_fallbacks": "router"`: as asked, else as
+    SWITCHBOARD_STREAM_FALLBACKS says for the Wasm build. ECDS stacks stay on the call-out path:
+    the router path's passes need the plugin config inline, and `reload` would have to replace
+    it in three places."""
+    if router_path and ecds:
+        raise HarnessError("the router path needs the plugin config inline: no ECDS stack takes it")
+    if router_path is None:
+        return STREAM_FALLBACKS == "router" and BUILD == "wasm" and not ecds
+    return router_path
+
+
 class Stack:
     """Providers plus an Envoy in front of them; every process is stopped by `close()`."""
 
@@ -550,12 +593,19 @@ class Stack:
     def envoy(self, plugin_config: dict | str, concurrency: int = 2, passthrough: str | None = None,
               expect_failure: bool = False, extra_clusters: dict[str, int] | None = None,
               locality: dict | None = None, filters_before: list[dict] | None = None,
-              ecds: bool = False, failure_policy: str | None = None) -> Envoy:
+              ecds: bool = False, failure_policy: str | None = None,
+              router_path: bool | None = None) -> Envoy:
         """Envoy with one cluster per provider (cluster name = provider name), plus
         `extra_clusters` (name to port), e.g. a port nothing listens on; `locality` is the
         node's, `filters_before` are HTTP filters placed before Switchboard. With `ecds`, the
         filter's config comes from a watched file (as in envoy/ecds.yaml): `Envoy.reload`
-        replaces it. `failure_policy`: the Wasm filter's (Envoy's default when None)."""
+        replaces it. `failure_policy`: the Wasm filter's (Envoy's default when None).
+        `router_path`: every virtual model of a dict plugin config that does not choose takes
+        the router path, with the Envoy config `switchboard envoy-config` adds (the native build
+        gets the field only: it has no router path); None follows SWITCHBOARD_STREAM_FALLBACKS."""
+        router = takes_router_path(router_path, ecds)
+        if router:
+            plugin_config = with_router_fallbacks(plugin_config)
         clusters = {name: p.port for name, p in self.providers.items()}
         clusters.update(extra_clusters or {})
         passthrough = passthrough or next(iter(clusters))
@@ -572,6 +622,14 @@ class Stack:
             switchboard = ecds_filter(ecds_path) if ecds_path else wasm_filter(plugin_config,
                                                                                failure_policy=failure_policy)
             config = bootstrap(listen, admin, clusters, (filters_before or []) + [switchboard], passthrough, locality)
+            if router and BUILD == "wasm":
+                try:
+                    config = envoy_config(config, plugin_config, Path(workdir.name))
+                except HarnessError:
+                    # A plugin config the CLI refuses is one the filter refuses too: the test
+                    # expecting that failure reads it from Envoy, started without the router path.
+                    if not expect_failure:
+                        raise
             try:
                 e = start_envoy(config, concurrency=concurrency, expect_failure=expect_failure, workdir=workdir)
             except HarnessError as err:

@@ -24,9 +24,11 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import requests
 import yaml
 
-from harness import BUILD, ENVOY_BIN, NATIVE_DIR, ROOT, WASM, build_artifact, free_ports, require, to_native
+from harness import (BUILD, ENVOY_BIN, NATIVE_DIR, ROOT, WASM, build_artifact, envoy_config, free_ports, require,
+                     to_native)
 from providers_config import (SHIPPED, env_keys, for_test, for_test_dict, load, shipped_plugin_config,
                               wasm_config)
 
@@ -206,3 +208,89 @@ def test_validate_runs_the_filters_config_check(tmp_path: Path):
     assert result.returncode != 0
     assert ("virtual_models[0].routing_config.load_balance_targets[0].weight: "
             "expected an integer from 0 to 100, got 120") in result.stdout + result.stderr
+
+
+ROUTER_PATH_ONLY = "the router path is the .wasm's; the native module streams every attempt itself"
+
+
+def with_router_vm(bootstrap: dict, name: str) -> dict:
+    """The plugin config of `bootstrap`'s Switchboard filter with virtual model `name` on the
+    router path, written back into the filter (so the file and the filter agree)."""
+    plugin = json.loads(wasm_config(bootstrap)["configuration"]["value"])
+    vm = next(vm for vm in plugin["virtual_models"] if vm["name"] == name)
+    vm["stream_fallbacks"] = "router"
+    wasm_config(bootstrap)["configuration"]["value"] = json.dumps(plugin)
+    return plugin
+
+
+def route_of_router_path(bootstrap: dict) -> dict:
+    hcm = bootstrap["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    return hcm["route_config"]["virtual_hosts"][0]["routes"][0]
+
+
+@pytest.mark.wasm_only(reason=ROUTER_PATH_ONLY)
+def test_envoy_config_on_the_demo_validates(tmp_path: Path):
+    """`switchboard envoy-config` on envoy/demo.yaml with one router-path virtual model: Envoy
+    builds the clusters with the upstream pass, the filters (the reroute pass under its
+    matcher) and the route's priority-group specifier, and starts every pass's VM."""
+    demo = load(ROOT / "envoy" / "demo.yaml")
+    plugin = with_router_vm(demo, "my-group/resilient-chat")
+    out = envoy_config(demo, plugin, tmp_path)
+    clusters = [c["name"] for c in out["static_resources"]["clusters"]]
+    assert clusters[4:] == ["openai_east--router", "openai_west--router", "azure_east--router"]
+    assert route_of_router_path(out)["match"]["headers"][0]["name"] == "x-switchboard-route"
+    path = tmp_path / "demo-router.json"
+    path.write_text(json.dumps(out, indent=1))
+    assert_valid(validate(path, keys=host_env_keys(out)), path)
+    # Validation reaches the route: a group naming no cluster fails it.
+    specifier = route_of_router_path(out)["route"]["inline_cluster_specifier_plugin"]["extension"]["typed_config"]
+    specifier["priority_groups"][0]["clusters"][0]["cluster_name"] = "nowhere"
+    path.write_text(json.dumps(out, indent=1))
+    result = validate(path, keys=host_env_keys(out))
+    assert result.returncode != 0 and "unknown cluster 'nowhere'" in result.stdout + result.stderr
+
+
+@pytest.mark.wasm_only(reason=ROUTER_PATH_ONLY)
+def test_envoy_config_on_the_providers_config_validates(tmp_path: Path):
+    """The same on the loopback envoy/providers.yaml, whose hosted providers' clusters have TLS
+    and HTTP/2 by auto_config: the router copies keep both (vLLM's stays plain HTTP/1.1)."""
+    _, test = loopback(tmp_path)
+    plugin = with_router_vm(test, "prod/chat")
+    out = envoy_config(test, plugin, tmp_path)
+    clusters = {c["name"]: c for c in out["static_resources"]["clusters"]}
+    key = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+    copies = [n for n in clusters if n.endswith("--router")]
+    assert "openai--router" in copies and "vllm--router" in copies, copies
+    for name in copies:
+        copy, original = clusters[name], clusters[name.removesuffix("--router")]
+        options = dict(copy["typed_extension_protocol_options"][key])
+        assert [f["name"] for f in options.pop("http_filters")] == ["switchboard_upstream",
+                                                                    "envoy.filters.http.upstream_codec"]
+        assert options == original.get("typed_extension_protocol_options", {}).get(key, options), name
+        assert copy.get("transport_socket") == original.get("transport_socket"), name
+    assert "auto_config" in clusters["openai--router"]["typed_extension_protocol_options"][key]
+    path = tmp_path / "providers-router.json"
+    path.write_text(json.dumps(out, indent=1))
+    assert_valid(validate(path, cwd=tmp_path, keys=set(env_keys())), path)
+
+
+@pytest.mark.wasm_only(reason=ROUTER_PATH_ONLY)
+def test_a_stack_on_the_router_path_runs_envoy_config(stack):
+    """`Stack.envoy(router_path=True)`: the virtual models take the router path and the Envoy
+    started has the router clusters (its admin /clusters lists them)."""
+    stack.provider("alpha")
+    stack.provider("beta")
+    plugin = {"models": [{"name": "a", "cluster": "alpha", "model": "m"},
+                         {"name": "b", "cluster": "beta", "model": "m"}],
+              "virtual_models": [
+                  {"name": "vm", "model_types": ["chat"], "routing_config": {
+                      "type": "priority-based-routing", "load_balance_targets": [
+                          {"target": "a", "priority": 0}, {"target": "b", "priority": 1}]}},
+                  {"name": "kept", "model_types": ["chat"], "stream_fallbacks": "call_out", "routing_config": {
+                      "type": "weight-based-routing", "load_balance_targets": [{"target": "b", "weight": 100}]}}]}
+    envoy = stack.envoy(plugin, router_path=True)
+    dumped = json.loads((Path(envoy.workdir.name) / "plugin.json").read_text())
+    assert [vm.get("stream_fallbacks") for vm in dumped["virtual_models"]] == ["router", "call_out"]
+    clusters = {line.split("::", 1)[0] for line in
+                requests.get(f"http://127.0.0.1:{envoy.admin_port}/clusters", timeout=5).text.splitlines()}
+    assert {"alpha--router", "beta--router"} <= clusters, clusters
