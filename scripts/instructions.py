@@ -4,8 +4,11 @@
 request (valgrind's callgrind, instrumentation switched on only after a warm-up), the same on a
 quiet or a loaded machine, so an A/B of a change can be read while other work runs:
 
-    .venv/bin/python scripts/instructions.py [plain] [no-op] [held] [calls] [switchboard] [native-calls] [native] [PATH.wasm ...]
+    .venv/bin/python scripts/instructions.py [plain] [no-op] [held] [calls] [switchboard] [switchboard-router] [native-calls] [native] [PATH.wasm ...]
 
+`switchboard-router` is the `.wasm` with `"stream_fallbacks": "router"` and the Envoy config
+`switchboard envoy-config` adds for it (the router path: a pass of the `.wasm` per attempt, and
+one after `header_to_metadata`); it differs from `switchboard` only on a streaming request.
 `held` is the no-op filter holding the request until its body is in; `calls` also makes the host
 calls a body-routing filter cannot avoid (the host-call floor). `native-calls` is the native
 build's floor: the no-op dynamic module (tools/noop-native) making the same calls.
@@ -54,7 +57,8 @@ sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
 from bench import (MAIN, NOOP_WASM, SCENARIOS, STREAM, STREAM_FALLBACK, Scenario, Upstream,  # noqa: E402
                    answer_problem, chat_body, native_filter, native_noop, plugin_config)
-from harness import ENVOY_BIN, NATIVE_DIR, WASM, bootstrap, free_ports, stop_process, wasm_filter  # noqa: E402
+from harness import (ENVOY_BIN, NATIVE_DIR, WASM, bootstrap, envoy_config, free_ports,  # noqa: E402
+                     plugin_config_of, stop_process, wasm_filter, with_router_fallbacks)
 
 REQUESTS = int(os.environ.get("INSTR_REQUESTS", "200"))
 WARMUP = int(os.environ.get("INSTR_WARMUP", "30"))
@@ -99,6 +103,8 @@ def filters_for(name: str, s: Scenario) -> list[dict]:
     config = {**plugin_config(2, fallback=s.falls_back), "health_view_ms": 10_000}
     if name == "switchboard":
         return [wasm_filter(config)]
+    if name == "switchboard-router":
+        return [wasm_filter(with_router_fallbacks(config))]
     if name == "native":
         return [native_filter(config)]
     return [wasm_filter(config, Path(name).resolve())]
@@ -165,10 +171,14 @@ def kind(obj: str, fn: str) -> str:
 def measure(name: str, upstream: Upstream, s: Scenario = SCENARIOS[0]) -> dict[str, float]:
     listen, admin = free_ports(2)
     config = bootstrap(listen, admin, upstream.clusters(s), filters_for(name, s), passthrough="provider")
+    work = Path(tempfile.mkdtemp(prefix="switchboard-instr-"))
+    if name == "switchboard-router":
+        plugin = plugin_config_of(config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
+                                  ["typed_config"]["http_filters"][0]["typed_config"])["value"]
+        config = envoy_config(config, plugin, work)
     # Envoy's periodic work (stats flush every 5 s by default) would add more per request the
     # slower valgrind runs: push it out of the measured window.
     config["stats_flush_interval"] = "299s"
-    work = Path(tempfile.mkdtemp(prefix="switchboard-instr-"))
     (work / "envoy.json").write_text(json.dumps(config))
     out = work / "callgrind.out"
     proc = subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no", "--smc-check=all-non-file",
@@ -221,7 +231,7 @@ def main() -> int:
         print(e, file=sys.stderr)
         return 1
     names = sys.argv[1:] or ["plain", "no-op", "calls", "switchboard"]
-    needed = [p for p, used in ((NOOP_WASM, {"no-op", "calls"}), (WASM, {"switchboard"}))
+    needed = [p for p, used in ((NOOP_WASM, {"no-op", "calls"}), (WASM, {"switchboard", "switchboard-router"}))
               if used & set(names)]
     if "native" in names:
         needed.append(NATIVE_SO_DIR / "libswitchboard.so")

@@ -78,6 +78,9 @@ def test_retries_then_a_fallback_each_rewritten_for_its_target(stack):
     assert headers.get("x-switchboard-resolved-model") == "b"
     # a got the attempt and its retry, b the fallback: each with its own key, Host and model.
     assert served(a) == ["gpt-a", "gpt-a"] and served(b) == ["gpt-b"]
+    if BUILD == "wasm":
+        # Through the router: the attempts left by the router-path copies of the clusters.
+        assert (e.stat("cluster.a--router.upstream_rq_total"), e.stat("cluster.b--router.upstream_rq_total")) == (2, 1)
     assert counter(e, "retries", "a", "status") == 1
     assert counter(e, "fallbacks", "a", "status") == 1
 
