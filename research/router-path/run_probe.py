@@ -26,7 +26,7 @@ BODY = {"model": "virtual", "stream": True, "messages": [{"role": "user", "conte
 STREAM_FLAGS = {"ttft_ms": 250, "token_delay_ms": 250, "output_tokens": 20}
 TEMPLATES = {"q1": "q1-upstream-wasm.yaml", "composite": "q2-composite.yaml",
              "aggregate": "q2-aggregate.yaml", "priority": "q2-priority-group.yaml",
-             "headers": "q3-retry-headers.yaml"}
+             "headers": "q3-retry-headers.yaml", "order": "q4-order.yaml", "clusterheader": "q5-cluster-header.yaml"}
 
 
 def render(template: str, values: dict) -> str:
@@ -156,6 +156,13 @@ REQUESTS = {
                   {"x-sb-groups": groups("fault", "ok2"), "x-probe-cluster-pick": "-"}),
                  ("override [dead, ok2]: connection refused, then a stream",
                   {"x-sb-groups": groups("dead", "ok2"), "x-probe-cluster-pick": "-"})],
+    "clusterheader": [("cluster header fail, next [fail, ok2]", {C: "fail", "x-probe-next": "fail,ok2"}),
+                      ("cluster header fail, next [fail, fail, ok]", {C: "fail", "x-probe-next": "fail,fail,ok"})],
+    "order": [("wasm sets groups [ok2, ok] before header_to_metadata", {"x-probe-groups-src": groups("ok2", "ok")}),
+              ("wasm sets groups [fail, ok2]", {"x-probe-groups-src": groups("fail", "ok2")}),
+              ("wasm sets groups [fail, ok2], per-try 1000 ms (ok2 streams 5 s)",
+               {"x-probe-groups-src": groups("fail", "ok2"), "x-probe-per-try": "1000"}),
+              ("wasm sets groups [dead, ok2]", {"x-probe-groups-src": groups("dead", "ok2")})],
     "headers": [("no retry headers (route has no retry_policy)", {C: "fail"}),
                 ("filter sets x-envoy-max-retries=2", {C: "fail", "x-probe-retries": "2"}),
                 ("client sends x-envoy-max-retries=2 itself",

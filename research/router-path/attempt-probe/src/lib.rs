@@ -10,6 +10,8 @@ proxy_wasm::main! {{
     proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(ProbeRoot { downstream: false }) });
 }}
 
+thread_local! { static SHARED: std::cell::Cell<u32> = const { std::cell::Cell::new(0) }; }
+
 struct ProbeRoot {
     downstream: bool,
 }
@@ -48,6 +50,7 @@ impl Context for Probe {}
 
 impl HttpContext for Probe {
     fn on_http_request_headers(&mut self, _n: usize, end_of_stream: bool) -> Action {
+        SHARED.with(|c| { c.set(c.get() + 1); log::info!("probe upstream shared counter={}", c.get()); });
         self.attempt = self
             .get_http_request_header("x-envoy-attempt-count")
             .unwrap_or_else(|| "none".into());
@@ -99,6 +102,13 @@ impl HttpContext for Probe {
             Some(&format!("Bearer key-for-attempt-{}", self.attempt)),
         );
         self.set_http_request_header("x-probe-cluster", Some(&cluster.replace(',', " ")));
+        // q5: name the next attempt's cluster in the cluster header (x-probe-next: a,b,c by attempt).
+        if let Some(next) = self.get_http_request_header("x-probe-next") {
+            let n: usize = self.attempt.parse().unwrap_or(1);
+            if let Some(c) = next.split(',').nth(n) {
+                self.set_http_request_header("x-switchboard-cluster", Some(c));
+            }
+        }
         self.rewrite_body = !end_of_stream;
         if self.rewrite_body {
             // The body changes length; Envoy's codec then frames it itself.
@@ -192,6 +202,16 @@ impl HttpContext for RetryHeaders {
             self.set_http_request_header("x-envoy-retriable-status-codes", Some("503"));
             log::info!("probe downstream set x-envoy-max-retries={n} retry-on=retriable-status-codes codes=503");
         }
+        // Issue 27, order check: the .wasm itself sets the groups header that header_to_metadata
+        // (after it) reads, and the per-try timeout.
+        if let Some(g) = self.get_http_request_header("x-probe-groups-src") {
+            self.set_http_request_header("x-sb-groups", Some(&g));
+            self.set_http_request_header("x-probe-groups-src", None);
+        }
+        if let Some(t) = self.get_http_request_header("x-probe-per-try") {
+            self.set_http_request_header("x-envoy-upstream-rq-per-try-timeout-ms", Some(&t));
+        }
+        SHARED.with(|c| { c.set(c.get() + 1); log::info!("probe downstream shared counter={}", c.get()); });
         if let Some(c) = self.get_http_request_header("x-probe-cluster-pick") {
             // Envoy clears the route cache when a Wasm filter changes a request header.
             self.set_http_request_header("x-switchboard-cluster", Some(&c));
