@@ -100,7 +100,7 @@ impl HttpContext for Upstream {
             host::set_request_header(name, value);
         }
         if !end_of_stream {
-            self.body = Some(request.body);
+            self.body = request.body;
         }
         self.flight = Some((plugin, flight));
         Action::Continue
@@ -116,7 +116,10 @@ impl HttpContext for Upstream {
         if let Some(body) = self.body.take() {
             let set = hostcalls::set_buffer(BufferType::HttpRequestBody, 0, body_size, &body);
             if let Err(status) = set {
-                log::warn!("router path: could not set attempt {}'s body: {status:?}", self.number);
+                log::warn!(
+                    "router path: could not set attempt {}'s body: {status:?}",
+                    self.number
+                );
             }
         }
         Action::Continue
@@ -131,9 +134,10 @@ impl HttpContext for Upstream {
             .flatten()
             .and_then(|s| s.parse().ok())
             .unwrap_or(502);
-        self.watch = flight
-            .borrow_mut()
-            .on_status(&plugin.config, self.number, status, end_of_stream);
+        self.watch =
+            flight
+                .borrow_mut()
+                .on_status(&plugin.config, self.number, status, end_of_stream);
         if self.watch.is_some() {
             Action::Pause
         } else {

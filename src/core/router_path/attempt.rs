@@ -23,8 +23,8 @@ pub struct AttemptRequest {
     pub set: Vec<(String, String)>,
     /// Headers to remove.
     pub remove: Vec<String>,
-    /// The whole body.
-    pub body: Vec<u8>,
+    /// The whole body, when it is not the one the router replays.
+    pub body: Option<Vec<u8>>,
 }
 
 /// What to do with an attempt's held answer after a chunk.
@@ -95,7 +95,10 @@ impl RouterFlight {
     }
 
     fn target(&self, number: u32) -> Option<ModelId> {
-        self.plan.targets.get(number.checked_sub(1)? as usize).copied()
+        self.plan
+            .targets
+            .get(number.checked_sub(1)? as usize)
+            .copied()
     }
 
     fn outbound<'c>(&self, config: &'c Config, number: u32) -> Option<Outbound<'c>> {
@@ -116,13 +119,23 @@ impl RouterFlight {
     pub fn begin(&mut self, config: &Config, number: u32, now_ms: u64) -> Option<AttemptRequest> {
         let target = self.target(number)?;
         self.settle_unanswered(config, number);
-        let this = self.outbound(config, number)?;
-        let body = match &this.edits {
-            Some(edits) => edits.apply(&self.client.body)?,
-            None => self.client.body.clone(),
+        let request = if number == 1 {
+            // The Switchboard filter wrote the first attempt into the request (the same
+            // `outbound`), and the route removes the cluster header.
+            AttemptRequest {
+                set: Vec::new(),
+                remove: Vec::new(),
+                body: None,
+            }
+        } else {
+            let this = self.outbound(config, number)?;
+            let body = match &this.edits {
+                Some(edits) => edits.apply(&self.client.body)?,
+                None => self.client.body.clone(),
+            };
+            let previous = self.outbound(config, number - 1);
+            attempt_request(&this, previous.as_ref(), &self.client, config, body)
         };
-        let previous = number.checked_sub(1).and_then(|n| self.outbound(config, n));
-        let request = attempt_request(&this, previous.as_ref(), &self.client, config, body);
         let kind = match (number, self.last) {
             (1, _) | (_, None) => AttemptKind::First,
             (n, Some(o)) if self.target(n - 1) == Some(target) => AttemptKind::Retry(o),
@@ -289,7 +302,11 @@ fn attempt_request(
         "transfer-encoding".to_string(),
     ];
     if let Some(prev) = previous {
-        let touched = prev.set.iter().map(|(n, _)| *n).chain(prev.remove.iter().copied());
+        let touched = prev
+            .set
+            .iter()
+            .map(|(n, _)| *n)
+            .chain(prev.remove.iter().copied());
         for name in touched {
             match original(name) {
                 Some(value) => set.push((name.to_string(), value)),
@@ -298,7 +315,10 @@ fn attempt_request(
         }
     }
     let path = this.path.clone().or_else(|| original(":path"));
-    let authority = this.authority.map(str::to_string).or_else(|| original(":authority"));
+    let authority = this
+        .authority
+        .map(str::to_string)
+        .or_else(|| original(":authority"));
     set.extend(path.map(|p| (":path".to_string(), p)));
     set.extend(authority.map(|a| (":authority".to_string(), a)));
     for name in &this.remove {
@@ -311,5 +331,9 @@ fn attempt_request(
         set.push((name.to_string(), value.to_string()));
     }
     set.push(("content-length".to_string(), body.len().to_string()));
-    AttemptRequest { set, remove, body }
+    AttemptRequest {
+        set,
+        remove,
+        body: Some(body),
+    }
 }

@@ -21,7 +21,11 @@ pub fn groups_header<'a>(clusters: impl Iterator<Item = &'a str>) -> String {
             struct_value(&c)
         };
         let mut group = Vec::new();
-        entry(&mut group, "name", &string_value(&format!("attempt{}", n + 1)));
+        entry(
+            &mut group,
+            "name",
+            &string_value(&format!("attempt{}", n + 1)),
+        );
         entry(&mut group, "clusters", &list_value(&[one]));
         // ListValue.values = 1
         field(&mut list, 1, &struct_value(&group));

@@ -79,14 +79,21 @@ impl RouterPlan {
             .collect();
         // No answer (refused, reset) moves on like a 503; a per-try timeout is a
         // `gateway-error` to the router.
-        let mut retry_on = String::from("retriable-status-codes,reset,connect-failure,refused-stream");
+        let mut retry_on =
+            String::from("retriable-status-codes,reset,connect-failure,refused-stream");
         if self.per_try_timeout_ms.is_some() {
             retry_on.push_str(",gateway-error");
         }
         let mut headers = vec![
             (ROUTE_HEADER, ROUTE_VALUE.to_string()),
-            (GROUPS_HEADER, groups_header(clusters.iter().map(String::as_str))),
-            ("x-envoy-max-retries", self.targets.len().saturating_sub(1).to_string()),
+            (
+                GROUPS_HEADER,
+                groups_header(clusters.iter().map(String::as_str)),
+            ),
+            (
+                "x-envoy-max-retries",
+                self.targets.len().saturating_sub(1).to_string(),
+            ),
             ("x-envoy-retry-on", retry_on),
             ("x-envoy-retriable-status-codes", codes.join(",")),
         ];

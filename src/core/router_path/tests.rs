@@ -83,7 +83,11 @@ fn set<'r>(request: &'r AttemptRequest, name: &str) -> Option<&'r str> {
 fn the_order_is_the_one_a_503_takes_and_only_streams_on_a_router_model_take_it() {
     let c = config(CONFIG);
     let p = plan(&c, Endpoint::ChatCompletions, &start(&c, true)).unwrap();
-    let names: Vec<&str> = p.targets.iter().map(|t| c.models[t.0].name.as_str()).collect();
+    let names: Vec<&str> = p
+        .targets
+        .iter()
+        .map(|t| c.models[t.0].name.as_str())
+        .collect();
     // a once and its retry, then b (503 is not in its retry codes), then c.
     assert_eq!(names, ["a", "a", "b", "c"]);
     assert_eq!(p.per_try_timeout_ms, Some(800));
@@ -98,17 +102,28 @@ fn the_router_is_told_the_clusters_in_order_and_when_to_retry() {
     let c = config(CONFIG);
     let p = plan(&c, Endpoint::ChatCompletions, &start(&c, true)).unwrap();
     let headers = p.request_headers(&c).unwrap();
-    let get = |n: &str| headers.iter().find(|(k, _)| *k == n).map(|(_, v)| v.as_str());
+    let get = |n: &str| {
+        headers
+            .iter()
+            .find(|(k, _)| *k == n)
+            .map(|(_, v)| v.as_str())
+    };
     assert_eq!(get(ROUTE_HEADER), Some(ROUTE_VALUE));
     assert_eq!(
         get(GROUPS_HEADER),
-        Some(groups_header(["a--router", "a--router", "b--router", "c--router"].into_iter()).as_str())
+        Some(
+            groups_header(["a--router", "a--router", "b--router", "c--router"].into_iter())
+                .as_str()
+        )
     );
     assert_eq!(get("x-envoy-max-retries"), Some("3"));
     let retry_on = get("x-envoy-retry-on").unwrap();
     assert!(retry_on.contains("retriable-status-codes") && retry_on.contains("gateway-error"));
     // Every target's retry and fallback codes (defaults included), 503 always.
-    let codes: Vec<&str> = get("x-envoy-retriable-status-codes").unwrap().split(',').collect();
+    let codes: Vec<&str> = get("x-envoy-retriable-status-codes")
+        .unwrap()
+        .split(',')
+        .collect();
     for code in ["429", "500", "503", "401"] {
         assert!(codes.contains(&code), "{code} in {codes:?}");
     }
@@ -120,19 +135,29 @@ fn the_router_is_told_the_clusters_in_order_and_when_to_retry() {
 fn each_attempt_is_rewritten_for_its_target_and_none_carries_another_targets_key() {
     let c = config(CONFIG);
     let mut f = flight(&c);
+    // The first attempt leaves as the Switchboard filter wrote it.
     let first = f.begin(&c, 1, 0).unwrap();
-    assert_eq!(set(&first, "authorization"), Some("Bearer key-a"));
-    assert_eq!(set(&first, ":authority"), Some("a.example"));
-    assert!(String::from_utf8_lossy(&first.body).contains(r#""model":"gpt-a""#));
+    assert!(first.set.is_empty() && first.remove.is_empty() && first.body.is_none());
+    // The retry at a: a's request again, from the client's.
+    let second = f.begin(&c, 2, 0).unwrap();
+    assert_eq!(set(&second, "authorization"), Some("Bearer key-a"));
+    assert_eq!(set(&second, ":authority"), Some("a.example"));
+    let body =
+        |r: &AttemptRequest| String::from_utf8_lossy(r.body.as_deref().unwrap()).into_owned();
+    assert!(body(&second).contains(r#""model":"gpt-a""#));
     // Attempt 3 goes to b (Azure: api-key): a's authorization goes back to the client's, and
     // b's own key and path are set.
-    f.begin(&c, 2, 0).unwrap();
     let third = f.begin(&c, 3, 0).unwrap();
     assert_eq!(set(&third, "api-key"), Some("key-b"));
     assert_ne!(set(&third, "authorization"), Some("Bearer key-a"));
-    assert!(set(&third, ":path").unwrap().starts_with("/openai/deployments/b/chat/completions"));
-    assert!(String::from_utf8_lossy(&third.body).contains(r#""model":"gpt-b""#));
-    assert_eq!(set(&third, "content-length"), Some(third.body.len().to_string().as_str()));
+    assert!(set(&third, ":path")
+        .unwrap()
+        .starts_with("/openai/deployments/b/chat/completions"));
+    assert!(body(&third).contains(r#""model":"gpt-b""#));
+    assert_eq!(
+        set(&third, "content-length"),
+        Some(body(&third).len().to_string().as_str())
+    );
     // Attempt 4 (c) undoes b's api-key: the client sent none, so it goes.
     let fourth = f.begin(&c, 4, 0).unwrap();
     assert!(fourth.remove.iter().any(|n| n == "api-key"));
@@ -209,5 +234,8 @@ fn content_commits_and_a_status_the_router_does_not_retry_is_not_counted_here() 
     assert!(f.on_status(&c, 1, 400, false).is_none());
     let answer = f.take_answered(&c);
     assert_eq!(answer.target, Some(id(&c, "a")));
-    assert!(!answer.log.iter().any(|e| matches!(e, Effect::Record { .. })));
+    assert!(!answer
+        .log
+        .iter()
+        .any(|e| matches!(e, Effect::Record { .. })));
 }

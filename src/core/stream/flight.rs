@@ -11,8 +11,8 @@ use crate::core::flight::{
 use crate::core::headers::Headers;
 use crate::core::plugin::Plugin;
 use crate::core::report::{self, Report};
-use crate::core::trace::Trace;
 use crate::core::router_path::RouterFlight;
+use crate::core::trace::Trace;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;

@@ -2,9 +2,6 @@
 //! what it writes. The proxy-wasm adapter, the native module and the test simulator each
 //! implement [`Host`] once; everything else about a request is written in the core.
 
-use crate::core::router_path::RouterFlight;
-use std::cell::RefCell;
-use std::rc::Rc;
 use crate::core::access_log::Value;
 use crate::core::config::{Config, ModelId};
 use crate::core::flight::{Attempt, CallRequest, Effect};
@@ -12,8 +9,11 @@ use crate::core::headers::Headers;
 use crate::core::plugin::Plugin;
 use crate::core::report::Write;
 use crate::core::request::Edits;
+use crate::core::router_path::RouterFlight;
 use crate::core::routing::HealthInput;
 use crate::core::routing::RoutingState;
+use std::cell::RefCell;
+use std::rc::Rc;
 
 /// What a hook tells the host about the stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -18,9 +18,9 @@ use crate::core::headers::Headers;
 use crate::core::outbound::Outbound;
 use crate::core::plugin::Plugin;
 use crate::core::report::{self, PinProbe};
+use crate::core::router_path::{self, RouterFlight};
 use crate::core::routing::classifier::parse_answer;
 use crate::core::routing::{HealthInput, Plan};
-use crate::core::router_path::{self, RouterFlight};
 use crate::core::trace::Trace;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -350,7 +350,9 @@ fn take_router_path(
         stored_path: None,
     };
     let client = std::mem::replace(replay, empty);
-    let flight = Rc::new(RefCell::new(RouterFlight::new(plan, client, dialect, rules)));
+    let flight = Rc::new(RefCell::new(RouterFlight::new(
+        plan, client, dialect, rules,
+    )));
     if !host.share_router_flight(&flight) {
         let flight = Rc::try_unwrap(flight).ok()?.into_inner();
         *replay = flight.into_client();

@@ -380,7 +380,9 @@ fn router_route(config: &Config, first_cluster: &str) -> Value {
     json!({
         "match": {"prefix": "/", "headers": [
             {"name": ROUTE_HEADER, "string_match": {"exact": ROUTE_VALUE}}]},
-        "request_headers_to_remove": [ROUTE_HEADER],
+        // The cluster header names the first attempt's cluster for a route without the router
+        // path; here the specifier picks it, and no provider sees the header.
+        "request_headers_to_remove": [ROUTE_HEADER, config.header_names.cluster],
         // Each attempt replays the body from this buffer.
         "request_body_buffer_limit": config.max_request_body_bytes,
         "route": {

@@ -262,7 +262,10 @@ fn adds_the_groups_and_reroute_filters_after_switchboard_and_the_route_first() {
         r["match"],
         json!({"prefix": "/", "headers": [{"name": ROUTE_HEADER, "string_match": {"exact": ROUTE_VALUE}}]})
     );
-    assert_eq!(r["request_headers_to_remove"], json!([ROUTE_HEADER]));
+    assert_eq!(
+        r["request_headers_to_remove"],
+        json!([ROUTE_HEADER, "x-switchboard-cluster"])
+    );
     assert_eq!(r["request_body_buffer_limit"], 1048576);
     // The cluster_header route's timeouts: the router path stands in for it.
     assert_eq!(r["route"]["timeout"], "0s");
