@@ -7,8 +7,9 @@ line that is not an event, a stall or a cut after content. The real OpenAI and A
 read the answers. What differs by build is what Envoy lets a filter do: the native module
 forwards every attempt of a streaming request itself, so a fallback streams, a stall ends after
 `stream_idle_timeout_ms` and a reset ends with an error event; on the `.wasm` a fallback's
-answer arrives whole (a proxy-wasm call-out), and a reset upstream resets the client's stream in
-Envoy's router before any filter can write.
+answer arrives whole on the call-out path (a proxy-wasm call-out; the router path of
+test_router_path.py streams it), and a reset upstream resets the client's stream in Envoy's
+router before any filter can write.
 """
 
 import json
@@ -260,8 +261,8 @@ def test_a_cut_after_content(stack):
 
 # Native: every attempt of a streaming request is a stream the module forwards itself.
 
-@pytest.mark.skipif(not NATIVE, reason="the .wasm's fallback is a proxy-wasm call-out, whose answer "
-                    "arrives whole; streamed fallbacks for the .wasm are issue 27's")
+@pytest.mark.skipif(not NATIVE, reason="the .wasm's fallback on the call-out path is a proxy-wasm "
+                    "call-out, whose answer arrives whole; test_router_path.py streams it on the router path")
 def test_a_fallback_streams_as_it_arrives(stack, figure):
     """A 503, then a fallback streaming 20 chunks 250 ms apart: the first content chunk comes
     within 1.2 x (the fallback's own time to it + the failed attempt's time), and
