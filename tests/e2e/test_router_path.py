@@ -120,6 +120,7 @@ def test_fallback_timeout_bounds_the_first_event_not_the_answer(stack):
     whole = time.monotonic() - start
     assert error is None and headers.get("x-switchboard-resolved-model") == "b"
     assert first < 1.5, first
+    assert counter(e, "fallbacks", "a", "timeout") == 1
     # b's answer takes ~1.6 s after its first token: more than fallback_timeout_ms, not cut.
     assert whole > 1.5 and len(b.requests()) == 1
 

@@ -47,6 +47,19 @@ pub struct AttemptWatch {
     fed: usize,
 }
 
+/// How far one attempt got, as its upstream pass saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seen {
+    /// No answer yet.
+    Nothing,
+    /// A good streamed answer, held until its first content event.
+    Held,
+    /// An answer the router has: it goes to the client unless the router retries it.
+    Answered,
+    /// A failure the router retries, recorded.
+    Settled,
+}
+
 /// The request's attempts, shared by its Switchboard filter and its upstream passes.
 #[derive(Debug)]
 pub struct RouterFlight {
@@ -54,9 +67,8 @@ pub struct RouterFlight {
     client: Replay,
     dialect: Dialect,
     rules: StreamRules,
-    /// Attempt n's status at `answered[n - 1]` once its answer started (0: not yet; 1: it
-    /// never answered, and that is recorded).
-    answered: Vec<u16>,
+    /// What attempt n did, at `seen[n - 1]`.
+    seen: Vec<Seen>,
     /// When attempt n left, at `started_ms[n - 1]`.
     started_ms: Vec<u64>,
     /// Attempts begun.
@@ -76,7 +88,7 @@ impl RouterFlight {
             client,
             dialect,
             rules,
-            answered: vec![0; n],
+            seen: vec![Seen::Nothing; n],
             started_ms: vec![0; n],
             begun: 0,
             last: None,
@@ -118,7 +130,7 @@ impl RouterFlight {
     /// or its request cannot be built.
     pub fn begin(&mut self, config: &Config, number: u32, now_ms: u64) -> Option<AttemptRequest> {
         let target = self.target(number)?;
-        self.settle_unanswered(config, number);
+        self.settle(config, number, now_ms);
         let request = if number == 1 {
             // The Switchboard filter wrote the first attempt into the request (the same
             // `outbound`), and the route removes the cluster header.
@@ -154,25 +166,35 @@ impl RouterFlight {
         Some(request)
     }
 
-    /// Attempts before `number` that never answered (refused, reset, past the per-try timeout)
-    /// failed: recorded once, when the next begins or the router's answer arrives.
-    fn settle_unanswered(&mut self, config: &Config, number: u32) {
+    /// Attempts before `number` that never answered (refused, reset) or were still held at
+    /// their commit point (reset, or past the per-try timeout) failed: recorded once, when the
+    /// next begins or the router's answer arrives at `now_ms`.
+    fn settle(&mut self, config: &Config, number: u32, now_ms: u64) {
         let before = number.saturating_sub(1).min(self.begun);
         for n in 1..=before {
             let i = n as usize - 1;
-            if self.answered.get(i) != Some(&0) {
+            let seen = self.seen.get(i).copied();
+            if !matches!(seen, Some(Seen::Nothing | Seen::Held)) {
                 continue;
             }
-            if let Some(a) = self.answered.get_mut(i) {
-                *a = 1; // settled
-            }
-            let timed_out = self.plan.per_try_timeout_ms.is_some();
-            let outcome = if timed_out {
-                AttemptOutcome::FallbackTimeout
-            } else {
-                AttemptOutcome::ConnectFailure
+            // It ended when the next attempt left (or now, for the last).
+            let start = self.started_ms.get(i).copied().unwrap_or(now_ms);
+            let end = self.started_ms.get(i + 1).copied().filter(|t| *t > 0);
+            let elapsed = end.unwrap_or(now_ms).saturating_sub(start);
+            let timed_out = self.plan.per_try_timeout_ms.is_some_and(|ms| elapsed >= ms);
+            let outcome = match seen {
+                _ if timed_out => AttemptOutcome::FallbackTimeout,
+                Some(Seen::Held) => AttemptOutcome::StreamFailed(StreamFault::Reset),
+                _ => AttemptOutcome::ConnectFailure,
             };
+            self.mark(n, Seen::Settled);
             self.fail(config, n, outcome);
+        }
+    }
+
+    fn mark(&mut self, number: u32, seen: Seen) {
+        if let Some(s) = self.seen.get_mut((number as usize).wrapping_sub(1)) {
+            *s = seen;
         }
     }
 
@@ -201,21 +223,21 @@ impl RouterFlight {
         status: u16,
         ends: bool,
     ) -> Option<AttemptWatch> {
-        if let Some(a) = self.answered.get_mut((number as usize).wrapping_sub(1)) {
-            *a = status;
-        }
+        self.mark(number, Seen::Answered);
         let last = number as usize >= self.plan.targets.len();
         if last {
             return None;
         }
-        if (200..300).contains(&status) {
-            return (!ends).then(|| AttemptWatch {
+        if (200..300).contains(&status) && !ends {
+            self.mark(number, Seen::Held);
+            return Some(AttemptWatch {
                 number,
                 watcher: Watcher::new(self.dialect),
                 fed: 0,
             });
         }
-        if self.plan.retries(status) {
+        if !(200..300).contains(&status) && self.plan.retries(status) {
+            self.mark(number, Seen::Settled);
             self.fail(config, number, AttemptOutcome::Status(status));
         }
         None
@@ -233,11 +255,15 @@ impl RouterFlight {
         while let Some((event, next)) = watch.watcher.next(body, at) {
             at = next;
             let fault = match event {
-                Event::Content | Event::Final => return BodyVerdict::Pass,
+                Event::Content | Event::Final => {
+                    self.mark(watch.number, Seen::Answered);
+                    return BodyVerdict::Pass;
+                }
                 Event::Error(_) => StreamFault::ErrorEvent,
                 Event::Malformed => StreamFault::Malformed,
                 Event::Other => continue,
             };
+            self.mark(watch.number, Seen::Settled);
             self.fail(config, watch.number, AttemptOutcome::StreamFailed(fault));
             return BodyVerdict::Fail;
         }
@@ -247,20 +273,21 @@ impl RouterFlight {
         if bounded || end {
             // Past the hold's bound, or an answer that ended with no content and no error:
             // the Switchboard filter judges it as it does any answer.
+            self.mark(watch.number, Seen::Answered);
             return BodyVerdict::Pass;
         }
         BodyVerdict::Hold
     }
 
     /// The router's answer reached the Switchboard filter: the attempt it came from (the
-    /// last that answered, else the last begun) and what the attempts did.
-    pub fn take_answered(&mut self, config: &Config) -> RouterAnswer {
+    /// last that answered, else the last begun) at `now_ms`, and what the attempts did.
+    pub fn take_answered(&mut self, config: &Config, now_ms: u64) -> RouterAnswer {
         let begun = self.begun;
         let served = (1..=begun)
             .rev()
-            .find(|n| self.answered.get(*n as usize - 1).is_some_and(|s| *s > 1))
+            .find(|n| self.seen.get(*n as usize - 1) == Some(&Seen::Answered))
             .unwrap_or(begun);
-        self.settle_unanswered(config, served);
+        self.settle(config, served, now_ms);
         let fallbacks = (2..=begun)
             .filter(|n| self.target(*n) != self.target(n - 1))
             .count() as u32;

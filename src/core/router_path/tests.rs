@@ -178,12 +178,12 @@ fn a_stream_failing_before_content_is_a_retried_503_and_its_attempts_are_reporte
     let mut failed = head.to_vec();
     failed.extend_from_slice(b"data: {\"error\":{\"message\":\"overloaded\"}}\n\n");
     assert_eq!(f.on_body(&c, &mut watch, &failed, false), BodyVerdict::Fail);
-    // b never answers (refused); c streams content and is committed.
-    f.begin(&c, 3, 0).unwrap();
-    f.begin(&c, 4, 0).unwrap();
+    // b does not answer within the per-try timeout (800 ms); c streams.
+    f.begin(&c, 3, 1000).unwrap();
+    f.begin(&c, 4, 1900).unwrap();
     // The last attempt's answer is the Switchboard filter's to judge: not held.
     assert!(f.on_status(&c, 4, 200, false).is_none());
-    let answer = f.take_answered(&c);
+    let answer = f.take_answered(&c, 0);
     assert_eq!(answer.target, Some(id(&c, "c")));
     assert_eq!((answer.attempts, answer.fallbacks), (4, 2));
     let records: Vec<AttemptOutcome> = answer
@@ -232,10 +232,39 @@ fn content_commits_and_a_status_the_router_does_not_retry_is_not_counted_here() 
     let mut f = flight(&c);
     f.begin(&c, 1, 0).unwrap();
     assert!(f.on_status(&c, 1, 400, false).is_none());
-    let answer = f.take_answered(&c);
+    let answer = f.take_answered(&c, 0);
     assert_eq!(answer.target, Some(id(&c, "a")));
     assert!(!answer
         .log
         .iter()
         .any(|e| matches!(e, Effect::Record { .. })));
+}
+
+#[test]
+fn an_attempt_with_no_answer_is_a_connection_failure_and_one_cut_while_held_a_reset() {
+    let c = config(CONFIG);
+    let mut f = flight(&c);
+    f.begin(&c, 1, 1000).unwrap(); // refused at once
+    f.begin(&c, 2, 1010).unwrap();
+    f.on_status(&c, 2, 200, false).unwrap(); // held, then reset before content
+    f.begin(&c, 3, 1200).unwrap();
+    f.on_status(&c, 3, 200, false).unwrap();
+    let answer = f.take_answered(&c, 1300);
+    let records: Vec<AttemptOutcome> = answer
+        .log
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Record { outcome, .. } => Some(*outcome),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        records,
+        [
+            AttemptOutcome::ConnectFailure,
+            AttemptOutcome::StreamFailed(StreamFault::Reset),
+        ]
+    );
+    // The router's answer is attempt 3's, still held when it came (its commit bound): b's.
+    assert_eq!(answer.target, Some(id(&c, "b")));
 }

@@ -131,7 +131,8 @@ impl Flight {
         host: &mut impl Host,
         router: Rc<RefCell<RouterFlight>>,
     ) {
-        let answer = router.borrow_mut().take_answered(&plugin.config);
+        let now = host.now_ms();
+        let answer = router.borrow_mut().take_answered(&plugin.config, now);
         let last = answer.log.iter().rev().find_map(|e| match e {
             Effect::Attempt(a) => Some(a.kind),
             _ => None,
