@@ -32,5 +32,6 @@ pub mod sse;
 pub mod status_set;
 pub mod stream;
 pub mod trace;
+pub mod translate;
 pub mod usage;
 pub mod when;
