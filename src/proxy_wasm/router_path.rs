@@ -28,7 +28,8 @@ thread_local! {
     static FLIGHTS: RefCell<HashMap<Box<str>, Shared>> = RefCell::new(HashMap::new());
 }
 
-/// Shares `flight` under the request's id (one is set if Envoy did not).
+/// Shares `flight` under the request's id (one is set if Envoy did not); false if another
+/// request in flight on this worker has that id.
 pub fn share(plugin: Rc<Plugin>, flight: &Rc<RefCell<RouterFlight>>, context_id: u32) -> bool {
     let key = match request_header(REQUEST_ID) {
         Some(id) if !id.is_empty() => id,
@@ -40,12 +41,21 @@ pub fn share(plugin: Rc<Plugin>, flight: &Rc<RefCell<RouterFlight>>, context_id:
     };
     FLIGHTS.with(|f| {
         let mut map = f.borrow_mut();
+        // A client can send its own x-request-id, and Envoy keeps one from inside the mesh: a
+        // request whose id is taken by one in flight takes the call-out path, so that no
+        // attempt is ever built from another request.
+        if map
+            .get(key.as_str())
+            .is_some_and(|(_, w)| w.strong_count() > 0)
+        {
+            return false;
+        }
         if map.len() >= 64 && map.len().is_power_of_two() {
             map.retain(|_, (_, w)| w.strong_count() > 0);
         }
         map.insert(key.into(), (plugin, Rc::downgrade(flight)));
-    });
-    true
+        true
+    })
 }
 
 fn find(key: &str) -> Option<(Rc<Plugin>, Rc<RefCell<RouterFlight>>)> {

@@ -171,3 +171,28 @@ def test_a_request_that_does_not_stream_keeps_the_call_out_path(stack):
                       json={"model": "vm", "messages": CHAT})
     assert r.status_code == 200 and r.headers["x-switchboard-resolved-model"] == "b"
     assert len(a.requests()) == 1 and len(b.requests()) == 1
+
+
+def test_two_requests_with_one_request_id_never_share_their_attempts(stack):
+    """Envoy keeps a client's `x-request-id`: a second request with the id of one in flight takes
+    the call-out path, so each retry and fallback is built from its own request."""
+    provider(stack, "a", fail_status=503)
+    b = provider(stack, "b", ttft_ms=200, token_delay_ms=100, output_tokens=5)
+    e = stack.envoy({"models": [model("a"), model("b")],
+                     "virtual_models": [vm([{"target": "a"}, {"target": "b"}])]},
+                    router_path=True, concurrency=1)
+
+    def ask(prompt: str) -> requests.Response:
+        return requests.post(f"{e.url}/v1/chat/completions", stream=True, timeout=20,
+                             headers={"x-request-id": "one-id"},
+                             json={"model": "vm", "stream": True,
+                                   "messages": [{"role": "user", "content": prompt}]})
+
+    first = ask("first prompt")
+    second = ask("second prompt")  # sent while the first still streams
+    for r in (first, second):
+        assert r.status_code == 200 and r.headers["x-switchboard-resolved-model"] == "b"
+        assert b"[DONE]" in b"".join(r.iter_content(chunk_size=None))
+    prompts = sorted(json.loads(q["body"])["messages"][0]["content"] for q in b.requests())
+    assert prompts == ["first prompt", "second prompt"]
+    assert served(b) == ["gpt-b", "gpt-b"]
