@@ -57,7 +57,11 @@ impl Provider {
                 Api::Images,
                 Api::Audio,
             ]),
-            Provider::Anthropic => Apis::of(&[Api::Messages, Api::ChatCompletions]),
+            // Messages only: Anthropic's OpenAI-compatible endpoint is not meant for production
+            // (Anthropic's docs: no prompt caching, fields ignored). A virtual model translates
+            // Chat Completions for it (`translate`); `apis` that list `chat_completions` send
+            // Chat Completions to that endpoint untranslated.
+            Provider::Anthropic => Apis::of(&[Api::Messages]),
             Provider::OpenAiCompatible => Apis::of(&[
                 Api::ChatCompletions,
                 Api::Completions,
@@ -93,6 +97,9 @@ pub struct Model {
     pub provider: Provider,
     /// `apis`: the native APIs it serves (default: its provider's).
     pub apis: Apis,
+    /// `max_output_tokens`: the output limit a translated request's `max_tokens` defaults to
+    /// (Anthropic requires one).
+    pub max_output_tokens: Option<u32>,
     /// Whether clients may call it directly.
     pub visibility: Visibility,
     /// Headers set on every request to it (names lower-cased, `${env:NAME}` resolved).

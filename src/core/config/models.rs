@@ -23,6 +23,10 @@ pub(super) fn compile_model(
     let upstream_model = f.str("model")?.to_string();
     let provider = compile_provider(&mut f)?;
     let apis = compile_apis(&mut f, provider)?;
+    let max_output_tokens = match f.opt_u64("max_output_tokens", u64::from(u32::MAX))? {
+        Some(0) => return Err(f.error("max_output_tokens", "must be greater than 0")),
+        n => n.and_then(|n| u32::try_from(n).ok()),
+    };
     let visibility = compile_visibility(&mut f)?;
     let headers = compile_headers(&mut f, header_names, env)?;
     let upstream = compile_upstream(&mut f)?;
@@ -44,6 +48,7 @@ pub(super) fn compile_model(
         upstream_model_json,
         provider,
         apis,
+        max_output_tokens,
         visibility,
         sets_credential: headers.iter().any(|(n, _)| is_credential(n)),
         headers,
