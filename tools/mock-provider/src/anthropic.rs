@@ -5,6 +5,7 @@ use crate::fault::{self, Errors, Tokens};
 use crate::generate::{estimate_prompt_tokens, new_id, Gen};
 use crate::respond::{ApiError, Reply, Step};
 use crate::sse;
+use crate::tool_turn::{fragments, Turn};
 use bytes::Bytes;
 use hyper::StatusCode;
 use serde_json::{json, Value};
@@ -48,22 +49,44 @@ pub fn count_tokens(body: &Value) -> Result<Reply, ApiError> {
     })
 }
 
-/// `POST /v1/messages`.
-pub fn messages(g: &Gen) -> Reply {
+/// Characters per streamed `input_json_delta` of a tool call's input.
+const INPUT_FRAGMENT: usize = 8;
+
+/// `POST /v1/messages`: text, a tool call, or text quoting tool results.
+pub fn messages(g: &Gen, turn: Turn) -> Reply {
+    match turn {
+        Turn::Text => messages_text(g),
+        Turn::Quote(text) => messages_text(&g.with_reply(text)),
+        Turn::Call { name, arguments } => messages_tool_use(g, &name, arguments),
+    }
+}
+
+/// The `message` object with `content` and `stop_reason`.
+fn message(g: &Gen, id: &str, content: Value, stop_reason: Value, output_tokens: u64) -> Value {
+    json!({
+        "id": id,
+        "type": "message",
+        "role": "assistant",
+        "model": g.model,
+        "content": content,
+        "stop_reason": stop_reason,
+        "stop_sequence": null,
+        "usage": {"input_tokens": g.prompt_tokens, "output_tokens": output_tokens},
+        "served_by": g.name,
+    })
+}
+
+/// An event `name` with its `type` (and the mock's `served_by`).
+fn event(g: &Gen, name: &str, mut v: Value) -> Bytes {
+    v["type"] = Value::from(name);
+    v["served_by"] = Value::from(g.name.as_str());
+    sse::event(name, &v)
+}
+
+fn messages_text(g: &Gen) -> Reply {
     let id = new_id("msg_");
-    let message = |content: Value, stop_reason: Value, output_tokens: u64| {
-        json!({
-            "id": id,
-            "type": "message",
-            "role": "assistant",
-            "model": g.model,
-            "content": content,
-            "stop_reason": stop_reason,
-            "stop_sequence": null,
-            "usage": {"input_tokens": g.prompt_tokens, "output_tokens": output_tokens},
-            "served_by": g.name,
-        })
-    };
+    let message =
+        |content, stop_reason, output_tokens| message(g, &id, content, stop_reason, output_tokens);
     if !g.stream {
         return Reply::Json {
             body: message(
@@ -74,11 +97,7 @@ pub fn messages(g: &Gen) -> Reply {
             delay: g.total_delay(),
         };
     }
-    let ev = |name: &str, mut v: Value| {
-        v["type"] = Value::from(name);
-        v["served_by"] = Value::from(g.name.as_str());
-        sse::event(name, &v)
-    };
+    let ev = |name: &str, v: Value| event(g, name, v);
     let start = ev(
         "message_start",
         json!({"message": message(json!([]), Value::Null, 1)}),
@@ -106,7 +125,56 @@ pub fn messages(g: &Gen) -> Reply {
     )));
     steps.push(Step::now(ev("message_stop", json!({}))));
     let ping = || ev("ping", json!({}));
-    Reply::Stream(break_stream(g, steps, start, ping))
+    Reply::Stream(break_stream(g, steps, start, ping, g.token_count()))
+}
+
+/// A message asking for one tool call (Anthropic Messages API, tool use): a
+/// `tool_use` block and `stop_reason: "tool_use"`. Streamed (Anthropic,
+/// streaming messages), the block starts with an empty `input`, which
+/// `input_json_delta` events then give as `partial_json` fragments.
+fn messages_tool_use(g: &Gen, name: &str, input: Value) -> Reply {
+    let id = new_id("msg_");
+    let tool_use_id = new_id("toolu_");
+    let stop = json!("tool_use");
+    if !g.stream {
+        let block = json!([{"type": "tool_use", "id": tool_use_id, "name": name, "input": input}]);
+        return Reply::Json {
+            body: message(g, &id, block, stop, g.output_tokens),
+            delay: g.total_delay(),
+        };
+    }
+    let ev = |name: &str, v: Value| event(g, name, v);
+    let start = ev(
+        "message_start",
+        json!({"message": message(g, &id, json!([]), Value::Null, 1)}),
+    );
+    let block = json!({"type": "tool_use", "id": tool_use_id, "name": name, "input": {}});
+    let mut steps = vec![
+        Step::now(start.clone()),
+        Step::now(ev(
+            "content_block_start",
+            json!({"index": 0, "content_block": block}),
+        )),
+    ];
+    let pieces = fragments(&input.to_string(), INPUT_FRAGMENT);
+    let count = pieces.len();
+    steps.extend(g.steps_for(pieces, |piece| {
+        ev(
+            "content_block_delta",
+            json!({"index": 0, "delta": {"type": "input_json_delta", "partial_json": piece}}),
+        )
+    }));
+    steps.push(Step::now(ev("content_block_stop", json!({"index": 0}))));
+    steps.push(Step::now(ev(
+        "message_delta",
+        json!({
+            "delta": {"stop_reason": stop, "stop_sequence": null},
+            "usage": {"output_tokens": g.output_tokens},
+        }),
+    )));
+    steps.push(Step::now(ev("message_stop", json!({}))));
+    let ping = || ev("ping", json!({}));
+    Reply::Stream(break_stream(g, steps, start, ping, count))
 }
 
 /// `steps` as a stream fault leaves them. Anthropic's ping comes before any
@@ -116,11 +184,9 @@ fn break_stream(
     steps: Vec<Step>,
     start: Bytes,
     ping: impl FnOnce() -> Bytes,
+    count: usize,
 ) -> Vec<Step> {
-    let tokens = Tokens {
-        first: 2,
-        count: g.token_count(),
-    };
+    let tokens = Tokens { first: 2, count };
     let error = || {
         sse::event(
             "error",
@@ -149,7 +215,7 @@ mod tests {
             &b,
             &json!({"model": "claude-x", "max_tokens": 10, "stream": true}),
         );
-        let Reply::Stream(steps) = messages(&g) else {
+        let Reply::Stream(steps) = messages_text(&g) else {
             panic!("expected a stream");
         };
         let names: Vec<String> = steps
@@ -187,7 +253,7 @@ mod tests {
             ..Behaviour::default()
         };
         let g = Gen::new(&b, &json!({"model": "c", "max_tokens": 10, "stream": true}));
-        let Reply::Stream(steps) = messages(&g) else {
+        let Reply::Stream(steps) = messages_text(&g) else {
             panic!("expected a stream");
         };
         let texts: Vec<String> = steps
@@ -250,12 +316,105 @@ mod tests {
             &Behaviour::default(),
             &json!({"model": "c", "max_tokens": 3}),
         );
-        let Reply::Json { body, .. } = messages(&g) else {
+        let Reply::Json { body, .. } = messages_text(&g) else {
             panic!("expected json");
         };
         assert_eq!(body["content"][0]["text"], "tok1 tok2 tok3 ");
         assert_eq!(body["usage"]["output_tokens"], 3);
         assert_eq!(body["stop_reason"], "end_turn");
         assert_eq!(body["model"], "c");
+    }
+
+    #[test]
+    fn tool_use_message_and_stream() {
+        let call = || Turn::Call {
+            name: "get_weather".into(),
+            arguments: json!({"location": "x"}),
+        };
+        let b = Behaviour::default();
+        let plain = Gen::new(&b, &json!({"model": "claude", "max_tokens": 100}));
+        let Reply::Json { body, .. } = messages(&plain, call()) else {
+            panic!("expected json");
+        };
+        assert_eq!(body["stop_reason"], "tool_use");
+        let [block] = body["content"].as_array().unwrap().as_slice() else {
+            panic!("one block expected");
+        };
+        assert_eq!(block["type"], "tool_use");
+        assert!(block["id"].as_str().unwrap().starts_with("toolu_"));
+        assert_eq!(
+            (&block["name"], &block["input"]),
+            (&json!("get_weather"), &json!({"location": "x"}))
+        );
+
+        let streamed = Gen::new(
+            &b,
+            &json!({"model": "claude", "max_tokens": 100, "stream": true}),
+        );
+        let Reply::Stream(steps) = messages(&streamed, call()) else {
+            panic!("expected a stream");
+        };
+        let events: Vec<(String, Value)> = steps
+            .iter()
+            .map(|s| {
+                let text = String::from_utf8_lossy(&s.bytes).into_owned();
+                let (head, rest) = text.split_once('\n').unwrap();
+                let data = rest.strip_prefix("data: ").unwrap().trim_end();
+                (
+                    head.strip_prefix("event: ").unwrap().to_owned(),
+                    serde_json::from_str(data).unwrap(),
+                )
+            })
+            .collect();
+        let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names.first(), Some(&"message_start"));
+        assert_eq!(
+            names[names.len() - 3..],
+            ["content_block_stop", "message_delta", "message_stop"]
+        );
+        let start = &events[1].1;
+        assert_eq!(start["content_block"]["type"], "tool_use");
+        assert_eq!(start["content_block"]["input"], json!({}));
+        let partial: String = events
+            .iter()
+            .filter(|(n, _)| n == "content_block_delta")
+            .map(|(_, e)| {
+                assert_eq!(e["delta"]["type"], "input_json_delta");
+                e["delta"]["partial_json"].as_str().unwrap().to_owned()
+            })
+            .collect();
+        assert_eq!(
+            serde_json::from_str::<Value>(&partial).unwrap(),
+            json!({"location": "x"})
+        );
+        assert!(
+            names
+                .iter()
+                .filter(|n| **n == "content_block_delta")
+                .count()
+                > 1
+        );
+        assert_eq!(
+            events[events.len() - 2].1["delta"]["stop_reason"],
+            "tool_use"
+        );
+    }
+
+    #[test]
+    fn quoted_tool_result_is_the_answer_text() {
+        let g = Gen::new(
+            &Behaviour::default(),
+            &json!({"model": "c", "max_tokens": 3}),
+        );
+        let Reply::Json { body, .. } =
+            messages(&g, Turn::Quote("The tool said: 15 degrees".into()))
+        else {
+            panic!("expected json");
+        };
+        assert_eq!(
+            body["content"],
+            json!([{"type": "text", "text": "The tool said: 15 degrees"}])
+        );
+        assert_eq!(body["stop_reason"], "end_turn");
     }
 }

@@ -19,6 +19,12 @@ usage: mock-provider [--host 127.0.0.1] [--port 0] [--name NAME]
                       --host-name NAME[:PORT] --api-key KEY
                       [--deployment NAME --api-version VERSION] [--base-path PATH (/v1)]]
 
+A chat (/chat/completions, /messages) whose request has tools and ends with
+the user's turn answers with a call of the first tool (or the one tool_choice
+names; tool_choice none: text), its arguments the schema's required properties
+(\"x\", 1, true, [], {} by type; an enum's first value); a request ending with
+tool results answers \"The tool said: RESULT\" (results joined with \"; \").
+
 Answers have --output-tokens tokens (8; fewer if the request's max_tokens,
 max_completion_tokens or max_output_tokens says so). A streamed answer
 (\"stream\": true) sends its opening events at once, its first token's event
@@ -39,6 +45,15 @@ time (null clears an optional one), GET /__config shows them all.
                       api-key, anthropic: x-api-key, both 401 on any
                       Authorization; others: Authorization: Bearer KEY);
                       anthropic without anthropic-version -> 400.
+                      The bodies are checked as the real APIs check them
+                      (400 in their error shape): anthropic's POST
+                      /v1/messages (unknown fields, a missing max_tokens,
+                      roles, a first turn not the user's, content block
+                      types and fields, tool_result/tool_use pairing, tools,
+                      tool_choice, thinking, at most 4 cache_control),
+                      openai's POST /v1/chat/completions (unknown fields,
+                      roles, content part types, tool messages answering
+                      the assistant's tool_calls).
                       azure needs --deployment and --api-version (the one
                       accepted api-version of /openai/deployments/NAME/...);
                       openai-compatible serves under --base-path.

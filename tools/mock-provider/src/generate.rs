@@ -90,12 +90,29 @@ impl Gen {
     /// the token delay.
     pub fn token_steps<'a>(
         &'a self,
+        frame: impl FnMut(&str) -> Bytes + 'a,
+    ) -> impl Iterator<Item = Step> + 'a {
+        self.steps_for(self.tokens(), frame)
+    }
+
+    /// One stream step per piece (tokens, tool argument fragments), timed as tokens are.
+    pub fn steps_for<'a>(
+        &'a self,
+        pieces: impl IntoIterator<Item = String> + 'a,
         mut frame: impl FnMut(&str) -> Bytes + 'a,
     ) -> impl Iterator<Item = Step> + 'a {
-        self.tokens().enumerate().map(move |(i, token)| {
+        pieces.into_iter().enumerate().map(move |(i, piece)| {
             let delay = if i == 0 { self.ttft } else { self.token_delay };
-            Step::after(delay, frame(&token))
+            Step::after(delay, frame(&piece))
         })
+    }
+
+    /// This generation answering `text` (one token) instead of its tokens.
+    pub fn with_reply(&self, text: String) -> Self {
+        Self {
+            reply: Some(text),
+            ..self.clone()
+        }
     }
 }
 

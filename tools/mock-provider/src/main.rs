@@ -22,6 +22,8 @@ mod serve;
 mod sse;
 mod store;
 mod strict;
+mod tool_turn;
+mod validate;
 
 use std::io::Write;
 use std::process::ExitCode;

@@ -6,6 +6,7 @@ use crate::fault::{self, Errors, Tokens};
 use crate::generate::{new_id, Gen};
 use crate::respond::{Reply, Step};
 use crate::sse;
+use crate::tool_turn::{fragments, Turn};
 use bytes::Bytes;
 use serde_json::{json, Value};
 
@@ -20,8 +21,19 @@ fn usage(g: &Gen) -> Value {
     })
 }
 
-/// `POST /v1/chat/completions`.
-pub fn chat(g: &Gen) -> Reply {
+/// Characters per streamed fragment of a tool call's arguments.
+const ARGUMENT_FRAGMENT: usize = 8;
+
+/// `POST /v1/chat/completions`: text, a tool call, or text quoting tool results.
+pub fn chat(g: &Gen, turn: Turn) -> Reply {
+    match turn {
+        Turn::Text => chat_text(g),
+        Turn::Quote(text) => chat_text(&g.with_reply(text)),
+        Turn::Call { name, arguments } => chat_tool_call(g, &name, &arguments),
+    }
+}
+
+fn chat_text(g: &Gen) -> Reply {
     let id = new_id("chatcmpl-");
     if !g.stream {
         let body = json!({
@@ -79,6 +91,78 @@ pub fn chat(g: &Gen) -> Reply {
         first: 1,
         count: g.token_count(),
     };
+    let errors = Errors {
+        failed_opening: || vec![Step::now(opening), Step::now(stream_error(g))],
+        error: |_| stream_error(g),
+    };
+    Reply::Stream(fault::apply(g.fault, steps, tokens, errors))
+}
+
+/// A chat completion asking for one tool call (OpenAI Chat Completions, function
+/// calling): the message's `tool_calls` with the arguments as a JSON string and
+/// `finish_reason: "tool_calls"`. Streamed, the first chunk carries the role and
+/// the call's index, id, type and name with empty arguments, the next ones the
+/// arguments' fragments under the same index.
+fn chat_tool_call(g: &Gen, name: &str, arguments: &Value) -> Reply {
+    let id = new_id("chatcmpl-");
+    let call_id = new_id("call_");
+    let arguments = arguments.to_string();
+    let completion = |choice: Value, object: &str| {
+        json!({
+            "id": id, "object": object, "created": g.created, "model": g.model,
+            "choices": [choice], "served_by": g.name,
+        })
+    };
+    if !g.stream {
+        let message = json!({
+            "role": "assistant", "content": null, "refusal": null,
+            "tool_calls": [{"id": call_id, "type": "function",
+                            "function": {"name": name, "arguments": arguments}}],
+        });
+        let choice = json!({"index": 0, "message": message, "logprobs": null,
+                            "finish_reason": "tool_calls"});
+        let mut body = completion(choice, "chat.completion");
+        body["usage"] = usage(g);
+        body["system_fingerprint"] = Value::Null;
+        return Reply::Json {
+            body,
+            delay: g.total_delay(),
+        };
+    }
+    let chunk = |delta: Value, finish: Value| {
+        let choice = json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish});
+        let mut c = completion(choice, "chat.completion.chunk");
+        if g.include_usage {
+            c["usage"] = Value::Null;
+        }
+        sse::data(&c)
+    };
+    let opening = chunk(
+        json!({"role": "assistant", "content": null, "refusal": null, "tool_calls": [{
+            "index": 0, "id": call_id, "type": "function",
+            "function": {"name": name, "arguments": ""},
+        }]}),
+        Value::Null,
+    );
+    let pieces = fragments(&arguments, ARGUMENT_FRAGMENT);
+    let count = pieces.len();
+    let mut steps = vec![Step::now(opening.clone())];
+    steps.extend(g.steps_for(pieces, |piece| {
+        chunk(
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}),
+            Value::Null,
+        )
+    }));
+    steps.push(Step::now(chunk(json!({}), json!("tool_calls"))));
+    if g.include_usage {
+        let c = json!({
+            "id": id, "object": "chat.completion.chunk", "created": g.created,
+            "model": g.model, "choices": [], "usage": usage(g), "served_by": g.name,
+        });
+        steps.push(Step::now(sse::data(&c)));
+    }
+    steps.push(Step::now(sse::done()));
+    let tokens = Tokens { first: 1, count };
     let errors = Errors {
         failed_opening: || vec![Step::now(opening), Step::now(stream_error(g))],
         error: |_| stream_error(g),
@@ -238,7 +322,7 @@ mod tests {
 
     #[test]
     fn chat_stream_shape() {
-        let s = stream_text(chat(&gen(json!({
+        let s = stream_text(chat_text(&gen(json!({
             "model": "x", "stream": true, "stream_options": {"include_usage": true}
         }))));
         let events: Vec<Value> = s
@@ -266,7 +350,7 @@ mod tests {
             fault_after_tokens: after,
             ..Behaviour::default()
         };
-        chat(&Gen::new(&b, &body))
+        chat_text(&Gen::new(&b, &body))
     }
 
     fn data_events(s: &str) -> Vec<Value> {
@@ -343,7 +427,8 @@ mod tests {
 
     #[test]
     fn chat_json_caps_tokens() {
-        let Reply::Json { body, .. } = chat(&gen(json!({"model": "m", "max_tokens": 1}))) else {
+        let Reply::Json { body, .. } = chat_text(&gen(json!({"model": "m", "max_tokens": 1})))
+        else {
             panic!("expected json");
         };
         assert_eq!(body["choices"][0]["message"]["content"], "tok1 ");
@@ -371,5 +456,86 @@ mod tests {
         assert_eq!(v, embed("hello"));
         let norm: f32 = v.iter().map(|x| x * x).sum();
         assert!((norm - 1.0).abs() < 1e-4);
+    }
+
+    fn call() -> Turn {
+        Turn::Call {
+            name: "get_weather".into(),
+            arguments: json!({"location": "x", "units": "celsius"}),
+        }
+    }
+
+    #[test]
+    fn tool_call_answer() {
+        let Reply::Json { body, .. } = chat(&gen(json!({"model": "gpt-4.1"})), call()) else {
+            panic!("expected json");
+        };
+        let choice = &body["choices"][0];
+        assert_eq!(choice["finish_reason"], "tool_calls");
+        assert_eq!(choice["message"]["content"], Value::Null);
+        let [call] = choice["message"]["tool_calls"]
+            .as_array()
+            .unwrap()
+            .as_slice()
+        else {
+            panic!("one call expected");
+        };
+        assert!(call["id"].as_str().unwrap().starts_with("call_"));
+        assert_eq!(call["type"], "function");
+        assert_eq!(call["function"]["name"], "get_weather");
+        let arguments: Value =
+            serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+        assert_eq!(arguments, json!({"location": "x", "units": "celsius"}));
+    }
+
+    #[test]
+    fn tool_call_stream() {
+        let body = json!({"model": "m", "stream": true, "stream_options": {"include_usage": true}});
+        let s = stream_text(chat(&gen(body), call()));
+        assert!(s.ends_with("data: [DONE]\n\n"));
+        let events = data_events(s.trim_end_matches("data: [DONE]\n\n"));
+        let opening = &events[0]["choices"][0]["delta"];
+        assert_eq!(opening["role"], "assistant");
+        let first = &opening["tool_calls"][0];
+        assert_eq!(
+            (first["index"].clone(), first["type"].clone()),
+            (json!(0), json!("function"))
+        );
+        assert_eq!(
+            first["function"],
+            json!({"name": "get_weather", "arguments": ""})
+        );
+        let id = first["id"].as_str().unwrap();
+        assert!(id.starts_with("call_"));
+        let fragments: Vec<&Value> = events[1..]
+            .iter()
+            .filter_map(|e| e["choices"][0]["delta"]["tool_calls"].get(0))
+            .collect();
+        assert!(fragments.len() > 1, "the arguments come in fragments");
+        assert!(fragments
+            .iter()
+            .all(|f| f["index"] == 0 && f.get("id").is_none()));
+        let arguments: String = fragments
+            .iter()
+            .map(|f| f["function"]["arguments"].as_str().unwrap())
+            .collect();
+        let arguments: Value = serde_json::from_str(&arguments).unwrap();
+        assert_eq!(arguments, json!({"location": "x", "units": "celsius"}));
+        let finish = &events[events.len() - 2];
+        assert_eq!(finish["choices"][0]["finish_reason"], "tool_calls");
+        assert_eq!(events[events.len() - 1]["usage"]["completion_tokens"], 2);
+    }
+
+    #[test]
+    fn quoted_tool_result_is_the_answer_text() {
+        let turn = Turn::Quote("The tool said: 14".into());
+        let Reply::Json { body, .. } = chat(&gen(json!({"model": "m"})), turn) else {
+            panic!("expected json");
+        };
+        assert_eq!(
+            body["choices"][0]["message"]["content"],
+            "The tool said: 14"
+        );
+        assert_eq!(body["choices"][0]["finish_reason"], "stop");
     }
 }

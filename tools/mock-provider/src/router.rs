@@ -9,7 +9,7 @@ use crate::respond::{self, ApiError, Body, Reply};
 use crate::seal::Sealer;
 use crate::store::Store;
 use crate::strict::{self, Expect, Seen};
-use crate::{anthropic, openai, responses};
+use crate::{anthropic, openai, responses, tool_turn, validate};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -274,7 +274,12 @@ async fn api(
             query: parts.uri.query(),
             headers: &parts.headers,
         };
-        strict::check(expect, &seen)
+        strict::check(expect, &seen).and_then(|operation| {
+            if parts.method == Method::POST {
+                validate::check(&expect.kind, operation, &parts.headers, body)?;
+            }
+            Ok(operation)
+        })
     });
     let (operation, refusal) = match checked {
         None => (path, None),
@@ -439,9 +444,9 @@ fn dispatch(
     let now = Instant::now();
     let name = gen.name.as_str();
     match endpoint {
-        Endpoint::ChatCompletions => Ok(openai::chat(gen)),
+        Endpoint::ChatCompletions => Ok(openai::chat(gen, tool_turn::openai(request))),
         Endpoint::Completions => Ok(openai::completions(gen)),
-        Endpoint::Messages => Ok(anthropic::messages(gen)),
+        Endpoint::Messages => Ok(anthropic::messages(gen, tool_turn::anthropic(request))),
         Endpoint::CountTokens => anthropic::count_tokens(request),
         Endpoint::Embeddings => openai::embeddings(gen, request).map_err(|msg| ApiError {
             status: StatusCode::BAD_REQUEST,

@@ -3,7 +3,8 @@
 //! credential), answering in that provider's own error shape, so tests
 //! through Envoy fail the way production would.
 //!
-//! `check` is a pure function of the expectation and what arrived.
+//! `check` is a pure function of the expectation and what arrived. The
+//! checks of a request's body (Messages, Chat Completions) are `validate`'s.
 
 use hyper::header::{HeaderMap, AUTHORIZATION};
 use hyper::StatusCode;
