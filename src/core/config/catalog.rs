@@ -127,7 +127,8 @@ mod tests {
         assert!(!Endpoint::Messages.served_by(by(Provider::OpenAi)));
         assert!(!Endpoint::Responses.served_by(by(Provider::Anthropic)));
         assert!(Endpoint::Responses.served_by(by(Provider::Azure)));
-        assert!(Endpoint::ChatCompletions.served_by(by(Provider::Anthropic)));
+        // Anthropic's OpenAI-compatible endpoint is not assumed: a virtual model translates.
+        assert!(!Endpoint::ChatCompletions.served_by(by(Provider::Anthropic)));
         assert!(!Endpoint::Embeddings.served_by(by(Provider::Anthropic)));
         // An OpenAI-compatible server is not assumed to serve the Responses or Messages API.
         let compatible = by(Provider::OpenAiCompatible);

@@ -25,6 +25,7 @@ mod strategy;
 mod stream_rules;
 mod targets;
 mod trace_settings;
+mod translation;
 mod upstream;
 mod version;
 mod virtual_model;
@@ -40,6 +41,7 @@ pub use strategy::{
 };
 pub use stream_rules::{StreamFallbacks, StreamRules};
 pub use trace_settings::TraceSettings;
+pub use translation::Translation;
 pub use upstream::Upstream;
 pub use version::ConfigVersion;
 pub use virtual_model::{

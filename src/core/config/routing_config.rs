@@ -44,6 +44,7 @@ pub(super) fn compile_virtual_model(
     rc.finish(&[])?;
     let failures = compile_failure_rules(&mut f)?;
     let streams = compile_stream_rules(&mut f)?;
+    let translation = super::translation::compile_translation(&mut f)?;
     f.finish(&[])?;
     let has_sla = targets.iter().any(|t| t.policy.sla.is_some());
     let has_metadata_match = targets.iter().any(|t| !t.metadata_match.is_empty());
@@ -57,6 +58,7 @@ pub(super) fn compile_virtual_model(
         timeout_rules: failures.timeout_rules,
         fail_fast: failures.fail_fast,
         streams,
+        translation,
         has_sla,
         has_metadata_match,
         sticky,

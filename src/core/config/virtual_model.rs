@@ -112,6 +112,8 @@ pub struct VirtualModel {
     pub fail_fast: Apis,
     /// `stream_commit` and `stream_idle_timeout_ms`: how streamed answers are held and watched.
     pub streams: super::StreamRules,
+    /// `translate` and `anthropic_cache`.
+    pub translation: super::Translation,
     /// Whether any target has an SLA cutoff (so routing needs latency samples).
     pub has_sla: bool,
     /// Whether any target has a `metadata_match` (so targets are filtered first).

@@ -16,6 +16,7 @@ use super::request::Request;
 use crate::core::config::{Config, ModelId, Routing, VirtualModel};
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
+use crate::core::translate;
 use std::borrow::Cow;
 
 /// Why a target of the virtual model is not among a request's candidates.
@@ -64,17 +65,22 @@ pub(super) fn check_virtual(
     if !vm.model_types.contains(request.endpoint.model_type()) {
         return Err(ErrorReply::endpoint_not_served(model, path));
     }
-    if !vm.targets.iter().any(|t| serves(config, request, t.model)) {
+    if !vm
+        .targets
+        .iter()
+        .any(|t| serves(config, vm, request, t.model))
+    {
         return Err(ErrorReply::no_capable_target(model, path));
     }
     Ok(())
 }
 
-/// Whether catalog model `m` serves the request's endpoint natively.
-fn serves(config: &Config, request: &Request<'_>, m: ModelId) -> bool {
+/// Whether catalog model `m` serves the request's endpoint as a target of `vm`: natively, or
+/// translated (`translate`).
+fn serves(config: &Config, vm: &VirtualModel, request: &Request<'_>, m: ModelId) -> bool {
     config
         .model(m)
-        .is_some_and(|model| request.endpoint.served_by(model.apis))
+        .is_some_and(|model| translate::serves(Some(vm), request.endpoint, model))
 }
 
 /// Why a virtual model's filters left no candidate for the request naming it `model`.
@@ -155,11 +161,12 @@ impl<'r> Admit<'r> {
         admit
     }
 
-    /// A target must serve the endpoint natively (TrueFoundry virtual models, "Supported API
-    /// Types": every target must support the operation called); a `/v1/responses` target that
-    /// does not is kept under `"reject"`, to be refused when picked (`native.rs`).
+    /// A target must serve the endpoint (TrueFoundry virtual models, "Supported API Types":
+    /// every target must support the operation called), natively or translated; a
+    /// `/v1/responses` target that does not is kept under `"reject"`, to be refused when
+    /// picked (`native.rs`).
     fn serves(&self, m: ModelId) -> bool {
-        self.keeps_non_native || serves(self.config, self.request, m)
+        self.keeps_non_native || serves(self.config, self.vm, self.request, m)
     }
 
     pub(super) fn admits(&self, m: ModelId) -> bool {
@@ -225,7 +232,7 @@ pub fn skipped(
         let Some(model) = config.model(t.model) else {
             continue;
         };
-        let why = if !request.endpoint.served_by(model.apis) {
+        let why = if !translate::serves(Some(vm), request.endpoint, model) {
             Skip::Apis
         } else if !request.metadata.matches(&t.metadata_match) {
             Skip::MetadataMatch

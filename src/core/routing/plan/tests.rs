@@ -411,7 +411,7 @@ fn targets_that_cannot_serve_the_endpoint_are_dropped() {
 }
 
 #[test]
-fn eligibility_follows_each_models_apis_not_its_provider() {
+fn eligibility_follows_each_models_apis_and_the_virtual_models_translation() {
     // Claude served through Azure AI (an Azure endpoint that speaks the Messages API), and
     // an OpenAI-compatible server, which is not assumed to serve the Responses API.
     let config = Config::parse(
@@ -422,7 +422,7 @@ fn eligibility_follows_each_models_apis_not_its_provider() {
             {"name": "vllm/llama", "cluster": "c", "model": "m", "provider": "openai-compatible"},
             {"name": "openai/gpt", "cluster": "c", "model": "m", "provider": "openai"}],
           "virtual_models": [
-            {"name": "claude", "model_types": ["chat"], "routing_config": {
+            {"name": "claude", "model_types": ["chat"], "translate": [], "routing_config": {
               "type": "priority-based-routing", "load_balance_targets": [
                 {"target": "azure-ai/claude", "priority": 0},
                 {"target": "anthropic/claude", "priority": 1},
@@ -446,8 +446,9 @@ fn eligibility_follows_each_models_apis_not_its_provider() {
     );
     assert_eq!(
         run(Endpoint::ChatCompletions, "claude").unwrap(),
-        [1, 3].map(ModelId),
-        "that Azure model serves only the Messages API"
+        [3].map(ModelId),
+        "with no translation, only the GPT model serves Chat Completions (Anthropic's default \
+         apis are Messages only)"
     );
     // Routing picks the vLLM model, which does not serve the Responses API: the 400 of
     // TrueFoundry's "Responses API conversations" (`native.rs`), not a silent skip.
@@ -522,4 +523,44 @@ fn virtual_model_refuses_endpoints_outside_its_model_types() {
     let e = run(Endpoint::Messages, "vm").unwrap_err();
     assert_eq!(e.status, 400);
     assert!(e.body.contains("natively"));
+}
+
+#[test]
+fn a_target_that_needs_translation_is_eligible_where_the_virtual_model_translates() {
+    let config = |translate: &str| {
+        Config::parse(
+            format!(
+                r#"{{"models": [
+            {{"name": "anthropic/claude", "cluster": "c", "model": "m", "provider": "anthropic"}},
+            {{"name": "vllm/llama", "cluster": "c", "model": "m", "provider": "openai-compatible"}}],
+          "virtual_models": [
+            {{"name": "mixed", "model_types": ["chat"], {translate} "routing_config": {{
+              "type": "priority-based-routing", "load_balance_targets": [
+                {{"target": "anthropic/claude", "priority": 0}},
+                {{"target": "vllm/llama", "priority": 1}}]}}}}]}}"#
+            )
+            .as_bytes(),
+        )
+        .unwrap()
+    };
+    let metadata = Metadata::default();
+    let mut rng = fastrand::Rng::with_seed(4);
+    let mut run = |config: &Config, endpoint| {
+        let r = request(endpoint, "mixed", &metadata);
+        plan(config, &r, &HealthInput::NONE, &mut rng).map(|p| p.candidates)
+    };
+    // Default: Chat Completions is translated for Claude; Messages is not for vLLM.
+    let c = config("");
+    assert_eq!(
+        run(&c, Endpoint::ChatCompletions).unwrap(),
+        [0, 1].map(ModelId)
+    );
+    assert_eq!(run(&c, Endpoint::Messages).unwrap(), [0].map(ModelId));
+    let both = config(r#""translate": ["chat_completions", "messages"],"#);
+    assert_eq!(run(&both, Endpoint::Messages).unwrap(), [0, 1].map(ModelId));
+    let none = config(r#""translate": [],"#);
+    assert_eq!(
+        run(&none, Endpoint::ChatCompletions).unwrap(),
+        [1].map(ModelId)
+    );
 }
