@@ -12,7 +12,7 @@ use crate::core::errors::ErrorReply;
 use crate::core::flight::{Replay, Start};
 use crate::core::headers::Headers;
 use crate::core::metadata::request_metadata;
-use crate::core::outbound::{outbound, ClientRequest, Outbound};
+use crate::core::outbound::{outbound, try_outbound, ClientRequest, Outbound, Unbuildable};
 use crate::core::request::{inspect, inspect_multipart};
 use crate::core::request::{raw_field, Layout};
 use crate::core::responses::continuation::{self, Continuation};
@@ -217,8 +217,14 @@ pub fn decide_with_tier<'c>(
         body: Some((body, &layout)),
         stored_path: None,
     };
-    let outbound = outbound(config, plan.virtual_model(config), target, &client)
-        .ok_or_else(|| ErrorReply::invalid_json("could not rewrite the body"))?;
+    // The first target's request decides the reply when it cannot be translated: a 400 naming
+    // the field. A later target's that cannot be built counts as a refused attempt instead
+    // (flight::Machine's dispatch), and the plan moves on.
+    let outbound =
+        try_outbound(config, plan.virtual_model(config), target, &client).map_err(|e| match e {
+            Unbuildable::Untranslatable(u) => ErrorReply::untranslatable(&u.field, &u.reason),
+            Unbuildable::Rewrite => ErrorReply::invalid_json("could not rewrite the body"),
+        })?;
     let binds = config.bind_ids_to_caller && endpoint == Endpoint::Responses;
     let caller = binds.then(|| request.caller(&config.caller_identity));
     Ok(Decision {

@@ -395,6 +395,21 @@ impl ErrorReply {
         )
     }
 
+    /// 400: the request must be translated for the target routing picked (a virtual model's
+    /// `translate`, issue 28) and `field` has no equivalent in the target's API; `param` names
+    /// it. The adapter puts it in Anthropic's shape for a `/v1/messages` client.
+    pub fn untranslatable(field: &str, reason: &str) -> Self {
+        let (field, reason) = (clip(field), clip(reason));
+        let message = format!("`{field}` cannot be translated for the target: {reason}.");
+        Self::new(
+            400,
+            "invalid_request_error",
+            "untranslatable_field",
+            Some(&field),
+            &message,
+        )
+    }
+
     /// 400: a virtual model was called on an endpoint its `model_types` do not include.
     pub fn endpoint_not_served(model: &str, endpoint: &str) -> Self {
         let model = clip(model);

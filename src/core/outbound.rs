@@ -6,6 +6,11 @@
 //! `headers_override` (TrueFoundry virtual models, "Header overrides": applied last). A
 //! call-out does not pass through Envoy's route table, so no route rewrite can fix it later:
 //! what is built here is what the provider sees.
+//!
+//! A translated attempt (issue 28: a virtual model's `translate`, [`translate::direction`])
+//! is built here too, so the router's attempt, retries and fallbacks all get it: its body is
+//! the client's translated whole to the target's API, its path that API's, and the client's
+//! headers of the other API are not sent.
 
 use crate::core::config::VirtualModel;
 use crate::core::config::{
@@ -14,7 +19,8 @@ use crate::core::config::{
 };
 use crate::core::endpoint::Endpoint;
 use crate::core::headers::Headers;
-use crate::core::request::{rewrite, Edits, Layout};
+use crate::core::request::{rewrite, Edit, Edits, Layout};
+use crate::core::translate::{self, Direction, Target, Untranslatable};
 use std::borrow::Cow;
 
 /// Anthropic refuses a request without `anthropic-version`; this is the version of the
@@ -32,6 +38,15 @@ const NOT_FORWARDED: &[&str] = &[
     "te",
     "trailer",
     "upgrade",
+];
+
+/// The client's Anthropic headers, which an OpenAI-compatible target of a translated Messages
+/// request does not know (Anthropic API reference, "Versions" and "Beta headers"; the SDKs send
+/// the last from a browser).
+const ANTHROPIC_CLIENT_HEADERS: &[&str] = &[
+    "anthropic-version",
+    "anthropic-beta",
+    "anthropic-dangerous-direct-browser-access",
 ];
 
 /// The client's request, as the filter received it.
@@ -66,46 +81,142 @@ pub struct Outbound<'c> {
 }
 
 /// The outbound request of an attempt at `target`, a catalog model called directly or a
-/// target of `vm`. `None` if the target is unknown or the body cannot be rewritten for it.
+/// target of `vm`. `None` if the target is unknown or the body cannot be rewritten or
+/// translated for it ([`try_outbound`] says which).
 pub fn outbound<'c>(
     config: &'c Config,
     vm: Option<&'c VirtualModel>,
     target: ModelId,
     client: &ClientRequest<'_>,
 ) -> Option<Outbound<'c>> {
-    let model = config.model(target)?;
+    try_outbound(config, vm, target, client).ok()
+}
+
+/// Why an attempt's request could not be built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unbuildable {
+    /// The target is not in the catalog, or the body could not be rewritten for it.
+    Rewrite,
+    /// The request needs translating for the target and has a field its API cannot carry.
+    Untranslatable(Untranslatable),
+}
+
+/// [`outbound`], saying why it could not be built: the decision answers an untranslatable
+/// first attempt with a 400 naming the field.
+pub fn try_outbound<'c>(
+    config: &'c Config,
+    vm: Option<&'c VirtualModel>,
+    target: ModelId,
+    client: &ClientRequest<'_>,
+) -> Result<Outbound<'c>, Unbuildable> {
+    let model = config.model(target).ok_or(Unbuildable::Rewrite)?;
     let o = vm
         .and_then(|vm| vm.target(target))
         .map(|t| &t.headers_override);
-    let edits = match client.body {
-        Some((body, layout)) => body_for(config, vm, body, layout, target)?,
-        None => None,
+    let direction = translate::direction(vm, client.endpoint, model);
+    let edits = match (direction, client.body) {
+        (Some(d), Some((body, _))) => Some(translated(config, vm, target, d, body)?),
+        // Only chat and Messages requests are translated, and they always carry a body.
+        (Some(_), None) => return Err(Unbuildable::Rewrite),
+        (None, Some((body, layout))) => {
+            body_for(config, vm, body, layout, target).ok_or(Unbuildable::Rewrite)?
+        }
+        (None, None) => None,
     };
-    let set = headers_to_set(model, o, client.headers);
+    // Anthropic refuses a Messages request without a version; a translated one gets it from
+    // any provider that serves Messages.
+    let messages_api =
+        model.provider == Provider::Anthropic || direction == Some(Direction::ChatToMessages);
+    let set = headers_to_set(model, o, client.headers, messages_api);
     let mut remove = headers_to_remove(config, model, o, client.headers, &set);
-    // A virtual model's Responses answers get Switchboard's ids as they stream: the provider
-    // must answer uncompressed, or the ids could not be read.
+    let mut drop = |name: &'static str| {
+        let sent = client.headers.get(name).is_some();
+        if sent && !set.iter().any(|(n, _)| *n == name) && !remove.contains(&name) {
+            remove.push(name);
+        }
+    };
+    // The answer is read to be changed as it streams: a virtual model's Responses answers get
+    // Switchboard's ids, a translated answer is rewritten into the client's API. The provider
+    // must answer uncompressed, or it could not be read.
     let minted = client.endpoint == Endpoint::Responses && vm.is_some();
-    if minted && client.headers.get("accept-encoding").is_some() {
-        remove.push("accept-encoding");
+    if minted || direction.is_some() {
+        drop("accept-encoding");
+    }
+    if direction == Some(Direction::MessagesToChat) {
+        ANTHROPIC_CLIENT_HEADERS.iter().for_each(|n| drop(n));
     }
     let authority = model
         .upstream
         .authority
         .as_deref()
         .filter(|a| client.headers.get(":authority") != Some(a.as_bytes()));
-    let client_path = client.headers.get_str(":path").unwrap_or_default();
-    let unversioned = client
-        .stored_path
-        .unwrap_or_else(|| client.endpoint.unversioned_path());
-    Some(Outbound {
+    let path = match direction {
+        // The target API's own path. The client's query parameters belong to the client's API
+        // (the Anthropic SDK's `?beta=true`) and are not sent; the model's `query` is.
+        Some(d) => {
+            let endpoint = d.target_endpoint();
+            upstream_path(model, endpoint, endpoint.unversioned_path(), "")
+        }
+        None => {
+            let client_path = client.headers.get_str(":path").unwrap_or_default();
+            let unversioned = client
+                .stored_path
+                .unwrap_or_else(|| client.endpoint.unversioned_path());
+            upstream_path(model, client.endpoint, unversioned, client_path)
+        }
+    };
+    Ok(Outbound {
         cluster: &model.cluster,
         authority,
-        path: upstream_path(model, client.endpoint, unversioned, client_path),
+        path,
         remove,
         set,
         edits,
     })
+}
+
+/// The client's body translated for `target` (`direction`), as one edit replacing it whole,
+/// with the target's `override_params` set on the translated body: they are the target API's
+/// fields. Built whole, never edited in place: both APIs reject fields they do not know.
+fn translated(
+    config: &Config,
+    vm: Option<&VirtualModel>,
+    target: ModelId,
+    direction: Direction,
+    body: &[u8],
+) -> Result<Edits, Unbuildable> {
+    let model = config.model(target).ok_or(Unbuildable::Rewrite)?;
+    let to = Target {
+        model: &model.upstream_model,
+        max_output_tokens: model.max_output_tokens,
+        anthropic_cache: vm.is_some_and(|vm| vm.translation.anthropic_cache),
+    };
+    let with = match direction {
+        Direction::ChatToMessages => translate::request::chat_to_messages(body, &to),
+        Direction::MessagesToChat => translate::request::messages_to_chat(body, &to),
+    }
+    .map_err(Unbuildable::Untranslatable)?;
+    let overrides = vm
+        .and_then(|vm| vm.target(target))
+        .map_or(&[][..], |t| t.override_params.as_slice());
+    let with = with_overrides(with, overrides).ok_or(Unbuildable::Rewrite)?;
+    let whole = Edit {
+        span: 0..body.len(),
+        with,
+    };
+    Edits::new(vec![whole], body.len()).ok_or(Unbuildable::Rewrite)
+}
+
+/// A translated JSON body with each `(key, raw JSON)` of `overrides` set as a top-level field.
+fn with_overrides(body: Vec<u8>, overrides: &[(String, String)]) -> Option<Vec<u8>> {
+    if overrides.is_empty() {
+        return Some(body);
+    }
+    let mut map: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&body).ok()?;
+    for (key, raw) in overrides {
+        map.insert(key.clone(), serde_json::from_str(raw).ok()?);
+    }
+    serde_json::to_vec(&map).ok()
 }
 
 /// How the client's body changes for `target` (its upstream model id and, for a virtual
@@ -134,11 +245,12 @@ pub fn body_for(
 }
 
 /// Catalog headers not overridden, then the override's, then Anthropic's version if no one
-/// gives it.
+/// gives it and the attempt speaks Messages to `messages_api`.
 fn headers_to_set<'c>(
     model: &'c Model,
     o: Option<&'c HeadersOverride>,
     client: &Headers,
+    messages_api: bool,
 ) -> Vec<(&'c str, &'c str)> {
     let overridden = |n: &str| {
         o.is_some_and(|o| o.remove.iter().any(|r| r == n) || o.set.iter().any(|(s, _)| s == n))
@@ -153,7 +265,7 @@ fn headers_to_set<'c>(
         set.extend(o.set.iter().map(|(n, v)| (n.as_str(), v.as_str())));
     }
     let (version, _) = ANTHROPIC_VERSION;
-    if model.provider == Provider::Anthropic
+    if messages_api
         && client.get(version).is_none()
         && !overridden(version)
         && !set.iter().any(|(n, _)| *n == version)
