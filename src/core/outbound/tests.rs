@@ -25,6 +25,13 @@ const CONFIG: &str = r#"{
                               "remove": ["x-debug"]}},
         {"target": "azure/gpt-4o", "priority": 1},
         {"target": "anthropic/claude", "priority": 2},
+        {"target": "vllm/llama", "priority": 3}]}},
+    {"name": "mixed", "model_types": ["chat"], "translate": ["chat_completions", "messages"],
+     "routing_config": {
+      "type": "priority-based-routing", "load_balance_targets": [
+        {"target": "anthropic/claude", "priority": 0, "override_params": {"top_k": 5}},
+        {"target": "openai/gpt-4o", "priority": 1},
+        {"target": "azure/gpt-4o", "priority": 2},
         {"target": "vllm/llama", "priority": 3}]}}
   ]
 }"#;
@@ -363,4 +370,241 @@ fn account_headers_go_only_where_the_client_key_goes() {
     assert!(hidden("openai/gpt-4o").contains(&"openai-organization".to_string()));
     assert!(hidden("anthropic/claude").contains(&"anthropic-organization-id".to_string()));
     assert!(hidden("vllm/llama").is_empty());
+}
+
+/// Issue 28: the outbound request of `target` behind virtual model `vm` (index) for a client
+/// request to `path` with `body`, or why it cannot be built.
+fn translated<'c>(
+    config: &'c Config,
+    vm: usize,
+    target: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Result<Outbound<'c>, Unbuildable> {
+    let headers = Headers::from_pairs(headers.iter().copied());
+    let layout = inspect(body).unwrap().layout(false);
+    let client = ClientRequest {
+        endpoint: Endpoint::from_path(headers.get_str(":path").unwrap()).unwrap(),
+        headers: &headers,
+        body: Some((body, &layout)),
+        stored_path: None,
+    };
+    try_outbound(
+        config,
+        config.virtual_models.get(vm),
+        id(config, target),
+        &client,
+    )
+}
+
+/// The body an outbound request sends, as JSON.
+fn sent_json(o: &Outbound<'_>, body: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(&o.body(body).unwrap()).unwrap()
+}
+
+const CHAT: &[u8] = br#"{"model":"vm","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"}],"max_tokens":50,"stream":true}"#;
+
+const MESSAGES: &[u8] = br#"{"model":"mixed","system":"Be brief.","max_tokens":50,"messages":[{"role":"user","content":"Hi"}]}"#;
+
+/// An OpenAI SDK's request, with the headers translation must not carry.
+const OPENAI_CLIENT: &[(&str, &str)] = &[
+    (":method", "POST"),
+    (":path", "/v1/chat/completions?trace=1"),
+    (":authority", "gateway.example.com"),
+    ("authorization", "Bearer client-key"),
+    ("content-type", "application/json"),
+    ("accept-encoding", "gzip, br"),
+];
+
+/// An Anthropic SDK's request.
+const ANTHROPIC_CLIENT: &[(&str, &str)] = &[
+    (":method", "POST"),
+    (":path", "/v1/messages?beta=true"),
+    (":authority", "gateway.example.com"),
+    ("x-api-key", "client-key"),
+    ("anthropic-version", "2023-06-01"),
+    ("anthropic-beta", "prompt-caching-2024-07-31"),
+    ("content-type", "application/json"),
+    ("accept-encoding", "gzip"),
+];
+
+#[test]
+fn a_chat_request_to_an_anthropic_target_is_sent_as_messages() {
+    let c = config();
+    let o = translated(&c, 0, "anthropic/claude", OPENAI_CLIENT, CHAT).unwrap();
+    assert_eq!(o.cluster, "anthropic");
+    assert_eq!(o.authority, Some("api.anthropic.com"));
+    // Messages' own path; the client's query is its API's, not the target's.
+    assert_eq!(o.path.as_deref(), Some("/v1/messages"));
+    assert_eq!(
+        o.set,
+        [
+            ("x-api-key", "ant-key"),
+            ("anthropic-version", "2023-06-01")
+        ]
+    );
+    // The client's key never goes with the gateway's; the answer is read, so uncompressed.
+    assert_eq!(o.remove, ["authorization", "accept-encoding"]);
+    assert_eq!(
+        sent_json(&o, CHAT),
+        serde_json::json!({
+            "model": "claude-sonnet-4-5",
+            "system": "Be brief.",
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}],
+            "max_tokens": 50,
+            "stream": true,
+        })
+    );
+    // The whole body is one edit, so the router's attempt writes it like any other.
+    let edits = o.edits.as_ref().unwrap();
+    assert_eq!(edits.head_end(), CHAT.len());
+}
+
+#[test]
+fn a_messages_request_to_openai_compatible_targets_is_sent_as_chat_completions() {
+    let c = config();
+    let o = translated(&c, 1, "openai/gpt-4o", ANTHROPIC_CLIENT, MESSAGES).unwrap();
+    assert_eq!(o.authority, Some("api.openai.com"));
+    assert_eq!(o.path.as_deref(), Some("/v1/chat/completions"));
+    assert_eq!(o.set, [("authorization", "Bearer sk-openai")]);
+    assert_eq!(
+        o.remove,
+        [
+            "x-api-key",
+            "accept-encoding",
+            "anthropic-version",
+            "anthropic-beta"
+        ]
+    );
+    let client = Headers::from_pairs(ANTHROPIC_CLIENT.iter().copied());
+    let sent = o.call_headers(&client, &c.header_names, "1");
+    assert!(
+        sent.iter().all(|(n, _)| !n.starts_with("anthropic-")),
+        "{sent:?}"
+    );
+    let body = sent_json(&o, MESSAGES);
+    assert_eq!(body["model"], "gpt-4o");
+    assert_eq!(
+        body["messages"],
+        serde_json::json!([
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Hi"}
+        ])
+    );
+    assert_eq!(body["max_tokens"], 50);
+    // base_path and the model's query stay the target's rules.
+    let azure = translated(&c, 1, "azure/gpt-4o", ANTHROPIC_CLIENT, MESSAGES).unwrap();
+    assert_eq!(
+        azure.path.as_deref(),
+        Some("/openai/deployments/gpt-4o-prod/chat/completions?api-version=2024-10-21")
+    );
+    let vllm = translated(&c, 1, "vllm/llama", ANTHROPIC_CLIENT, MESSAGES).unwrap();
+    assert_eq!(vllm.path.as_deref(), Some("/v1/chat/completions"));
+    assert_eq!(sent_json(&vllm, MESSAGES)["model"], "llama");
+}
+
+#[test]
+fn a_translated_body_gets_the_targets_override_params() {
+    let c = config();
+    let mut h = OPENAI_CLIENT.to_vec();
+    h[1] = (":path", "/v1/chat/completions");
+    let o = translated(&c, 1, "anthropic/claude", &h, CHAT).unwrap();
+    let body = sent_json(&o, CHAT);
+    assert_eq!(body["top_k"], 5);
+    assert_eq!(body["model"], "claude-sonnet-4-5");
+}
+
+#[test]
+fn native_attempts_and_direct_calls_are_not_translated() {
+    let c = config();
+    // A Messages request to Anthropic: only the model changes, on the client's path.
+    let o = translated(&c, 1, "anthropic/claude", ANTHROPIC_CLIENT, MESSAGES).unwrap();
+    assert_eq!(o.path, None);
+    assert_eq!(sent_json(&o, MESSAGES)["model"], "claude-sonnet-4-5");
+    assert_eq!(sent_json(&o, MESSAGES)["system"], "Be brief.");
+    assert!(!o.remove.contains(&"accept-encoding"));
+    assert!(!o.remove.contains(&"anthropic-beta"));
+    // `translate` of the first virtual model is Chat Completions only.
+    let o = translated(&c, 0, "openai/gpt-4o", ANTHROPIC_CLIENT, MESSAGES).unwrap();
+    assert_eq!(o.path, None, "sent as the client sent it: {:?}", o.path);
+    assert!(sent_json(&o, MESSAGES).get("system").is_some());
+    // A catalog model called directly is never translated.
+    let headers = Headers::from_pairs(OPENAI_CLIENT.iter().copied());
+    let layout = inspect(CHAT).unwrap().layout(false);
+    let client = ClientRequest {
+        endpoint: Endpoint::ChatCompletions,
+        headers: &headers,
+        body: Some((CHAT, &layout)),
+        stored_path: None,
+    };
+    let o = outbound(&c, None, id(&c, "anthropic/claude"), &client).unwrap();
+    assert_eq!(o.path, None);
+    assert!(sent_json(&o, CHAT).get("messages").is_some());
+    assert_eq!(sent_json(&o, CHAT)["messages"][0]["role"], "system");
+}
+
+#[test]
+fn an_untranslatable_request_names_its_field() {
+    let c = config();
+    let body = br#"{"model":"vm","n":2,"messages":[{"role":"user","content":"Hi"}]}"#;
+    let e = translated(&c, 0, "anthropic/claude", OPENAI_CLIENT, body).unwrap_err();
+    let Unbuildable::Untranslatable(u) = e else {
+        panic!("{e:?}")
+    };
+    assert_eq!(u.field, "n");
+    // A retry or fallback whose request cannot be built gets none (counted as refused).
+    let headers = Headers::from_pairs(OPENAI_CLIENT.iter().copied());
+    let layout = inspect(body).unwrap().layout(false);
+    let client = ClientRequest {
+        endpoint: Endpoint::ChatCompletions,
+        headers: &headers,
+        body: Some((body, &layout)),
+        stored_path: None,
+    };
+    let vm = c.virtual_models.first();
+    assert_eq!(outbound(&c, vm, id(&c, "anthropic/claude"), &client), None);
+    // The same body to a native target goes as is.
+    assert!(outbound(&c, vm, id(&c, "openai/gpt-4o"), &client).is_some());
+}
+
+/// The decision's reply for a request whose first target is `mixed`'s Anthropic model.
+fn decided(endpoint: Endpoint, body: &[u8]) -> Result<Outbound<'static>, ErrorReply> {
+    let c: &'static Config = Box::leak(Box::new(config()));
+    crate::core::decision::decide(
+        c,
+        endpoint,
+        body,
+        &Headers::from_pairs([(":path", endpoint.display_path())]),
+        &crate::core::routing::HealthInput::NONE,
+        &crate::core::routing::LocalState::default(),
+        &mut fastrand::Rng::with_seed(1),
+    )
+    .map(|d| d.outbound)
+}
+
+use crate::core::errors::ErrorReply;
+
+#[test]
+fn the_first_targets_untranslatable_field_is_a_400_naming_it() {
+    let body = br#"{"model":"mixed","n":2,"messages":[{"role":"user","content":"Hi"}]}"#;
+    let e = decided(Endpoint::ChatCompletions, body).unwrap_err();
+    assert_eq!(e.status, 400);
+    let v: serde_json::Value = serde_json::from_str(&e.body).unwrap();
+    assert_eq!(v["error"]["type"], "invalid_request_error");
+    assert_eq!(v["error"]["param"], "n");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("`n` cannot be translated for the target: "),
+        "{message}"
+    );
+    // In Anthropic's shape for a Messages client (the adapter's reply does this).
+    let v: serde_json::Value = serde_json::from_str(&e.in_anthropic_shape().body).unwrap();
+    assert_eq!(v["type"], "error");
+    assert_eq!(v["error"]["type"], "invalid_request_error");
+    assert!(v["error"]["message"].as_str().unwrap().contains("`n`"));
+    // A translatable one is decided for that target, translated.
+    let ok = br#"{"model":"mixed","messages":[{"role":"user","content":"Hi"}]}"#;
+    let o = decided(Endpoint::ChatCompletions, ok).unwrap();
+    assert_eq!(o.cluster, "anthropic");
+    assert_eq!(o.path.as_deref(), Some("/v1/messages"));
 }
