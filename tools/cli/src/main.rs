@@ -32,6 +32,7 @@ use switchboard::core::headers::Headers;
 use switchboard::core::metadata::request_metadata;
 use switchboard::core::outbound::Outbound;
 use switchboard::core::routing::{HealthInput, LocalState, Plan, Request, Skip};
+use switchboard::core::translate::{direction, Direction};
 
 const USAGE: &str = "usage:
   switchboard check CONFIG.json
@@ -228,9 +229,16 @@ fn explain(args: &[String]) -> Result<String, String> {
             .collect(),
     };
     out.push("candidates, in the order they would be tried:".to_string());
+    let vm = plan.virtual_model(&config);
     for (i, m) in plan.candidates.iter().enumerate() {
-        let model = config.model(*m).map_or("?", |m| m.name.as_str());
-        out.push(format!("  {}. {model}", i + 1));
+        let Some(model) = config.model(*m) else {
+            out.push(format!("  {}. ?", i + 1));
+            continue;
+        };
+        let way = direction(vm, endpoint, model)
+            .map(|d| format!(" ({})", translated(d)))
+            .unwrap_or_default();
+        out.push(format!("  {}. {}{way}", i + 1, model.name));
     }
     out.extend(first_attempt(&decision.outbound, &body));
     Ok(out.join("\n"))
@@ -262,11 +270,13 @@ fn explain_virtual(
             continue;
         };
         let why = skipped.iter().find(|(s, _)| *s == t.model).map(|(_, w)| *w);
+        let way = direction(Some(vm), request.endpoint, m).map(translated);
         let notes: Vec<String> = why
-            .map(|why| out_note(why, request.endpoint, t))
+            .map(|why| out_note(why, request.endpoint, vm, t))
             .into_iter()
             .chain(strategy_note(&vm.routing, t.model, why))
             .chain((!t.policy.fallback_candidate).then(|| "never a fallback".to_string()))
+            .chain(way.filter(|_| why.is_none()))
             .collect();
         out.push(format!(
             "  target {} (cluster {}): {}",
@@ -284,14 +294,35 @@ fn explain_virtual(
     out
 }
 
+/// Which way a candidate's request and answer are translated (issue 28, `translate`).
+fn translated(d: Direction) -> String {
+    match d {
+        Direction::ChatToMessages => {
+            "translated: sent as Anthropic Messages, answered as Chat Completions".to_string()
+        }
+        Direction::MessagesToChat => {
+            "translated: sent as Chat Completions, answered as Anthropic Messages".to_string()
+        }
+    }
+}
+
 /// Why a target is out, in words.
-fn out_note(why: Skip, endpoint: Endpoint, t: &TargetConfig) -> String {
+fn out_note(why: Skip, endpoint: Endpoint, vm: &VirtualModel, t: &TargetConfig) -> String {
     match why {
-        Skip::Apis => format!(
-            "out: its apis do not include `{}`, which serves {}",
-            endpoint.api().name(),
-            endpoint.display_path()
-        ),
+        Skip::Apis => {
+            let api = endpoint.api();
+            let translatable = matches!(endpoint, Endpoint::ChatCompletions | Endpoint::Messages);
+            let not_listed = if translatable && !vm.translation.apis.contains(api) {
+                format!(", and `translate` does not list `{}`", api.name())
+            } else {
+                String::new()
+            };
+            format!(
+                "out: its apis do not include `{}`, which serves {}{not_listed}",
+                api.name(),
+                endpoint.display_path()
+            )
+        }
         Skip::MetadataMatch => format!("out: metadata_match {:?} does not hold", t.metadata_match),
         Skip::When => "out: its when is false".to_string(),
         why => format!("out: {}", why.name()),

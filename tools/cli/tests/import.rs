@@ -77,7 +77,9 @@ fn listed(explained: &str) -> Vec<String> {
                     .next()
                     .is_some_and(|c| c.is_ascii_digit())
         })
-        .map(|l| l.split_once(". ").map_or("", |(_, n)| n).to_string())
+        .map(|l| l.split_once(". ").map_or("", |(_, n)| n))
+        // A translated candidate's way follows its name: `name (translated: ...)`.
+        .map(|n| n.split_once(" (").map_or(n, |(name, _)| name).to_string())
         .collect()
 }
 

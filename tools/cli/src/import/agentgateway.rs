@@ -296,6 +296,9 @@ fn virtual_model(vm: &Map<String, Value>, path: &str, out: &mut Builder) -> Resu
         "{path}: model_types set to [\"chat\"] (chat completions and messages): agentgateway \
          virtual models do not list them"
     ));
+    // No `translate`: the default, Chat Completions only. agentgateway's seed names
+    // Anthropic models as targets of virtual models its OpenAI-style clients call, and says
+    // nothing of serving `/v1/messages` from other providers, so Messages is not translated.
     out.add_virtual_model(json!({
         "name": name,
         "model_types": ["chat"],

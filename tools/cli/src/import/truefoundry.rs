@@ -120,11 +120,25 @@ fn virtual_model(vm: &Map<String, Value>, path: &str, out: &mut Builder) -> Resu
         &["name", "model_types", "routing_config"],
         UNKNOWN,
     );
-    out.add_virtual_model(json!({
+    // TrueFoundry's `chat` model type serves `/chat/completions` and `/messages` over any
+    // provider: a request in either API is translated for a target that speaks the other.
+    let chat = model_types
+        .as_array()
+        .is_some_and(|t| t.iter().any(|t| t == "chat"));
+    let mut vm_out = json!({
         "name": name,
         "model_types": model_types,
         "routing_config": routing,
-    }));
+    });
+    if chat {
+        vm_out["translate"] = json!(["chat_completions", "messages"]);
+        out.note(format!(
+            "{}: translate set to [\"chat_completions\", \"messages\"]: TrueFoundry's chat \
+             model type serves /chat/completions and /messages over any provider",
+            join(path, "translate")
+        ));
+    }
+    out.add_virtual_model(vm_out);
     Ok(())
 }
 

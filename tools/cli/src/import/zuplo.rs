@@ -250,6 +250,9 @@ fn policy(p: &Policy<'_>, out: &mut Builder) -> Result<Option<String>, String> {
     let (targets, model_types) = policy_models(opts, &join(path, "models"), out)?;
     routing["load_balance_targets"] = Value::Array(targets);
     let responses = model_types.contains(&"responses");
+    // No `translate`: the default, Chat Completions only, is Zuplo's rule ("Endpoints":
+    // `/v1/chat/completions` translates the request for each provider, `/v1/messages` takes
+    // only models the gateway sends Messages requests to).
     out.add_virtual_model(json!({
         "name": name,
         "model_types": model_types,
@@ -536,9 +539,13 @@ fn add_apis(out: &mut Builder, catalog: &str, list_name: &str) {
     let kind = out.provider_kind(provider);
     let mut apis: Vec<&str> = match list_name {
         "embeddings" => vec!["embeddings"],
+        // Anthropic itself serves Messages only: Zuplo translates a Chat Completions request
+        // for it ("A list mixes vendors"), as the imported virtual model's `translate` does,
+        // rather than sending it to Anthropic's OpenAI-compatibility endpoint.
+        _ if kind == "anthropic" => vec!["messages"],
         _ => {
             let mut a = vec!["chat_completions"];
-            if kind == "anthropic" || claude {
+            if claude {
                 a.push("messages");
             }
             let responses_provider = matches!(kind, "openai" | "azure")
