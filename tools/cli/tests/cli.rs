@@ -170,6 +170,61 @@ fn explain_prints_the_plans_own_reasons_for_each_target() {
 }
 
 #[test]
+fn explain_shows_which_candidates_are_translated_and_the_400_of_an_untranslatable_field() {
+    let config = temp(
+        "explain-translated.json",
+        r#"{"models":[
+            {"name":"anthropic/claude","cluster":"anthropic","model":"claude-sonnet-4-5","provider":"anthropic"},
+            {"name":"openai/gpt-4o","cluster":"openai","model":"gpt-4o","provider":"openai"}],
+            "virtual_models":[{"name":"v","model_types":["chat"],"translate":["chat_completions","messages"],
+            "routing_config":{"type":"priority-based-routing","load_balance_targets":[
+            {"target":"anthropic/claude","priority":0},{"target":"openai/gpt-4o","priority":1}]}}]}"#,
+    );
+    let request = temp(
+        "explain-translated-request.json",
+        r#"{"model":"v","max_tokens":16,"messages":[{"role":"user","content":"Hi"}]}"#,
+    );
+    let explain = |path: &str| {
+        run(&[
+            "explain",
+            config.to_str().unwrap(),
+            request.to_str().unwrap(),
+            "--path",
+            path,
+        ])
+    };
+    let (ok, chat, err) = explain("/v1/chat/completions");
+    assert!(ok, "{err}");
+    assert!(
+        chat.contains("  1. anthropic/claude (translated: sent as Anthropic Messages, answered as Chat Completions)"),
+        "{chat}"
+    );
+    assert!(chat.contains("  2. openai/gpt-4o\n"), "{chat}");
+    assert!(chat.contains("  :path /v1/messages"), "{chat}");
+    assert!(chat.contains(r#""model":"claude-sonnet-4-5"}"#), "{chat}");
+    let (ok, messages, err) = explain("/v1/messages");
+    assert!(ok, "{err}");
+    assert!(messages.contains("  1. anthropic/claude\n"), "{messages}");
+    assert!(
+        messages.contains("  2. openai/gpt-4o (translated: sent as Chat Completions, answered as Anthropic Messages)"),
+        "{messages}"
+    );
+    std::fs::write(
+        &request,
+        r#"{"model":"v","n":2,"messages":[{"role":"user","content":"Hi"}]}"#,
+    )
+    .unwrap();
+    let (ok, _, err) = explain("/v1/chat/completions");
+    std::fs::remove_file(config).unwrap();
+    std::fs::remove_file(request).unwrap();
+    assert!(!ok);
+    assert!(
+        err.contains("the filter would answer 400") && err.contains("`n` cannot be translated"),
+        "{err}"
+    );
+}
+
+#[test]
 fn explain_shows_the_filter_error_for_a_bad_request() {
     let req = temp("unknown-model.json", r#"{"model": "nobody"}"#);
     let (ok, _, err) = run(&[

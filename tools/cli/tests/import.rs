@@ -302,6 +302,16 @@ fn truefoundry_retries_and_fallbacks_example_goes_by_priority_and_never_falls_ba
         config.contains(r#""attempts": 3"#) && config.contains(r#""fallback_candidate": false"#),
         "{config}"
     );
+    // TrueFoundry's `chat` type serves /chat/completions and /messages over any provider.
+    let messages = explain(&c, &chat_body(VM), "/v1/messages", &[]).unwrap();
+    assert!(
+        messages.contains("1. azure/gpt-4o (translated: sent as Chat Completions"),
+        "{messages}"
+    );
+    assert!(
+        messages.contains("3. anthropic/claude-sonnet\n"),
+        "{messages}"
+    );
     // "Unhealthy target detection": 2 failures in 2 minutes; the healthy target leads.
     let mut r = Replay::load(&c);
     for t in ["azure/gpt-4o", "openai/gpt-4o"] {
@@ -891,6 +901,22 @@ fn zuplo_serve_one_model_example_serves_claude_on_chat_and_messages_only() {
         sorted(candidates(&c, "sonnet", "/v1/messages", &[])),
         both,
         "Claude serves Messages on any provider"
+    );
+    // Anthropic itself serves Messages: chat is translated for it ("A list mixes vendors"),
+    // not sent to its OpenAI-compatibility endpoint; Messages is never translated.
+    let chat = explain(&c, &chat_body("sonnet"), CHAT, &[]).unwrap();
+    assert!(
+        chat.contains("anthropic/claude-sonnet-4-6 (translated: sent as Anthropic Messages"),
+        "{chat}"
+    );
+    assert!(
+        !chat.contains("bedrockmantle/anthropic.claude-sonnet-4-6 (translated"),
+        "{chat}"
+    );
+    let config = std::fs::read_to_string(&c).unwrap();
+    assert!(
+        !config.contains(r#""translate""#),
+        "Zuplo's is the default: {config}"
     );
     // "/v1/responses: ... other than Claude": neither model can serve it.
     let e = explain(&c, &chat_body("sonnet"), "/v1/responses", &[]).unwrap_err();
