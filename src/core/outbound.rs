@@ -123,10 +123,12 @@ pub fn try_outbound<'c>(
         }
         (None, None) => None,
     };
-    // Anthropic refuses a Messages request without a version; a translated one gets it from
-    // any provider that serves Messages.
-    let messages_api =
-        model.provider == Provider::Anthropic || direction == Some(Direction::ChatToMessages);
+    // Anthropic refuses a Messages request without a version: a request translated to
+    // Messages gets it whatever the provider, one translated to Chat Completions never does.
+    let messages_api = match direction {
+        Some(d) => d == Direction::ChatToMessages,
+        None => model.provider == Provider::Anthropic,
+    };
     let set = headers_to_set(model, o, client.headers, messages_api);
     let mut remove = headers_to_remove(config, model, o, client.headers, &set);
     let mut drop = |name: &'static str| {
