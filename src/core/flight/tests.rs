@@ -81,6 +81,7 @@ fn start_timed(
         dialect: None,
         streams_attempts: false,
         router_path: false,
+        include_usage: false,
     };
     edit(&mut start);
     let replay = Replay {

@@ -7,11 +7,11 @@ use super::{Classifying, Host, Phase, Stream, Verdict};
 use crate::core::access_log::{self, DecisionFacts};
 use crate::core::admission::{admit, route_stored, Admission, StoredPath};
 use crate::core::batch;
-use crate::core::config::{HeaderNames, Tier};
+use crate::core::config::{Config, HeaderNames, Tier};
 use crate::core::decision::{
     classifier_call, decide_stored_path, decide_with_tier, ClassifierCall, Decision,
 };
-use crate::core::endpoint::Endpoint;
+use crate::core::endpoint::{Api, Endpoint};
 use crate::core::errors::ErrorReply;
 use crate::core::flight::{CallRequest, Replay, Start};
 use crate::core::headers::Headers;
@@ -349,6 +349,9 @@ fn take_router_path(
         headers: Headers::default(),
         stored_path: None,
     };
+    // The machine keeps no request on the router path: what a translated stream needs of it
+    // is read now.
+    start.include_usage = translate_usage(config, plan.virtual_model, replay);
     let client = std::mem::replace(replay, empty);
     let flight = Rc::new(RefCell::new(RouterFlight::new(
         plan, client, dialect, rules,
@@ -363,6 +366,17 @@ fn take_router_path(
     }
     start.router_path = true;
     Some(flight)
+}
+
+/// Whether a router-path request asks for the usage chunk a translated stream must add (a
+/// Chat Completions request to a virtual model that translates it).
+fn translate_usage(config: &Config, vm: usize, replay: &Replay) -> bool {
+    replay.endpoint == Endpoint::ChatCompletions
+        && config
+            .virtual_models
+            .get(vm)
+            .is_some_and(|vm| vm.translation.apis.contains(Api::ChatCompletions))
+        && crate::core::translate::request::wants_usage(&replay.body)
 }
 
 /// A request was routed: its metrics, and the decision's access-log fields when they are
