@@ -981,4 +981,5 @@ fn effects_past_the_inline_room_keep_their_order() {
 }
 
 mod commit;
+mod translate;
 mod zuplo;
