@@ -208,14 +208,14 @@ impl Machine {
         // Zuplo model load balancing, "Failures and retries": on these endpoints a failed
         // model fails the request, and a slow one is waited for ("Keeps waiting").
         let fail_fast = vm.is_some_and(|vm| vm.fail_fast.contains(replay.endpoint.api()));
+        let include_usage = start.include_usage
+            || translation::usage_asked(config, vm, &start.candidates, &replay, start.stream);
         let attempts = Attempts::new(start.candidates, start.pinned).with_fail_fast(fail_fast);
         let may_try_again =
             !start.router_path && attempts.may_try_again(|m| policy(config, vm_index, m));
         // A streamed first attempt is a call-out too: it needs the request.
         let streamed = start.streams_attempts;
         let endpoint = replay.endpoint;
-        let include_usage =
-            start.include_usage || translation::usage_asked(vm, &replay, start.stream);
         let replay = (may_try_again || streamed).then_some(replay);
         let mut m = Machine {
             virtual_model: vm_index,

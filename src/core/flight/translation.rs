@@ -9,7 +9,7 @@
 //! is held to its end and replaced at once.
 
 use super::*;
-use crate::core::endpoint::{Api, Endpoint};
+use crate::core::endpoint::Endpoint;
 use crate::core::translate::stream::{ChatToMessages, MessagesToChat};
 use crate::core::translate::{self, answer, Direction};
 
@@ -102,12 +102,24 @@ impl Translation {
     }
 }
 
-/// Whether the client's request asks for the usage chunk a translated stream must add: only a
-/// streamed Chat Completions request to a virtual model that translates it is read.
-pub(super) fn usage_asked(vm: Option<&VirtualModel>, replay: &Replay, stream: bool) -> bool {
+/// Whether the client's request asks for the usage chunk a translated stream must add: the
+/// body is read only for a streamed Chat Completions request with a candidate translated to
+/// Messages (the untranslated path pays for no parse).
+pub(super) fn usage_asked(
+    config: &Config,
+    vm: Option<&VirtualModel>,
+    candidates: &[ModelId],
+    replay: &Replay,
+    stream: bool,
+) -> bool {
+    let translated = |t: &ModelId| {
+        config.model(*t).is_some_and(|m| {
+            translate::direction(vm, replay.endpoint, m) == Some(Direction::ChatToMessages)
+        })
+    };
     stream
         && replay.endpoint == Endpoint::ChatCompletions
-        && vm.is_some_and(|vm| vm.translation.apis.contains(Api::ChatCompletions))
+        && candidates.iter().any(translated)
         && translate::request::wants_usage(&replay.body)
 }
 

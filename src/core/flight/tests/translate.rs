@@ -474,3 +474,36 @@ fn a_streamed_call_out_or_a_router_path_answer_reads_in_its_own_targets_dialect(
         assert_eq!(chunks[1]["choices"][0]["delta"]["content"], "Hello");
     }
 }
+
+#[test]
+fn a_stream_gets_the_usage_chunk_only_if_asked_and_a_whole_answer_held_for_its_time_is_translated()
+{
+    let config = config(MIXED);
+    let plain = CHAT.replace(r#","stream_options":{"include_usage":true}"#, "");
+    let (mut m, _) = begin(&config, Endpoint::ChatCompletions, &[0], &plain, true);
+    headers(&mut m, &config, 200);
+    body(&mut m, &config, &format!("{START}{DELTA}"), false);
+    let (_, effects) = body(&mut m, &config, END, true);
+    let (_, with) = replaced(&effects).expect("translated");
+    assert!(
+        chat_chunks(&with)
+            .iter()
+            .all(|c| c.get("usage").is_none_or(Value::is_null)),
+        "{with}"
+    );
+
+    // `fallback_timeout_ms` covers the whole answer: held by the machine, then translated.
+    let timed = MIXED.replace(
+        r#""model_types": ["chat"],"#,
+        r#""model_types": ["chat"], "fallback_timeout_ms": 5000,"#,
+    );
+    let config = super::config(&timed);
+    let (mut m, _) = begin(&config, Endpoint::ChatCompletions, &[0, 1], CHAT, false);
+    assert_eq!(headers(&mut m, &config, 200), (Flow::Hold, vec![]));
+    assert_eq!(body(&mut m, &config, MESSAGE, false), (Flow::Hold, vec![]));
+    let (flow, effects) = body(&mut m, &config, MESSAGE, true);
+    assert_eq!(flow, Flow::Continue);
+    assert!(delivery(&effects).drop_content_length);
+    let answer = json(&replaced(&effects).expect("translated").1);
+    assert_eq!(answer["object"], "chat.completion");
+}
