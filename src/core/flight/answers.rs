@@ -42,13 +42,16 @@ impl Machine {
         if self.streamed && (200..300).contains(&status) {
             self.pin_session(config, out);
         }
+        // A translated answer's length changes too; its content type (JSON, or an event
+        // stream) is the same in both APIs.
+        let translated = self.translate_from(config, answered_by, status, self.routed_ms / 1000);
         let ending = self.end(answered_by, status, gave_up);
         out.push(Effect::Deliver(Delivery {
             ending,
             headers: self.answer_headers(config, answered_by, gave_up),
             // A watched stream may end with an error event Switchboard adds: its length is
             // not known either.
-            drop_content_length: rewrite || self.dialect.is_some(),
+            drop_content_length: rewrite || translated || self.dialect.is_some(),
             hidden: self.hidden_headers(config, answered_by),
         }));
     }
@@ -191,6 +194,19 @@ impl Machine {
             }
         }
         self.state = State::Done;
+        // A translated attempt's answer goes back into the client's API (never minted: ids
+        // are minted for the Responses API only, which is never translated).
+        if let Some(body) = self.translated_reply(config, target, status, &answer.body, now_ms) {
+            let ending = self.end(target, status, gave_up);
+            out.push(Effect::Reply(Box::new(Reply {
+                ending,
+                added: self.answer_headers(config, target, gave_up),
+                hidden: self.hidden_headers(config, target),
+                answer: answer.headers,
+                body,
+            })));
+            return;
+        }
         let minted = match target.filter(|_| self.mint_ids) {
             Some(t) => self
                 .minter(config, t)

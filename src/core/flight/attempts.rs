@@ -146,6 +146,7 @@ impl Machine {
             self.last_switch = Some(kind);
             if let Some(call) = self.call(config, target) {
                 self.started_ms = now_ms;
+                self.aim(config, target);
                 if self.streamed {
                     self.stream_started(target, call.id, now_ms);
                 } else {

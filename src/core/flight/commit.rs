@@ -269,7 +269,8 @@ impl Machine {
 
     /// Ends the answer inside the chunk in hand: what it keeps of it, then the error event,
     /// their ids rewritten together (a Responses `response.failed` names the id the client
-    /// knows), and nothing after.
+    /// knows) or translated together (the error event is in the provider's dialect), and
+    /// nothing after.
     pub(super) fn end_in_chunk<'c>(
         &mut self,
         config: &'c Config,
@@ -281,7 +282,7 @@ impl Machine {
         let mut piece = Vec::with_capacity(kept.len() + cut.tail.len());
         piece.extend_from_slice(kept);
         piece.extend_from_slice(&cut.tail);
-        let with = self.rewrite_chunk(config, &piece, true).unwrap_or(piece);
+        let with = self.outgoing(config, &piece, true).unwrap_or(piece);
         out.push(Effect::ReplaceBody {
             len: chunk.len(),
             with,
@@ -375,7 +376,7 @@ impl Machine {
                     return;
                 };
                 let tail = terminal(config, self.routed_target, watcher, fault);
-                let tail = self.rewrite_chunk(config, &tail, true).unwrap_or(tail);
+                let tail = self.outgoing(config, &tail, true).unwrap_or(tail);
                 self.stream_failed(config, fault, out);
                 out.push(Effect::EndAnswer { tail });
             }

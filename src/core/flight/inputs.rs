@@ -57,6 +57,10 @@ pub struct Start {
     /// Every attempt goes through Envoy's router, which retries and falls back
     /// ([`crate::core::router_path`]): the machine makes no attempt of its own.
     pub router_path: bool,
+    /// The client's Chat Completions body asked for the usage chunk
+    /// (`stream_options.include_usage`), which a translated stream must add; read from the
+    /// request kept for replay when it is not set here (the router path keeps none).
+    pub include_usage: bool,
 }
 
 impl Start {
@@ -75,6 +79,7 @@ impl Start {
             dialect: if stream { Dialect::of(endpoint) } else { None },
             streams_attempts: false,
             router_path: false,
+            include_usage: false,
         }
     }
 
@@ -95,6 +100,7 @@ impl Start {
             dialect: None,
             streams_attempts: false,
             router_path: false,
+            include_usage: false,
         }
     }
 }

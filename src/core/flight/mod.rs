@@ -56,6 +56,7 @@ mod effects;
 mod inputs;
 mod outcome;
 mod records;
+mod translation;
 mod whole;
 
 pub use effects::{
@@ -67,8 +68,10 @@ pub use outcome::{call_outcome, health_outcome, hint_ms, router_outcome};
 pub use records::apply_health;
 
 use crate::core::config::{
-    Config, HeaderNames, ModelId, StreamRules, TargetPolicy, TimeoutRules, DIRECT_POLICY,
+    Config, HeaderNames, ModelId, StreamRules, TargetPolicy, TimeoutRules, VirtualModel,
+    DIRECT_POLICY,
 };
+use crate::core::endpoint::Endpoint;
 use crate::core::fallback::{AttemptOutcome, Attempts, Step};
 use crate::core::responses::rewrite::AnswerRewriter;
 use crate::core::routing::sticky::Session;
@@ -99,7 +102,7 @@ struct Measure {
 }
 
 /// The state of one forwarded request.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Machine {
     virtual_model: Option<usize>,
     attempts: Attempts,
@@ -155,8 +158,18 @@ pub struct Machine {
     streamed: bool,
     /// The streamed call-out whose answer is awaited.
     stream_call: CallId,
-    /// How the streamed answer's events read (a streaming request on a watched API).
+    /// How the streamed answer's events read (a streaming request on a watched API): the
+    /// dialect of the attempt's target, set as each attempt starts ([`Machine::aim`]).
     dialect: Option<Dialect>,
+    /// The client's dialect, when its request streams on a watched API.
+    client_dialect: Option<Dialect>,
+    /// The endpoint the client called.
+    endpoint: Endpoint,
+    /// A translated stream to a Chat Completions client ends with a usage chunk.
+    include_usage: bool,
+    /// The delivered answer came from a translated attempt: it goes back into the client's
+    /// API as it is delivered.
+    translation: Option<Box<translation::Translation>>,
     /// `stream_commit` and `stream_idle_timeout_ms`.
     stream_rules: StreamRules,
     /// A 2xx streamed answer held until its first content event.
@@ -195,11 +208,14 @@ impl Machine {
         // Zuplo model load balancing, "Failures and retries": on these endpoints a failed
         // model fails the request, and a slow one is waited for ("Keeps waiting").
         let fail_fast = vm.is_some_and(|vm| vm.fail_fast.contains(replay.endpoint.api()));
+        let include_usage = start.include_usage
+            || translation::usage_asked(config, vm, &start.candidates, &replay, start.stream);
         let attempts = Attempts::new(start.candidates, start.pinned).with_fail_fast(fail_fast);
         let may_try_again =
             !start.router_path && attempts.may_try_again(|m| policy(config, vm_index, m));
         // A streamed first attempt is a call-out too: it needs the request.
         let streamed = start.streams_attempts;
+        let endpoint = replay.endpoint;
         let replay = (may_try_again || streamed).then_some(replay);
         let mut m = Machine {
             virtual_model: vm_index,
@@ -233,6 +249,10 @@ impl Machine {
             streamed,
             stream_call: 0,
             dialect: start.dialect,
+            client_dialect: start.dialect,
+            endpoint,
+            include_usage,
+            translation: None,
             stream_rules: vm.map(|vm| vm.streams).unwrap_or_default(),
             commit: None,
             watch: None,
@@ -241,6 +261,9 @@ impl Machine {
             idle_seq: 0,
         };
         m.first_target = m.routed_target;
+        if let Some(target) = m.routed_target {
+            m.aim(config, target);
+        }
         if streamed {
             if let Some(target) = m.routed_target {
                 m.dispatch(config, target, AttemptKind::First, now_ms, out);
@@ -295,6 +318,7 @@ impl Machine {
     /// judged as that target's.
     pub fn router_answered(
         &mut self,
+        config: &Config,
         target: Option<ModelId>,
         (attempts, fallbacks): (u32, u32),
         last: Option<AttemptKind>,
@@ -302,6 +326,7 @@ impl Machine {
         if let Some(target) = target {
             self.routed_target = Some(target);
             self.attempts.made_by_router(target, attempts, fallbacks);
+            self.aim(config, target);
         }
         if attempts > 1 {
             self.last_switch = last;
@@ -397,8 +422,16 @@ impl Machine {
             }
             return Flow::Continue;
         }
-        if self.measure.is_none() && self.rewriter.is_none() && self.watch.is_none() {
+        if self.measure.is_none()
+            && self.rewriter.is_none()
+            && self.watch.is_none()
+            && self.translation.is_none()
+        {
             return Flow::Continue;
+        }
+        // A translated whole answer is held to its end: JSON translates only whole.
+        if !end && self.holds_translated() {
+            return Flow::Hold;
         }
         let chunk = facts.chunk();
         self.deliver_chunk(config, &chunk, 0, end, facts, out);
@@ -406,8 +439,8 @@ impl Machine {
     }
 
     /// Passes on a chunk of the delivered answer, from `from` not yet watched: watched for a
-    /// failure (which cuts it and ends the stream), timed, its usage read and its ids
-    /// rewritten.
+    /// failure (which cuts it and ends the stream), timed, its usage read (all in the
+    /// provider's own events), then its ids rewritten or translated into the client's API.
     fn deliver_chunk<'c>(
         &mut self,
         config: &'c Config,
@@ -437,7 +470,7 @@ impl Machine {
         match cut {
             Some(cut) => self.end_in_chunk(config, chunk, cut, out),
             None => {
-                if let Some(with) = self.rewrite_chunk(config, chunk, end) {
+                if let Some(with) = self.outgoing(config, chunk, end) {
                     out.push(Effect::ReplaceBody {
                         len: chunk.len(),
                         with,

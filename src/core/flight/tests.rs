@@ -81,6 +81,7 @@ fn start_timed(
         dialect: None,
         streams_attempts: false,
         router_path: false,
+        include_usage: false,
     };
     edit(&mut start);
     let replay = Replay {
@@ -980,4 +981,5 @@ fn effects_past_the_inline_room_keep_their_order() {
 }
 
 mod commit;
+mod translate;
 mod zuplo;

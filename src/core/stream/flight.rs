@@ -138,7 +138,8 @@ impl Flight {
             _ => None,
         });
         let made = (answer.attempts, answer.fallbacks);
-        self.machine.router_answered(answer.target, made, last);
+        self.machine
+            .router_answered(&plugin.config, answer.target, made, last);
         let mut out = Effects::new();
         for effect in answer.log {
             out.push(effect);

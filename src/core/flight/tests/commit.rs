@@ -232,6 +232,7 @@ fn start_streamed(config: &Config) -> (Machine, Vec<Effect<'_>>) {
         dialect: Some(Dialect::ChatCompletions),
         streams_attempts: true,
         router_path: false,
+        include_usage: false,
     };
     let replay = Replay {
         endpoint: Endpoint::ChatCompletions,

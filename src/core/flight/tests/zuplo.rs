@@ -43,6 +43,7 @@ fn begin_over<'c>(
         dialect: None,
         streams_attempts: false,
         router_path: false,
+        include_usage: false,
     };
     let replay = Replay {
         endpoint,
