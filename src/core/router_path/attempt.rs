@@ -15,6 +15,7 @@ use crate::core::fallback::{AttemptOutcome, StreamFault};
 use crate::core::flight::{health_outcome, Attempt, AttemptKind, Effect, Replay};
 use crate::core::outbound::{outbound, ClientRequest, Outbound};
 use crate::core::sse::{Dialect, Event, Watcher};
+use crate::core::translate::direction;
 
 /// What one attempt's request becomes before it leaves.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,6 +59,26 @@ enum Seen {
     Answered,
     /// A failure the router retries, recorded.
     Settled,
+}
+
+#[cfg(test)]
+impl AttemptWatch {
+    /// A watch of attempt `number` in `dialect`, as [`RouterFlight::on_status`] makes one.
+    pub fn for_test(number: u32, dialect: Dialect) -> Self {
+        AttemptWatch {
+            number,
+            watcher: Watcher::new(dialect),
+            fed: 0,
+        }
+    }
+}
+
+#[cfg(test)]
+impl RouterFlight {
+    /// [`RouterFlight::dialect_of`], for a test.
+    pub fn dialect_of_for_test(&self, config: &Config, number: u32) -> Dialect {
+        self.dialect_of(config, number)
+    }
 }
 
 /// The request's attempts, shared by its Switchboard filter and its upstream passes.
@@ -122,6 +143,19 @@ impl RouterFlight {
             stored_path: None,
         };
         outbound(config, vm, self.target(number)?, &client)
+    }
+
+    /// How attempt `number`'s answer reads: the provider's own events, in its target's API when
+    /// the attempt is translated (`translate`).
+    fn dialect_of(&self, config: &Config, number: u32) -> Dialect {
+        let vm = config.virtual_models.get(self.plan.virtual_model);
+        let translated = self
+            .target(number)
+            .and_then(|t| config.model(t))
+            .and_then(|m| direction(vm, self.client.endpoint, m));
+        translated
+            .and_then(|d| Dialect::of(d.target_endpoint()))
+            .unwrap_or(self.dialect)
     }
 
     /// Attempt `number` (the router's `x-envoy-attempt-count`) leaves at `now_ms`: its request,
@@ -232,7 +266,7 @@ impl RouterFlight {
             self.mark(number, Seen::Held);
             return Some(AttemptWatch {
                 number,
-                watcher: Watcher::new(self.dialect),
+                watcher: Watcher::new(self.dialect_of(config, number)),
                 fed: 0,
             });
         }

@@ -30,7 +30,7 @@ const CONFIG: &str = r#"{
   ]
 }"#;
 
-const BODY: &[u8] = br#"{"model":"vm","stream":true,"messages":[]}"#;
+const BODY: &[u8] = br#"{"model":"vm","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
 
 fn config(text: &str) -> Config {
     Config::parse(text.as_bytes()).unwrap()
@@ -267,4 +267,40 @@ fn an_attempt_with_no_answer_is_a_connection_failure_and_one_cut_while_held_a_re
     );
     // The router's answer is attempt 3's, still held when it came (its commit bound): b's.
     assert_eq!(answer.target, Some(id(&c, "b")));
+}
+
+#[test]
+fn a_translated_attempt_is_watched_in_its_targets_own_events() {
+    // c is Claude: a chat request is translated for it (the default `translate`), and its
+    // answer comes as Anthropic events until the Switchboard filter translates it back.
+    let text = CONFIG.replace(
+        r#"{"name": "c", "cluster": "c", "model": "gpt-c", "provider": "openai",
+     "authority": "c.example", "headers": {"authorization": "Bearer key-c"}}"#,
+        r#"{"name": "c", "cluster": "c", "model": "claude-c", "provider": "anthropic",
+     "authority": "c.example", "headers": {"x-api-key": "key-c"}}"#,
+    );
+    let c = config(&text);
+    let mut f = flight(&c);
+    for n in 1..=3 {
+        f.begin(&c, n, 0).unwrap();
+    }
+    let to_claude = f.begin(&c, 4, 0).unwrap();
+    assert_eq!(set(&to_claude, ":path"), Some("/v1/messages"));
+    // Attempt 4 is the last: pretend one more follows by watching it as attempt 3 would be.
+    let mut watch = AttemptWatch::for_test(3, f.dialect_of_for_test(&c, 4));
+    let opening = b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"claude-c\",\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\n";
+    assert_eq!(f.on_body(&c, &mut watch, opening, false), BodyVerdict::Hold);
+    let mut failed = opening.to_vec();
+    failed.extend_from_slice(b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n");
+    assert_eq!(f.on_body(&c, &mut watch, &failed, false), BodyVerdict::Fail);
+    // And its first text delta commits it.
+    let mut watch = AttemptWatch::for_test(3, f.dialect_of_for_test(&c, 4));
+    let mut content = opening.to_vec();
+    content.extend_from_slice(b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n");
+    assert_eq!(
+        f.on_body(&c, &mut watch, &content, false),
+        BodyVerdict::Pass
+    );
+    assert_eq!(f.dialect_of_for_test(&c, 4), Dialect::Messages);
+    assert_eq!(f.dialect_of_for_test(&c, 1), Dialect::ChatCompletions);
 }
