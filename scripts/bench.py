@@ -78,13 +78,29 @@ class Scenario:
     conns: int  # wrk connections
     targets: int = 2
     sticky: bool = False
-    kind: str = "chat"  # chat | stream | fallback | stream-fallback | memory | stream-memory
+    # chat | stream | fallback | stream-fallback | memory | stream-memory | translated |
+    # translated-stream
+    kind: str = "chat"
     quick: bool = False  # part of BENCH_QUICK's default set
 
     @property
     def streamed(self) -> bool:
         """The request asks for a stream and the good upstream answers one."""
-        return self.kind in ("stream", "stream-fallback", "stream-memory")
+        return self.kind in ("stream", "stream-fallback", "stream-memory", "translated-stream")
+
+    @property
+    def translated(self) -> bool:
+        """An Anthropic Messages request to a virtual model translating it for its targets,
+        which speak Chat Completions (the lean upstream): the request and the answer are
+        translated."""
+        return self.kind in ("translated", "translated-stream")
+
+    @property
+    def path(self) -> str:
+        return "/v1/messages" if self.translated else "/v1/chat/completions"
+
+    def body(self) -> bytes:
+        return messages_body(self.size, self.streamed) if self.translated else chat_body(self.size, self.streamed)
 
     @property
     def falls_back(self) -> bool:
@@ -99,6 +115,8 @@ MB_MEMORY = "1 MB prompt, 8 connections (memory)"
 STREAM = "1.5 KB chat streamed (SSE), 16 connections"
 STREAM_FALLBACK = "1.5 KB chat streamed, 16 connections, every request falls back after a 503"
 STREAM_MEMORY = "Memory per in-flight streamed fallback (128 streams held open)"
+TRANSLATED = "1.5 KB Messages request translated to Chat Completions, 16 connections"
+TRANSLATED_STREAM = "1.5 KB Messages request translated, streamed, 16 connections"
 SCENARIOS = [
     Scenario(MAIN, 1536, 16, quick=True),
     Scenario(ONE_CONN, 1536, 1, quick=True),
@@ -112,6 +130,8 @@ SCENARIOS = [
     # Not timed: 128 streams held open at once, Envoy's memory read while they are
     # (stream_memory.py); enough that the allocator's steps are a small part of the growth.
     Scenario(STREAM_MEMORY, 1536, 128, kind="stream-memory"),
+    Scenario(TRANSLATED, 1536, 16, kind="translated"),
+    Scenario(TRANSLATED_STREAM, 1536, 16, kind="translated-stream"),
 ]
 
 
@@ -129,7 +149,17 @@ def chat_body(size: int, stream: bool = False) -> bytes:
     return json.dumps(base).encode()
 
 
-def plugin_config(targets: int, sticky: bool = False, fallback: bool = False) -> dict:
+def messages_body(size: int, stream: bool = False) -> bytes:
+    """The Anthropic Messages request of `chat_body`'s size and prompt."""
+    chat = json.loads(chat_body(size, stream))
+    body = {"model": "bench/chat", "max_tokens": 8, "system": chat["messages"][0]["content"],
+            "messages": [chat["messages"][1]], "temperature": 0.2}
+    if stream:
+        body["stream"] = True
+    return json.dumps(body).encode()
+
+
+def plugin_config(targets: int, sticky: bool = False, fallback: bool = False, translate: bool = False) -> dict:
     """`targets` weighted targets with an `authorization` header each. With `fallback`, two
     targets: the first (weight 100) on the cluster that answers 503, whose failures are not
     counted against its health (so every request tries it, then falls back to the second)."""
@@ -144,8 +174,10 @@ def plugin_config(targets: int, sticky: bool = False, fallback: bool = False) ->
     if sticky:
         routing["sticky_routing"] = {"ttl_seconds": 3600,
                                      "session_identifiers": [{"key": "x-user-id", "source": "headers"}]}
-    return {"models": models, "virtual_models": [{
-        "name": "bench/chat", "model_types": ["chat"], "routing_config": routing}]}
+    vm = {"name": "bench/chat", "model_types": ["chat"], "routing_config": routing}
+    if translate:
+        vm["translate"] = ["chat_completions", "messages"]
+    return {"models": models, "virtual_models": [vm]}
 
 
 def native_filter(config: dict) -> dict:
@@ -181,7 +213,7 @@ def noop(mode: str, vm_id: str) -> dict:
 
 def configurations(s: Scenario) -> dict[str, list[dict]]:
     """The filters of each Envoy in the scenario, in the order they are loaded each round."""
-    sb_config = plugin_config(s.targets, s.sticky, fallback=s.falls_back)
+    sb_config = plugin_config(s.targets, s.sticky, fallback=s.falls_back, translate=s.translated)
     configs = {
         "plain": [],
         "no-op": [noop("", "noop")],
@@ -324,7 +356,7 @@ def to_us(text: str) -> float:
     return float(m.group(1)) * {"us": 1, "ms": 1e3, "s": 1e6}[m.group(2)]
 
 
-def wrk(url: str, body_path: str, connections: int, seconds: float) -> dict:
+def wrk(url: str, body_path: str, connections: int, seconds: float, path: str = "/v1/chat/completions") -> dict:
     """One wrk run on the load CPU; its own CPU comes from the children's rusage."""
     script = Path(tempfile.mkstemp(suffix=".lua")[1])
     script.write_text(
@@ -339,7 +371,7 @@ def wrk(url: str, body_path: str, connections: int, seconds: float) -> dict:
     before = children_cpu_s()
     try:
         out = subprocess.run(["taskset", "-c", str(LOAD_CPU), "wrk", "-t1", f"-c{connections}", f"-d{duration}",
-                              "--timeout", "10s", "--latency", "-s", str(script), f"{url}/v1/chat/completions"],
+                              "--timeout", "10s", "--latency", "-s", str(script), f"{url}{path}"],
                              capture_output=True, text=True, timeout=seconds + 30).stdout
     finally:
         script.unlink()
@@ -358,7 +390,7 @@ def wrk(url: str, body_path: str, connections: int, seconds: float) -> dict:
 
 def check_answer(url: str, body: bytes, label: str, s: Scenario) -> None:
     """One request before measuring: a configuration that answers wrongly is not benchmarked."""
-    r = requests.post(f"{url}/v1/chat/completions", data=body, timeout=10,
+    r = requests.post(f"{url}{s.path}", data=body, timeout=10,
                       headers={"content-type": "application/json", "x-user-id": "bench-user-42"})
     switchboard = label.startswith(("switchboard", "native")) and "no-op" not in label
     problem = answer_problem(r, s, switchboard, fallback=switchboard and s.falls_back)
@@ -375,7 +407,19 @@ def answer_problem(r: requests.Response, s: Scenario, switchboard: bool, fallbac
         return "no x-switchboard-resolved-model header"
     if fallback and r.headers.get("x-switchboard-attempts") != "2":
         return f"expected a fallback (attempts 2), got {r.headers.get('x-switchboard-attempts')}"
+    if switchboard and s.translated:
+        return translated_problem(r, s)
     return stream_problem(r) if s.streamed else None
+
+
+def translated_problem(r: requests.Response, s: Scenario) -> str | None:
+    """What is wrong with an answer translated back to Anthropic Messages: not a `message`, or a
+    stream that does not end with `message_stop`."""
+    if not s.streamed:
+        return None if r.json().get("type") == "message" else f"not a message: {r.text[:200]}"
+    if not r.text.rstrip().endswith('data: {"type":"message_stop"}'):
+        return f"the translated stream did not end with message_stop: {r.text[-120:]!r}"
+    return None
 
 
 # The lean upstream's stream: five events, the last `data: [DONE]`.
@@ -395,7 +439,7 @@ def stream_problem(r: requests.Response) -> str | None:
 
 def run_scenario(s: Scenario, upstream: Upstream) -> dict:
     body = Path(tempfile.mkstemp(suffix=".json")[1])
-    payload = chat_body(s.size, stream=s.streamed)
+    payload = s.body()
     body.write_bytes(payload)
     clusters = upstream.clusters(s)
     envoys = {}
@@ -406,14 +450,14 @@ def run_scenario(s: Scenario, upstream: Upstream) -> dict:
         idle_wasm = {k: wasm_memory_kb(e.proc.pid) for k, e in envoys.items()}
         for label, e in envoys.items():
             check_answer(e.url, payload, label, s)
-            wrk(e.url, str(body), s.conns, 1)  # warm up: V8 compiles lazily, connections open
+            wrk(e.url, str(body), s.conns, 1, s.path)  # warm up: V8 compiles lazily, connections open
         runs = {k: [] for k in envoys}
         for _ in range(VERDICT_ROUNDS if s.name == MAIN else ROUNDS):
             for label, e in envoys.items():
                 started = time.monotonic()
                 envoy_before, up_before = cpu_ns(e.proc.pid), cpu_ns(upstream.proc.pid)
                 core_before = cpu_times(ENVOY_CPU)
-                r = wrk(e.url, str(body), s.conns, SECONDS)
+                r = wrk(e.url, str(body), s.conns, SECONDS, s.path)
                 r["stolen"] = stolen(core_before, cpu_times(ENVOY_CPU))
                 elapsed = time.monotonic() - started
                 envoy_ns, up_ns = cpu_ns(e.proc.pid) - envoy_before, cpu_ns(upstream.proc.pid) - up_before

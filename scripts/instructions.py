@@ -15,7 +15,9 @@ build's floor: the no-op dynamic module (tools/noop-native) making the same call
 
 `INSTR_SCENARIO` picks the request and the upstream: `chat` (default) the 1.5 KB chat;
 `stream` the same chat with `"stream": true`, answered by the lean upstream's five-event SSE
-stream; `stream-fallback` that stream after a 503: Switchboard's first target (the `failing`
+stream; `translated` and `translated-stream` an Anthropic Messages request of the same prompt to a
+virtual model that translates it for its Chat Completions targets (the request and the answer
+translated); `stream-fallback` that stream after a 503: Switchboard's first target (the `failing`
 cluster) answers 503 to every request, which falls back to the stream. Every configuration's
 `provider` cluster, the floors' included, is the port that answers the scenario's good answer.
 
@@ -55,8 +57,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
-from bench import (MAIN, NOOP_WASM, SCENARIOS, STREAM, STREAM_FALLBACK, Scenario, Upstream,  # noqa: E402
-                   answer_problem, chat_body, native_filter, native_noop, plugin_config)
+from bench import (MAIN, NOOP_WASM, SCENARIOS, STREAM, STREAM_FALLBACK, TRANSLATED,  # noqa: E402
+                   TRANSLATED_STREAM, Scenario, Upstream,
+                   answer_problem, native_filter, native_noop, plugin_config)
 from harness import (ENVOY_BIN, NATIVE_DIR, WASM, bootstrap, envoy_config, free_ports,  # noqa: E402
                      plugin_config_of, stop_process, wasm_filter, with_router_fallbacks)
 
@@ -65,7 +68,8 @@ WARMUP = int(os.environ.get("INSTR_WARMUP", "30"))
 NATIVE_SO_DIR = Path(os.environ.get("INSTR_NATIVE_DIR", str(NATIVE_DIR))).resolve()
 START_TIMEOUT_S = 900  # V8 compiles the module under valgrind: minutes on a busy machine
 # INSTR_SCENARIO's choices: the `make bench` scenario whose request and upstream are counted.
-SCENARIO_NAMES = {"chat": MAIN, "stream": STREAM, "stream-fallback": STREAM_FALLBACK}
+SCENARIO_NAMES = {"chat": MAIN, "stream": STREAM, "stream-fallback": STREAM_FALLBACK,
+                  "translated": TRANSLATED, "translated-stream": TRANSLATED_STREAM}
 # The configurations without Switchboard: they neither route nor fall back.
 FLOORS = {"plain", "no-op", "held", "calls", "native-calls"}
 
@@ -100,7 +104,7 @@ def filters_for(name: str, s: Scenario) -> list[dict]:
     # Under valgrind a request takes 100 ms or more, so the worker's health view (kept 100 ms
     # by default) would be re-read from shared data on every request instead of once per
     # thousand or so: keep it for the run, as a fast Envoy effectively does.
-    config = {**plugin_config(2, fallback=s.falls_back), "health_view_ms": 10_000}
+    config = {**plugin_config(2, fallback=s.falls_back, translate=s.translated), "health_view_ms": 10_000}
     if name == "switchboard":
         return [wasm_filter(config)]
     if name == "switchboard-router":
@@ -200,12 +204,12 @@ def measure(name: str, upstream: Upstream, s: Scenario = SCENARIOS[0]) -> dict[s
             time.sleep(1)
         else:
             raise RuntimeError("Envoy under valgrind did not become ready")
-        body = chat_body(s.size, stream=s.streamed)
+        body = s.body()
         session = requests.Session()
 
         def send(n: int) -> None:
             for _ in range(n):
-                r = session.post(f"http://127.0.0.1:{listen}/v1/chat/completions", data=body, timeout=120,
+                r = session.post(f"http://127.0.0.1:{listen}{s.path}", data=body, timeout=120,
                                  headers={"content-type": "application/json", "x-user-id": "bench-user-42"})
                 routed = name not in FLOORS
                 problem = answer_problem(r, s, switchboard=routed, fallback=routed and s.falls_back)
