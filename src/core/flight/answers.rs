@@ -196,18 +196,8 @@ impl Machine {
         self.state = State::Done;
         // A translated attempt's answer goes back into the client's API (never minted: ids
         // are minted for the Responses API only, which is never translated).
-        if let Some(body) = self.translated_reply(config, target, status, &answer.body, now_ms) {
-            let ending = self.end(target, status, gave_up);
-            out.push(Effect::Reply(Box::new(Reply {
-                ending,
-                added: self.answer_headers(config, target, gave_up),
-                hidden: self.hidden_headers(config, target),
-                answer: answer.headers,
-                body,
-            })));
-            return;
-        }
-        let minted = match target.filter(|_| self.mint_ids) {
+        let translated = self.translated_reply(config, target, status, &answer.body, now_ms);
+        let minted = match target.filter(|_| self.mint_ids && translated.is_none()) {
             Some(t) => self
                 .minter(config, t)
                 .map(|mut m| rewrite_whole(&answer.body, &mut m)),
@@ -219,7 +209,7 @@ impl Machine {
             added: self.answer_headers(config, target, gave_up),
             hidden: self.hidden_headers(config, target),
             answer: answer.headers,
-            body: minted.unwrap_or(answer.body),
+            body: translated.or(minted).unwrap_or(answer.body),
         })));
     }
 
