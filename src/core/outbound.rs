@@ -283,6 +283,22 @@ fn brings_credential(model: &Model, o: Option<&HeadersOverride>) -> bool {
     model.sets_credential || o.is_some_and(|o| o.set.iter().any(|(n, _)| is_credential(n)))
 }
 
+/// Whether an attempt at `target` (a catalog model, or a target of `vm`) carries the gateway's
+/// own credential rather than the client's.
+pub fn carries_gateway_credential(
+    config: &Config,
+    vm: Option<&VirtualModel>,
+    target: ModelId,
+) -> bool {
+    let Some(model) = config.model(target) else {
+        return false;
+    };
+    let o = vm
+        .and_then(|vm| vm.target(target))
+        .map(|t| &t.headers_override);
+    brings_credential(model, o)
+}
+
 /// The provider's answer headers the client must not see from an answer by `target`: its
 /// `account_headers.response` when the attempt carried the gateway's credential (they name the
 /// gateway's organisation or project), else none.

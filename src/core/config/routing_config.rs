@@ -513,9 +513,13 @@ mod tests {
             (d.retry_attempts, d.retry_delay_ms, d.fallback_candidate),
             (0, 100, true)
         );
-        for code in [401, 403, 404, 408, 429, 500, 502, 503] {
+        for code in [401, 403, 404, 408, 429, 500, 502, 503, 529] {
             assert!(d.fallback_on.contains(code), "{code}");
         }
+        assert!(
+            d.retry_on.contains(529),
+            "Anthropic's overloaded_error is retried"
+        );
         assert!(!d.fallback_on.contains(504));
         assert_eq!(vm.fallback_timeout_ms, None);
     }

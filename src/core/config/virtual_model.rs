@@ -23,10 +23,10 @@ pub struct TargetPolicy {
     /// "Failures and retries": a model that "can't be reached" moves to the retry model at once
     /// (false).
     pub retry_no_answer: bool,
-    /// `retry_config.on_status_codes` (default 429, 500, 502, 503).
+    /// `retry_config.on_status_codes` (default 429, 500, 502, 503, 529).
     pub retry_on: StatusSet,
     /// `fallback_status_codes`: codes that move the request to another target
-    /// (default 401, 403, 404, 408, 429, 500, 502, 503).
+    /// (default 401, 403, 404, 408, 429, 500, 502, 503, 529).
     pub fallback_on: StatusSet,
     /// `fallback_candidate`: may receive other targets' fallback traffic (default true).
     pub fallback_candidate: bool,
@@ -41,8 +41,10 @@ impl Default for TargetPolicy {
             retry_delay_ms: 100,
             retry_backoff: 1,
             retry_no_answer: true,
-            retry_on: StatusSet::of(&[429, 500, 502, 503]),
-            fallback_on: StatusSet::of(&[401, 403, 404, 408, 429, 500, 502, 503]),
+            // 529 is Anthropic's `overloaded_error` (Anthropic API errors): an overloaded Claude
+            // is retried and falls back like a 503 (issue 29, "Overloaded").
+            retry_on: StatusSet::of(&[429, 500, 502, 503, 529]),
+            fallback_on: StatusSet::of(&[401, 403, 404, 408, 429, 500, 502, 503, 529]),
             fallback_candidate: true,
             sla: None,
         }

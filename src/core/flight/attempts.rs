@@ -92,8 +92,21 @@ impl Machine {
         out.push(Effect::Record {
             target,
             outcome,
-            health: health_outcome(model, outcome, hint),
+            health: health_outcome(
+                model,
+                outcome,
+                self.gateway_credential(config, target),
+                hint,
+            ),
         });
+    }
+
+    /// Whether an attempt at `target` carried the gateway's credential.
+    fn gateway_credential(&self, config: &Config, target: ModelId) -> bool {
+        let vm = self
+            .virtual_model
+            .and_then(|i| config.virtual_models.get(i));
+        crate::core::outbound::carries_gateway_credential(config, vm, target)
     }
 
     /// Starts the attempt `step` asks for, now or after its delay.

@@ -59,12 +59,19 @@ pub fn call_outcome(answer: Option<&super::CallAnswer>) -> AttemptOutcome {
 /// What an attempt's outcome does to `model`'s health. Statuses the model does not count as
 /// failures and that are not successes (a 404, say) change nothing. The provider's "come back
 /// in" hint is only read from a 429 (agentgateway virtual models, "Health vs eviction"), and only then is `hint` called.
+///
+/// A 401 or 403 answered to the client's own credential (`gateway_credential` false: no
+/// catalog or override credential was sent) is the client's failure, not the target's: one
+/// tenant's bad key never moves another tenant's traffic (issue 29, "The client's fault is not
+/// the target's").
 pub fn health_outcome(
     model: &Model,
     outcome: AttemptOutcome,
+    gateway_credential: bool,
     hint: impl FnOnce() -> Option<u64>,
 ) -> Option<Outcome> {
     match outcome {
+        AttemptOutcome::Status(401 | 403) if !gateway_credential => None,
         AttemptOutcome::Status(s) if model.health.is_failure(s) => Some(Outcome::Failure {
             hint_ms: if s == 429 { hint() } else { None },
         }),
@@ -154,5 +161,25 @@ mod tests {
             call_outcome(Some(&answer(&plain, "{\"error\":{}}"))),
             AttemptOutcome::Status(503)
         );
+    }
+
+    #[test]
+    fn a_401_to_the_clients_own_key_is_not_the_targets_failure() {
+        let config = crate::core::config::Config::parse(
+            br#"{"models": [{"name": "m", "cluster": "c", "model": "m"}]}"#,
+        )
+        .unwrap();
+        let model = &config.models[0];
+        for status in [401, 403] {
+            let outcome = AttemptOutcome::Status(status);
+            assert_eq!(health_outcome(model, outcome, false, || None), None);
+            assert_eq!(
+                health_outcome(model, outcome, true, || None),
+                Some(Outcome::Failure { hint_ms: None })
+            );
+        }
+        // Whoever's key it was, a 5xx is the target's.
+        let failed = health_outcome(model, AttemptOutcome::Status(503), false, || None);
+        assert_eq!(failed, Some(Outcome::Failure { hint_ms: None }));
     }
 }

@@ -243,8 +243,18 @@ impl RouterFlight {
         self.log.push(Effect::Record {
             target,
             outcome,
-            health: health_outcome(model, outcome, || None),
+            health: health_outcome(
+                model,
+                outcome,
+                self.gateway_credential(config, target),
+                || None,
+            ),
         });
+    }
+
+    fn gateway_credential(&self, config: &Config, target: ModelId) -> bool {
+        let vm = config.virtual_models.get(self.plan.virtual_model);
+        crate::core::outbound::carries_gateway_credential(config, vm, target)
     }
 
     /// Attempt `number`'s answer started with `status` (`ends`: nothing follows). A good

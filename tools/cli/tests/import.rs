@@ -187,7 +187,8 @@ impl Replay {
         let Some(Named::Catalog(id, m)) = self.config.lookup(model) else {
             panic!("{model} is not a catalog model");
         };
-        if let Some(o) = health_outcome(m, outcome, || hint_ms) {
+        // The replay checks the seeds' eviction rules: a 401 or 403 counts, as to the gateway's key.
+        if let Some(o) = health_outcome(m, outcome, true, || hint_ms) {
             self.records[id.0].record(o, now_ms, &m.health);
         }
     }

@@ -1,0 +1,49 @@
+"""Failures told apart (issue 29, in part): Anthropic's 529 `overloaded_error` is retried and
+falls back like a 503, and a 401 answered to a client's own key is that client's failure, not
+the target's: one tenant's bad key never moves another tenant's traffic."""
+
+import requests
+
+QUESTION = [{"role": "user", "content": "hello"}]
+
+
+def test_an_overloaded_claude_falls_back(stack):
+    stack.provider("a", strict="anthropic", host_name="api.anthropic.com", api_key="sk-ant", fail_status=529)
+    b = stack.provider("b", strict="anthropic", host_name="api.anthropic.com", api_key="sk-ant")
+    claude = lambda name: {"name": name, "cluster": name, "model": "claude-sonnet-4-5", "provider": "anthropic",
+                           "authority": "api.anthropic.com", "visibility": "internal",
+                           "headers": {"x-api-key": "sk-ant"}}
+    envoy = stack.envoy({"models": [claude("a"), claude("b")], "virtual_models": [{
+        "name": "vm", "model_types": ["chat"], "routing_config": {
+            "type": "priority-based-routing", "load_balance_targets": [
+                {"target": "a", "priority": 0}, {"target": "b", "priority": 1}]}}]})
+    r = requests.post(f"{envoy.url}/v1/messages", timeout=10, headers={"anthropic-version": "2023-06-01"},
+                      json={"model": "vm", "max_tokens": 64, "messages": QUESTION})
+    assert r.status_code == 200 and r.json()["type"] == "message", r.text
+    assert r.headers["x-switchboard-resolved-model"] == "b" and len(b.requests()) == 1
+
+
+def test_one_tenants_bad_key_does_not_move_anothers_traffic(stack):
+    # `a` forwards the client's own key (no catalog credential); `b` has the gateway's.
+    stack.provider("a", strict="openai", host_name="api.openai.com", api_key="sk-tenant-good")
+    stack.provider("b", strict="openai", host_name="api.openai.com", api_key="sk-gateway")
+    models = [{"name": "a", "cluster": "a", "model": "gpt-4o", "authority": "api.openai.com",
+               "visibility": "internal"},
+              {"name": "b", "cluster": "b", "model": "gpt-4o", "authority": "api.openai.com",
+               "visibility": "internal", "headers": {"authorization": "Bearer sk-gateway"}}]
+    envoy = stack.envoy({"models": models, "virtual_models": [{
+        "name": "vm", "model_types": ["chat"], "routing_config": {
+            "type": "priority-based-routing", "load_balance_targets": [
+                {"target": "a", "priority": 0}, {"target": "b", "priority": 1}]}}]})
+
+    def ask(key: str) -> requests.Response:
+        return requests.post(f"{envoy.url}/v1/chat/completions", timeout=10,
+                             headers={"authorization": f"Bearer {key}"},
+                             json={"model": "vm", "messages": QUESTION})
+
+    for _ in range(4):  # more than the two failures that make a target unhealthy
+        r = ask("sk-tenant-bad")
+        assert r.status_code == 200 and r.headers["x-switchboard-resolved-model"] == "b"
+    good = ask("sk-tenant-good")
+    assert good.status_code == 200
+    assert good.headers["x-switchboard-resolved-model"] == "a", "a bad key made the target unhealthy"
