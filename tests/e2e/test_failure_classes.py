@@ -1,6 +1,7 @@
 """Failures told apart (issue 29, in part): Anthropic's 529 `overloaded_error` is retried and
-falls back like a 503, and a 401 answered to a client's own key is that client's failure, not
-the target's: one tenant's bad key never moves another tenant's traffic."""
+falls back like a 503, and a 401 answered to a client's own key, or a 400 for a client's bad
+request, is that client's failure, not the target's: one tenant never moves another tenant's
+traffic."""
 
 import requests
 
@@ -47,3 +48,22 @@ def test_one_tenants_bad_key_does_not_move_anothers_traffic(stack):
     good = ask("sk-tenant-good")
     assert good.status_code == 200
     assert good.headers["x-switchboard-resolved-model"] == "a", "a bad key made the target unhealthy"
+
+
+def test_one_tenants_bad_requests_do_not_move_anothers_traffic(stack):
+    # A strict provider refuses an unknown field with a 400, as OpenAI does: the client's fault.
+    stack.provider("a", strict="openai", host_name="api.openai.com", api_key="sk-gateway")
+    stack.provider("b", strict="openai", host_name="api.openai.com", api_key="sk-gateway")
+    model = lambda name: {"name": name, "cluster": name, "model": "gpt-4o", "authority": "api.openai.com",
+                          "visibility": "internal", "headers": {"authorization": "Bearer sk-gateway"}}
+    envoy = stack.envoy({"models": [model("a"), model("b")], "virtual_models": [{
+        "name": "vm", "model_types": ["chat"], "routing_config": {
+            "type": "priority-based-routing", "load_balance_targets": [
+                {"target": "a", "priority": 0}, {"target": "b", "priority": 1}]}}]})
+    url = f"{envoy.url}/v1/chat/completions"
+    for _ in range(4):
+        bad = requests.post(url, timeout=10, json={"model": "vm", "messages": QUESTION, "not_a_field": 1})
+        assert bad.status_code == 400 and bad.headers["x-switchboard-resolved-model"] == "a"
+    good = requests.post(url, timeout=10, json={"model": "vm", "messages": QUESTION})
+    assert good.status_code == 200
+    assert good.headers["x-switchboard-resolved-model"] == "a", "bad requests made the target unhealthy"
