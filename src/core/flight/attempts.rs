@@ -86,27 +86,12 @@ impl Machine {
         hint: impl FnOnce() -> Option<u64>,
         out: &mut Effects<'c>,
     ) {
-        let Some((target, model)) = target.and_then(|t| Some((t, config.model(t)?))) else {
-            return;
-        };
-        out.push(Effect::Record {
-            target,
-            outcome,
-            health: health_outcome(
-                model,
-                outcome,
-                self.gateway_credential(config, target),
-                hint,
-            ),
-        });
-    }
-
-    /// Whether an attempt at `target` carried the gateway's credential.
-    fn gateway_credential(&self, config: &Config, target: ModelId) -> bool {
         let vm = self
             .virtual_model
             .and_then(|i| config.virtual_models.get(i));
-        crate::core::outbound::carries_gateway_credential(config, vm, target)
+        if let Some(effect) = target.and_then(|t| attempt_record(config, vm, t, outcome, hint)) {
+            out.push(effect);
+        }
     }
 
     /// Starts the attempt `step` asks for, now or after its delay.

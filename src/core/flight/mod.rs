@@ -64,8 +64,9 @@ pub use effects::{
     Ending, Failure, Flow, Reply, Summary, Tokens,
 };
 pub use inputs::{AnswerFacts, CallAnswer, Replay, Start};
-pub use outcome::{call_outcome, health_outcome, hint_ms, router_outcome};
+pub use outcome::{attempt_record, call_outcome, health_outcome, hint_ms, router_outcome};
 pub use records::apply_health;
+pub use translation::usage_asked;
 
 use crate::core::config::{
     Config, HeaderNames, ModelId, StreamRules, TargetPolicy, TimeoutRules, VirtualModel,

@@ -1,11 +1,13 @@
 //! Reading an attempt's answer: how it ended, what it means for the target's health, and the
 //! provider's "come back in" hint.
 
-use crate::core::config::Model;
+use super::Effect;
+use crate::core::config::{Config, Model, ModelId, VirtualModel};
 use crate::core::fallback::AttemptOutcome;
 use crate::core::headers::Headers;
 use crate::core::health::record::Outcome;
 use crate::core::health::retry_after;
+use crate::core::outbound::carries_gateway_credential;
 
 /// How the router's attempt ended: Envoy's own 5xx replies, told apart by the response code
 /// details (`response.code_details`), mean no answer came. `details` is read only for a 5xx.
@@ -82,6 +84,26 @@ pub fn health_outcome(
         | AttemptOutcome::FallbackTimeout
         | AttemptOutcome::StreamFailed(_) => Some(Outcome::Failure { hint_ms: None }),
     }
+}
+
+/// The record of an attempt at `target` (a target of `vm`, or a catalog model called
+/// directly) that ended with `outcome`: what it does to the target's health, told by whether
+/// the attempt carried the gateway's credential ([`health_outcome`]). `None` for a target not
+/// in the catalog. The machine's attempts and the router path's all record through it.
+pub fn attempt_record(
+    config: &Config,
+    vm: Option<&VirtualModel>,
+    target: ModelId,
+    outcome: AttemptOutcome,
+    hint: impl FnOnce() -> Option<u64>,
+) -> Option<Effect<'static>> {
+    let model = config.model(target)?;
+    let gateway_credential = carries_gateway_credential(config, vm, target);
+    Some(Effect::Record {
+        target,
+        outcome,
+        health: health_outcome(model, outcome, gateway_credential, hint),
+    })
 }
 
 /// The provider's "come back in" hint from a failed answer's headers.

@@ -105,7 +105,7 @@ impl Translation {
 /// Whether the client's request asks for the usage chunk a translated stream must add: the
 /// body is read only for a streamed Chat Completions request with a candidate translated to
 /// Messages (the untranslated path pays for no parse).
-pub(super) fn usage_asked(
+pub fn usage_asked(
     config: &Config,
     vm: Option<&VirtualModel>,
     candidates: &[ModelId],

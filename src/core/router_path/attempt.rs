@@ -12,7 +12,7 @@
 use super::RouterPlan;
 use crate::core::config::{Config, ModelId, StreamRules};
 use crate::core::fallback::{AttemptOutcome, StreamFault};
-use crate::core::flight::{health_outcome, Attempt, AttemptKind, Effect, Replay};
+use crate::core::flight::{attempt_record, Attempt, AttemptKind, Effect, Replay};
 use crate::core::outbound::{outbound, ClientRequest, Outbound};
 use crate::core::sse::{Dialect, Event, Watcher};
 use crate::core::translate::direction;
@@ -234,27 +234,11 @@ impl RouterFlight {
 
     fn fail(&mut self, config: &Config, number: u32, outcome: AttemptOutcome) {
         self.last = Some(outcome);
-        let Some((target, model)) = self
-            .target(number)
-            .and_then(|t| Some((t, config.model(t)?)))
-        else {
-            return;
-        };
-        self.log.push(Effect::Record {
-            target,
-            outcome,
-            health: health_outcome(
-                model,
-                outcome,
-                self.gateway_credential(config, target),
-                || None,
-            ),
-        });
-    }
-
-    fn gateway_credential(&self, config: &Config, target: ModelId) -> bool {
         let vm = config.virtual_models.get(self.plan.virtual_model);
-        crate::core::outbound::carries_gateway_credential(config, vm, target)
+        let recorded = self
+            .target(number)
+            .and_then(|t| attempt_record(config, vm, t, outcome, || None));
+        self.log.extend(recorded);
     }
 
     /// Attempt `number`'s answer started with `status` (`ends`: nothing follows). A good

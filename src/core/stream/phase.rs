@@ -7,13 +7,13 @@ use super::{Classifying, Host, Phase, Stream, Verdict};
 use crate::core::access_log::{self, DecisionFacts};
 use crate::core::admission::{admit, route_stored, Admission, StoredPath};
 use crate::core::batch;
-use crate::core::config::{Config, HeaderNames, ModelId, Tier};
+use crate::core::config::{HeaderNames, Tier};
 use crate::core::decision::{
     classifier_call, decide_stored_path, decide_with_tier, ClassifierCall, Decision,
 };
 use crate::core::endpoint::Endpoint;
 use crate::core::errors::ErrorReply;
-use crate::core::flight::{CallRequest, Replay, Start};
+use crate::core::flight::{usage_asked, CallRequest, Replay, Start};
 use crate::core::headers::Headers;
 use crate::core::outbound::Outbound;
 use crate::core::plugin::Plugin;
@@ -22,7 +22,6 @@ use crate::core::router_path::{self, RouterFlight};
 use crate::core::routing::classifier::parse_answer;
 use crate::core::routing::{HealthInput, Plan};
 use crate::core::trace::Trace;
-use crate::core::translate::{self, Direction};
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -352,7 +351,8 @@ fn take_router_path(
     };
     // The machine keeps no request on the router path: what a translated stream needs of it
     // is read now.
-    start.include_usage = translate_usage(config, plan.virtual_model, &start.candidates, replay);
+    let vm = config.virtual_models.get(plan.virtual_model);
+    start.include_usage = usage_asked(config, vm, &start.candidates, replay, start.stream);
     let client = std::mem::replace(replay, empty);
     let flight = Rc::new(RefCell::new(RouterFlight::new(
         plan, client, dialect, rules,
@@ -367,20 +367,6 @@ fn take_router_path(
     }
     start.router_path = true;
     Some(flight)
-}
-
-/// Whether a router-path request asks for the usage chunk a translated stream must add (read
-/// only when a candidate is translated to Messages).
-fn translate_usage(config: &Config, vm: usize, candidates: &[ModelId], replay: &Replay) -> bool {
-    let vm = config.virtual_models.get(vm);
-    let translated = |t: &ModelId| {
-        config.model(*t).is_some_and(|m| {
-            translate::direction(vm, replay.endpoint, m) == Some(Direction::ChatToMessages)
-        })
-    };
-    replay.endpoint == Endpoint::ChatCompletions
-        && candidates.iter().any(translated)
-        && translate::request::wants_usage(&replay.body)
 }
 
 /// A request was routed: its metrics, and the decision's access-log fields when they are
