@@ -89,6 +89,31 @@ pub fn remove_request_header(name: &str) {
     }
 }
 
+/// A request header, if present and text.
+pub fn request_header(name: &str) -> Option<String> {
+    let _span = profile::span("request_header");
+    hostcalls::get_map_value(MapType::HttpRequestHeaders, name)
+        .ok()
+        .flatten()
+}
+
+/// Replaces the `size` bytes of the request body in hand with `with`.
+pub fn replace_request_body(size: usize, with: &[u8]) -> bool {
+    let _span = profile::span("replace_request_body");
+    let set = hostcalls::set_buffer(BufferType::HttpRequestBody, 0, size, with);
+    if let Err(status) = set {
+        log::warn!("could not replace the request body: {status:?}");
+    }
+    set.is_ok()
+}
+
+/// The response's `:status` (502 when it has none: Envoy's own reply without one).
+pub fn response_status() -> u16 {
+    response_header(":status")
+        .and_then(|s| std::str::from_utf8(&s).ok()?.parse::<u16>().ok())
+        .unwrap_or(502)
+}
+
 /// A response header as bytes, if present.
 pub fn response_header(name: &str) -> Option<Vec<u8>> {
     let _span = profile::span("response_header");

@@ -10,9 +10,8 @@ use super::host;
 use crate::core::plugin::Plugin;
 use crate::core::router_path::{AttemptWatch, BodyVerdict, RouterFlight, ROUTE_HEADER};
 use hashbrown::HashMap;
-use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
-use proxy_wasm::types::{Action, BufferType, MapType};
+use proxy_wasm::types::Action;
 use std::cell::RefCell;
 use std::rc::{Rc, Weak};
 
@@ -31,7 +30,7 @@ thread_local! {
 /// Shares `flight` under the request's id (one is set if Envoy did not); false if another
 /// request in flight on this worker has that id.
 pub fn share(plugin: Rc<Plugin>, flight: &Rc<RefCell<RouterFlight>>, context_id: u32) -> bool {
-    let key = match request_header(REQUEST_ID) {
+    let key = match host::request_header(REQUEST_ID) {
         Some(id) if !id.is_empty() => id,
         _ => {
             let id = format!("switchboard-{context_id:x}-{:x}", host::now_ns());
@@ -66,12 +65,6 @@ fn find(key: &str) -> Option<(Rc<Plugin>, Rc<RefCell<RouterFlight>>)> {
     })
 }
 
-fn request_header(name: &str) -> Option<String> {
-    hostcalls::get_map_value(MapType::HttpRequestHeaders, name)
-        .ok()
-        .flatten()
-}
-
 /// The upstream pass: one per attempt, in a router-path cluster.
 #[derive(Default)]
 pub struct Upstream {
@@ -87,13 +80,13 @@ impl Context for Upstream {}
 
 impl HttpContext for Upstream {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
-        let Some((plugin, flight)) = request_header(REQUEST_ID).and_then(|k| find(&k)) else {
+        let Some((plugin, flight)) = host::request_header(REQUEST_ID).and_then(|k| find(&k)) else {
             // Not a router-path request of this VM (a cluster copied by hand, or a VM that is
             // not the Switchboard filter's): it leaves as it came.
             log::warn!("router path: an attempt with no Switchboard request in this VM");
             return Action::Continue;
         };
-        self.number = request_header("x-envoy-attempt-count")
+        self.number = host::request_header("x-envoy-attempt-count")
             .and_then(|n| n.parse().ok())
             .unwrap_or(1);
         let begun = flight
@@ -124,13 +117,7 @@ impl HttpContext for Upstream {
             return Action::Pause; // the whole body is replaced once it is all here
         }
         if let Some(body) = self.body.take() {
-            let set = hostcalls::set_buffer(BufferType::HttpRequestBody, 0, body_size, &body);
-            if let Err(status) = set {
-                log::warn!(
-                    "router path: could not set attempt {}'s body: {status:?}",
-                    self.number
-                );
-            }
+            host::replace_request_body(body_size, &body);
         }
         Action::Continue
     }
@@ -139,11 +126,7 @@ impl HttpContext for Upstream {
         let Some((plugin, flight)) = &self.flight else {
             return Action::Continue;
         };
-        let status = hostcalls::get_map_value(MapType::HttpResponseHeaders, ":status")
-            .ok()
-            .flatten()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(502);
+        let status = host::response_status();
         self.watch =
             flight
                 .borrow_mut()
@@ -183,7 +166,7 @@ impl Context for Reroute {}
 
 impl HttpContext for Reroute {
     fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
-        if let Some(value) = request_header(ROUTE_HEADER) {
+        if let Some(value) = host::request_header(ROUTE_HEADER) {
             host::set_request_header(ROUTE_HEADER, &value);
         }
         Action::Continue

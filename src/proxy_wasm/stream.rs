@@ -142,9 +142,7 @@ impl Host for Wasm<'_> {
     }
 
     fn answer_status(&mut self) -> u16 {
-        host::response_header(":status")
-            .and_then(|s| std::str::from_utf8(&s).ok()?.parse::<u16>().ok())
-            .unwrap_or(502)
+        host::response_status()
     }
 
     fn answer_code_details(&mut self) -> Option<String> {

@@ -71,6 +71,18 @@ fn flight(config: &Config) -> RouterFlight {
     RouterFlight::new(plan, client, Dialect::ChatCompletions, Default::default())
 }
 
+/// The outcomes the attempts recorded, in order.
+fn recorded(answer: &RouterAnswer) -> Vec<AttemptOutcome> {
+    answer
+        .log
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Record { outcome, .. } => Some(*outcome),
+            _ => None,
+        })
+        .collect()
+}
+
 fn set<'r>(request: &'r AttemptRequest, name: &str) -> Option<&'r str> {
     request
         .set
@@ -186,14 +198,7 @@ fn a_stream_failing_before_content_is_a_retried_503_and_its_attempts_are_reporte
     let answer = f.take_answered(&c, 0);
     assert_eq!(answer.target, Some(id(&c, "c")));
     assert_eq!((answer.attempts, answer.fallbacks), (4, 2));
-    let records: Vec<AttemptOutcome> = answer
-        .log
-        .iter()
-        .filter_map(|e| match e {
-            Effect::Record { outcome, .. } => Some(*outcome),
-            _ => None,
-        })
-        .collect();
+    let records = recorded(&answer);
     assert_eq!(
         records,
         [
@@ -250,14 +255,7 @@ fn an_attempt_with_no_answer_is_a_connection_failure_and_one_cut_while_held_a_re
     f.begin(&c, 3, 1200).unwrap();
     f.on_status(&c, 3, 200, false).unwrap();
     let answer = f.take_answered(&c, 1300);
-    let records: Vec<AttemptOutcome> = answer
-        .log
-        .iter()
-        .filter_map(|e| match e {
-            Effect::Record { outcome, .. } => Some(*outcome),
-            _ => None,
-        })
-        .collect();
+    let records = recorded(&answer);
     assert_eq!(
         records,
         [
