@@ -8,6 +8,7 @@
 //! `virtual_model.rs`, `settings.rs`, `trace_settings.rs`, `root.rs`); the other files read the
 //! JSON into it.
 
+mod answer_fallbacks;
 mod callers;
 mod catalog;
 mod compile;
@@ -30,6 +31,7 @@ mod upstream;
 mod version;
 mod virtual_model;
 
+pub use answer_fallbacks::AnswerFallbacks;
 pub use catalog::{is_credential, Model, ModelId, Provider, Visibility, CREDENTIAL_HEADERS};
 pub use fields::ConfigError;
 pub use root::{Config, Named, DEFAULT_MAX_REQUEST_BODY_BYTES};

@@ -45,6 +45,7 @@ pub(super) fn compile_virtual_model(
     let failures = compile_failure_rules(&mut f)?;
     let streams = compile_stream_rules(&mut f)?;
     let translation = super::translation::compile_translation(&mut f)?;
+    let answer_fallbacks = super::answer_fallbacks::compile_answer_fallbacks(&mut f)?;
     f.finish(&[])?;
     let has_sla = targets.iter().any(|t| t.policy.sla.is_some());
     let has_metadata_match = targets.iter().any(|t| !t.metadata_match.is_empty());
@@ -59,6 +60,7 @@ pub(super) fn compile_virtual_model(
         fail_fast: failures.fail_fast,
         streams,
         translation,
+        answer_fallbacks,
         has_sla,
         has_metadata_match,
         sticky,

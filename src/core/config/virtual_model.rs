@@ -116,6 +116,8 @@ pub struct VirtualModel {
     pub streams: super::StreamRules,
     /// `translate` and `anthropic_cache`.
     pub translation: super::Translation,
+    /// `fallback_on`: answers that fall back although their status would not.
+    pub answer_fallbacks: super::AnswerFallbacks,
     /// Whether any target has an SLA cutoff (so routing needs latency samples).
     pub has_sla: bool,
     /// Whether any target has a `metadata_match` (so targets are filtered first).
