@@ -3,6 +3,8 @@ falls back like a 503, and a 401 answered to a client's own key, or a 400 for a 
 request, is that client's failure, not the target's: one tenant never moves another tenant's
 traffic."""
 
+import time
+
 import requests
 
 QUESTION = [{"role": "user", "content": "hello"}]
@@ -67,3 +69,63 @@ def test_one_tenants_bad_requests_do_not_move_anothers_traffic(stack):
     good = requests.post(url, timeout=10, json={"model": "vm", "messages": QUESTION})
     assert good.status_code == 200
     assert good.headers["x-switchboard-resolved-model"] == "a", "bad requests made the target unhealthy"
+
+
+def test_past_max_evicted_share_the_least_recently_failed_target_serves_first(stack):
+    # Two virtual models over the same two targets, one with the cap. Each target is evicted by
+    # a 429 with Retry-After, called directly: `b` first, then `a`, so `a` failed most recently.
+    a = stack.provider("a", fail_status=429, retry_after=60)
+    b = stack.provider("b", fail_status=429, retry_after=60)
+    models = [{"name": n, "cluster": n, "model": "gpt-4o", "visibility": "public"} for n in ("a", "b")]
+    vm = lambda name, extra: {"name": name, "model_types": ["chat"], **extra, "routing_config": {
+        "type": "priority-based-routing", "load_balance_targets": [
+            {"target": "a", "priority": 0}, {"target": "b", "priority": 1}]}}
+    envoy = stack.envoy({"models": models, "virtual_models": [
+        vm("capped", {"max_evicted_share": 0.5}), vm("plain", {})]})
+    url = f"{envoy.url}/v1/chat/completions"
+    for name in ("b", "a"):
+        r = requests.post(url, timeout=10, json={"model": name, "messages": QUESTION})
+        assert r.status_code == 429, r.text
+        time.sleep(0.05)
+    a.configure(fail_status=None)
+    b.configure(fail_status=None)
+    time.sleep(0.3)  # past health_view_ms: every worker sees both evictions
+
+    def served(model: str) -> str:
+        r = requests.post(url, timeout=10, json={"model": model, "messages": QUESTION})
+        assert r.status_code == 200, r.text
+        return r.headers["x-switchboard-resolved-model"]
+
+    # Both evicted: in priority order. Capped at half: `a` (failed last) stays evicted and `b`,
+    # treated as unhealthy, serves first.
+    assert served("plain") == "a"
+    assert served("capped") == "b"
+
+
+def test_a_413_a_422_or_a_client_hanging_up_leaves_the_target_healthy(stack):
+    a = stack.provider("a")
+    stack.provider("b")
+    models = [{"name": n, "cluster": n, "model": "gpt-4o", "visibility": "internal"} for n in ("a", "b")]
+    envoy = stack.envoy({"models": models, "virtual_models": [{
+        "name": "vm", "model_types": ["chat"], "routing_config": {
+            "type": "priority-based-routing", "load_balance_targets": [
+                {"target": "a", "priority": 0}, {"target": "b", "priority": 1}]}}]})
+    url = f"{envoy.url}/v1/chat/completions"
+    ask = lambda **kw: requests.post(url, json={"model": "vm", "messages": QUESTION}, **kw)
+    for status in (413, 422):
+        a.configure(fail_status=status)
+        for _ in range(3):  # more than the two failures that make a target unhealthy
+            r = ask(timeout=10)
+            assert r.status_code == status and r.headers["x-switchboard-resolved-model"] == "a"
+    # A client that gives up on a slow answer is not the target's failure either.
+    a.configure(fail_status=None, stall_ms=2000)
+    for _ in range(3):
+        try:
+            ask(timeout=0.3)
+            raise AssertionError("the stalled answer came back")
+        except requests.exceptions.ReadTimeout:
+            pass
+    a.configure(stall_ms=0)
+    time.sleep(0.3)  # past health_view_ms
+    good = ask(timeout=10)
+    assert good.status_code == 200 and good.headers["x-switchboard-resolved-model"] == "a", good.text

@@ -46,6 +46,7 @@ pub(super) fn compile_virtual_model(
     let streams = compile_stream_rules(&mut f)?;
     let translation = super::translation::compile_translation(&mut f)?;
     let answer_fallbacks = super::answer_fallbacks::compile_answer_fallbacks(&mut f)?;
+    let max_evicted_share = f.opt_fraction("max_evicted_share")?;
     f.finish(&[])?;
     let has_sla = targets.iter().any(|t| t.policy.sla.is_some());
     let has_metadata_match = targets.iter().any(|t| !t.metadata_match.is_empty());
@@ -61,6 +62,7 @@ pub(super) fn compile_virtual_model(
         streams,
         translation,
         answer_fallbacks,
+        max_evicted_share,
         has_sla,
         has_metadata_match,
         sticky,

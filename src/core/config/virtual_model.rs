@@ -118,6 +118,10 @@ pub struct VirtualModel {
     pub translation: super::Translation,
     /// `fallback_on`: answers that fall back although their status would not.
     pub answer_fallbacks: super::AnswerFallbacks,
+    /// `max_evicted_share` (0.0 to 1.0): at most this share of its targets is treated as
+    /// evicted at once; past it, the least recently failed evicted targets count as unhealthy
+    /// (see [`crate::core::routing::HealthInput::standing`]). Off by default.
+    pub max_evicted_share: Option<f32>,
     /// Whether any target has an SLA cutoff (so routing needs latency samples).
     pub has_sla: bool,
     /// Whether any target has a `metadata_match` (so targets are filtered first).

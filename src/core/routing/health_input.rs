@@ -48,7 +48,47 @@ impl HealthInput<'_> {
             {
                 Standing::Unhealthy
             }
+            Standing::Evicted if vm.max_evicted_share.is_some() => self.capped(vm, model),
             other => other,
+        }
+    }
+
+    /// An evicted target of a virtual model with `max_evicted_share`: it stays evicted only
+    /// while fewer than the share's targets that failed more recently are evicted too; past
+    /// that it counts as unhealthy, so something still serves when everything looks broken
+    /// (Envoy's outlier detection caps ejection the same way, `max_ejection_percent`). Off by
+    /// default: agentgateway virtual models, "Failover routing", spills a priority group only
+    /// when all of it is evicted, which a cap would prevent.
+    fn capped(&self, vm: &VirtualModel, model: ModelId) -> Standing {
+        let share = f64::from(vm.max_evicted_share.unwrap_or(1.0));
+        let targets: Vec<ModelId> = vm.targets.iter().map(|t| t.model).collect();
+        let distinct = |i: &usize, m: &ModelId| targets.iter().position(|t| t == m) == Some(*i);
+        let n = targets
+            .iter()
+            .enumerate()
+            .filter(|(i, m)| distinct(i, m))
+            .count();
+        let allowed = (share * n as f64).floor() as usize;
+        // Most recently failed first; the model id breaks ties so every worker agrees.
+        let key = |m: ModelId| {
+            let last = self.records.get(m.0).and_then(|r| r.failures.last());
+            (last.copied().unwrap_or(0), m.0)
+        };
+        let evicted = |m: ModelId| {
+            self.records
+                .get(m.0)
+                .is_some_and(|r| self.now_ms < r.evicted_until_ms)
+        };
+        let ahead = targets
+            .iter()
+            .enumerate()
+            .filter(|(i, m)| distinct(i, m) && **m != model && evicted(**m))
+            .filter(|(_, m)| key(**m) > key(model))
+            .count();
+        if ahead < allowed {
+            Standing::Evicted
+        } else {
+            Standing::Unhealthy
         }
     }
 }
@@ -131,5 +171,69 @@ mod tests {
         };
         apply(&mut c, standing);
         assert_eq!(c, [2, 4, 1, 3, 0].map(ModelId));
+    }
+
+    fn four_targets(cap: &str) -> crate::core::config::Config {
+        let models: Vec<String> = (0..4)
+            .map(|i| format!(r#"{{"name": "m{i}", "cluster": "c", "model": "m"}}"#))
+            .collect();
+        let targets: Vec<String> = (0..4)
+            .map(|i| format!(r#"{{"target": "m{i}", "weight": 25}}"#))
+            .collect();
+        let json = format!(
+            r#"{{"models": [{}], "virtual_models": [{{"name": "vm", "model_types": ["chat"], {cap}
+                 "routing_config": {{"type": "weight-based-routing",
+                   "load_balance_targets": [{}]}}}}]}}"#,
+            models.join(","),
+            targets.join(",")
+        );
+        crate::core::config::Config::parse(json.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn past_max_evicted_share_the_least_recently_failed_evicted_targets_count_as_unhealthy() {
+        // m0..m2 evicted until 10 s, last failed at 3, 1 and 2 s; m3 healthy.
+        let evicted = |last: u64| HealthRecord {
+            failures: vec![last * 1_000],
+            evicted_until_ms: 10_000,
+            ..HealthRecord::default()
+        };
+        let records = [evicted(3), evicted(1), evicted(2), HealthRecord::default()];
+        let input = HealthInput {
+            records: &records,
+            now_ms: 5_000,
+            window: FailureWindow::default(),
+        };
+        let standings = |config: &crate::core::config::Config| -> Vec<Standing> {
+            let vm = &config.virtual_models[0];
+            (0..4).map(|i| input.standing(vm, ModelId(i))).collect()
+        };
+        use Standing::*;
+        // Half of four: the two most recently failed stay evicted, m1 (failed first) serves.
+        let capped = four_targets(r#""max_evicted_share": 0.5,"#);
+        assert_eq!(standings(&capped), [Evicted, Unhealthy, Evicted, Healthy]);
+        let none = four_targets(r#""max_evicted_share": 0.0,"#);
+        assert_eq!(standings(&none), [Unhealthy, Unhealthy, Unhealthy, Healthy]);
+        // Off by default: every evicted target stays evicted.
+        assert_eq!(
+            standings(&four_targets("")),
+            [Evicted, Evicted, Evicted, Healthy]
+        );
+    }
+
+    #[test]
+    fn max_evicted_share_is_a_fraction_named_by_its_path() {
+        let config = four_targets(r#""max_evicted_share": 0.5,"#);
+        assert_eq!(config.virtual_models[0].max_evicted_share, Some(0.5));
+        let json = r#"{"models": [{"name": "m", "cluster": "c", "model": "m"}],
+            "virtual_models": [{"name": "vm", "model_types": ["chat"], "max_evicted_share": 2,
+              "routing_config": {"type": "weight-based-routing",
+                "load_balance_targets": [{"target": "m", "weight": 100}]}}]}"#;
+        let err = crate::core::config::Config::parse(json.as_bytes()).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("virtual_models[0].max_evicted_share"),
+            "{err}"
+        );
     }
 }
