@@ -102,13 +102,18 @@ impl Machine {
         }
     }
 
-    /// A call-out's failed answer, whole, kept for the deadline.
-    pub(super) fn keep_failed_call(&mut self, status: u16, answer: Option<CallAnswer>) {
+    /// A call-out's failed answer by `target`, whole, kept for the deadline.
+    pub(super) fn keep_failed_call(
+        &mut self,
+        target: Option<ModelId>,
+        status: u16,
+        answer: Option<CallAnswer>,
+    ) {
         let Some(answer) = answer.filter(|_| self.deadline_ms.is_some()) else {
             return;
         };
         self.last_failure = Some(Box::new(LastFailure {
-            target: self.attempts.current(),
+            target,
             status,
             headers: answer.headers,
             body: answer.body,
@@ -117,7 +122,12 @@ impl Machine {
     }
 
     /// The deadline timer fired at `now_ms`.
-    pub(super) fn on_deadline<'c>(&mut self, config: &'c Config, now_ms: u64, out: &mut Effects<'c>) {
+    pub(super) fn on_deadline<'c>(
+        &mut self,
+        config: &'c Config,
+        now_ms: u64,
+        out: &mut Effects<'c>,
+    ) {
         match self.state {
             // Already going to the client (a good answer held whole included): never cut.
             State::Delivering | State::Done => {}
@@ -133,7 +143,13 @@ impl Machine {
                     State::Routed => self.routed_target,
                     _ => self.attempts.current(),
                 };
-                self.record(config, target, AttemptOutcome::FallbackTimeout, || None, out);
+                self.record(
+                    config,
+                    target,
+                    AttemptOutcome::FallbackTimeout,
+                    || None,
+                    out,
+                );
                 self.out_of_time(config, now_ms, out);
             }
             State::Waiting(_) => self.out_of_time(config, now_ms, out),

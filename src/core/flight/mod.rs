@@ -274,15 +274,16 @@ impl Machine {
             failed_within_ms: None,
             last_failure: None,
         };
-        m.arm_deadline(vm.map(|vm| vm.budget).unwrap_or_default(), now_ms, out);
         m.first_target = m.routed_target;
         if let Some(target) = m.routed_target {
             m.aim(config, target);
         }
+        let budget = vm.map(|vm| vm.budget).unwrap_or_default();
         if streamed {
             if let Some(target) = m.routed_target {
                 m.dispatch(config, target, AttemptKind::First, now_ms, out);
             }
+            m.arm_deadline(budget, now_ms, out);
             return m;
         }
         if let Some(target) = m.routed_target {
@@ -293,6 +294,7 @@ impl Machine {
                 call: None,
             }));
         }
+        m.arm_deadline(budget, now_ms, out);
         // `fallback_timeout_ms` covers the router's attempt too (Zuplo model load balancing, "Failures and
         // retries"): until its answer starts.
         m.arm_fallback_timeout(now_ms, out);
@@ -592,7 +594,8 @@ impl Machine {
         }
         let outcome = call_outcome(answer.as_ref());
         let hint = || hint_ms(&answer.as_ref()?.headers, now_ms);
-        self.record(config, self.attempts.current(), outcome, hint, out);
+        let target = self.attempts.current();
+        self.record(config, target, outcome, hint, out);
         let step = self.step(config, outcome, || now_ms);
         if self.ends_conversation(step, outcome) {
             return self.reply_unavailable(config, out);
@@ -600,7 +603,7 @@ impl Machine {
         match (step, answer, outcome) {
             (Step::Retry { .. } | Step::Fallback { .. }, answer, _) => {
                 if let AttemptOutcome::Status(status) = outcome {
-                    self.keep_failed_call(status, answer);
+                    self.keep_failed_call(target, status, answer);
                 }
                 self.next_attempt(config, step, outcome, now_ms, out);
             }
