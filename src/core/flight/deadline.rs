@@ -1,6 +1,6 @@
 //! The request's own budget across its attempts: `request_deadline_ms` and
-//! `fallback_if_failed_within_ms` (issue 29, "A budget for the whole request": fallbacks that
-//! double a slow failure).
+//! `fallback_if_failed_within_ms`, which answer a problem users of LLM gateways report:
+//! fallbacks that double a slow failure, and no bound on a request's time across attempts.
 //!
 //! The deadline runs from the moment the request is routed. No retry or fallback starts after
 //! it, nor a retry whose delay would end past it. At the deadline an attempt that has not
