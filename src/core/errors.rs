@@ -520,6 +520,15 @@ impl ErrorReply {
         let message = format!("No target of `{model}` answered within its fallback timeout.");
         Self::new(504, "server_error", "fallback_timeout", None, &message)
     }
+
+    /// 504: a request of virtual model `model` spent its `request_deadline_ms` before any
+    /// target answered (a gateway that got no timely answer upstream: RFC 9110, section
+    /// 15.6.5). Anthropic's shape names a 504 `timeout_error`.
+    pub fn deadline_exceeded(model: &str) -> Self {
+        let model = clip(model);
+        let message = format!("No target of `{model}` answered within the request's deadline.");
+        Self::new(504, "server_error", "deadline_exceeded", None, &message)
+    }
 }
 
 #[cfg(test)]

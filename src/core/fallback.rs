@@ -128,7 +128,35 @@ pub struct Attempts {
     fail_fast: bool,
 }
 
+/// Where an [`Attempts`] history stood, to go back to when the step it decides next is not
+/// taken (the request's budget ran out first).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mark {
+    current: usize,
+    retries_here: u32,
+    total: u32,
+    fallbacks: u32,
+}
+
 impl Attempts {
+    /// Where the history stands now.
+    pub fn mark(&self) -> Mark {
+        Mark {
+            current: self.current,
+            retries_here: self.retries_here,
+            total: self.total,
+            fallbacks: self.fallbacks,
+        }
+    }
+
+    /// Goes back to `mark`: the attempt [`Attempts::after`] counted since is not made.
+    pub fn restore(&mut self, mark: Mark) {
+        self.current = mark.current;
+        self.retries_here = mark.retries_here;
+        self.total = mark.total;
+        self.fallbacks = mark.fallbacks;
+    }
+
     /// Envoy's router made `total` attempts, `fallbacks` of them at another target, the last
     /// at `target` (the router path): the history as if this had made them.
     pub fn made_by_router(&mut self, target: ModelId, total: u32, fallbacks: u32) {

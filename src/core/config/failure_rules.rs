@@ -1,7 +1,8 @@
 //! A virtual model's own failure rules, beside each target's `retry_config` and fallback
 //! fields: `fallback_timeout_ms` and how it grows, ends and what it bounds,
 //! `max_targets_per_request` and `fail_fast_endpoints` (Zuplo model load balancing, "Failures
-//! and retries").
+//! and retries"), and the request's own budget: `request_deadline_ms` and
+//! `fallback_if_failed_within_ms`.
 
 use super::fields::{ConfigError, Fields};
 use super::virtual_model::{AtLast, TimeoutRules, TimeoutScope};
@@ -18,6 +19,20 @@ pub(super) struct FailureRules {
     pub timeout_rules: TimeoutRules,
     /// `fail_fast_endpoints`.
     pub fail_fast: Apis,
+    /// `request_deadline_ms` and `fallback_if_failed_within_ms`.
+    pub budget: Budget,
+}
+
+/// The time a request may take across its attempts, and how slow a failure may be and still
+/// be followed by another attempt.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Budget {
+    /// `request_deadline_ms`: from the moment the request is routed, no attempt starts after
+    /// it, and one in flight that has not started answering is abandoned.
+    pub deadline_ms: Option<u64>,
+    /// `fallback_if_failed_within_ms`: a failure slower than this (its attempt's own time) is
+    /// the client's answer, not a reason for another attempt.
+    pub failed_within_ms: Option<u64>,
 }
 
 /// Reads `fallback_timeout_ms` and the options that shape it, `max_targets_per_request` and
@@ -45,6 +60,35 @@ pub(super) fn compile_failure_rules(f: &mut Fields<'_>) -> Result<FailureRules, 
         max_targets,
         timeout_rules,
         fail_fast,
+        budget: compile_budget(f)?,
+    })
+}
+
+/// A time field from 1 ms to an hour, like `fallback_timeout_ms`.
+fn positive_ms(f: &mut Fields<'_>, key: &'static str) -> Result<Option<u64>, ConfigError> {
+    match f.opt_u64(key, 3_600_000)? {
+        Some(0) => Err(f.error(key, "must be greater than 0")),
+        other => Ok(other),
+    }
+}
+
+/// `request_deadline_ms` and `fallback_if_failed_within_ms`. A `fallback_if_failed_within_ms`
+/// at or past the deadline is refused: every failure the deadline lets through would be within
+/// it, so it could never apply.
+fn compile_budget(f: &mut Fields<'_>) -> Result<Budget, ConfigError> {
+    let deadline_ms = positive_ms(f, "request_deadline_ms")?;
+    let failed_within_ms = positive_ms(f, "fallback_if_failed_within_ms")?;
+    if let (Some(deadline), Some(within)) = (deadline_ms, failed_within_ms) {
+        if within >= deadline {
+            let message = format!(
+                "must be less than request_deadline_ms ({deadline}): no failure within the deadline could be slower"
+            );
+            return Err(f.error("fallback_if_failed_within_ms", message));
+        }
+    }
+    Ok(Budget {
+        deadline_ms,
+        failed_within_ms,
     })
 }
 

@@ -33,6 +33,7 @@ mod virtual_model;
 
 pub use answer_fallbacks::AnswerFallbacks;
 pub use catalog::{is_credential, Model, ModelId, Provider, Visibility, CREDENTIAL_HEADERS};
+pub use failure_rules::Budget;
 pub use fields::ConfigError;
 pub use root::{Config, Named, DEFAULT_MAX_REQUEST_BODY_BYTES};
 pub use settings::{AccountHeaders, CallerIdentity, HeaderNames, NonNativeResponses};

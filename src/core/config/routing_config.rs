@@ -59,6 +59,7 @@ pub(super) fn compile_virtual_model(
         max_targets: failures.max_targets,
         timeout_rules: failures.timeout_rules,
         fail_fast: failures.fail_fast,
+        budget: failures.budget,
         streams,
         translation,
         answer_fallbacks,

@@ -112,6 +112,9 @@ pub struct VirtualModel {
     /// reached fails the request instead of moving on, and no fallback timeout applies (Zuplo
     /// model load balancing, "Failures and retries": Responses and Messages). Default: none.
     pub fail_fast: Apis,
+    /// `request_deadline_ms` and `fallback_if_failed_within_ms`: the request's own budget
+    /// across its attempts.
+    pub budget: super::Budget,
     /// `stream_commit` and `stream_idle_timeout_ms`: how streamed answers are held and watched.
     pub streams: super::StreamRules,
     /// `translate` and `anthropic_cache`.

@@ -85,7 +85,11 @@ impl Machine {
     }
 
     /// The provider headers hidden from an answer by `target`.
-    fn hidden_headers<'c>(&self, config: &'c Config, target: Option<ModelId>) -> &'c [String] {
+    pub(super) fn hidden_headers<'c>(
+        &self,
+        config: &'c Config,
+        target: Option<ModelId>,
+    ) -> &'c [String] {
         let vm = self
             .virtual_model
             .and_then(|i| config.virtual_models.get(i));
@@ -246,7 +250,12 @@ impl Machine {
     }
 
     /// Ends the request with an error Switchboard makes, in the client's API shape.
-    fn fail<'c>(&mut self, config: &'c Config, error: ErrorReply, out: &mut Effects<'c>) {
+    pub(super) fn fail<'c>(
+        &mut self,
+        config: &'c Config,
+        error: ErrorReply,
+        out: &mut Effects<'c>,
+    ) {
         let error = if self.anthropic_errors {
             error.in_anthropic_shape()
         } else {

@@ -42,7 +42,7 @@ impl Machine {
         };
         let moved = self.attempts.fallbacks() > 0;
         let outcome = AttemptOutcome::FallbackTimeout;
-        let step = self.step(config, outcome);
+        let step = self.step(config, outcome, || now_ms);
         if step == Step::GiveUp {
             if moved && self.timeout_rules.at_last == AtLast::Fail {
                 self.record(config, target, outcome, || None, out);
@@ -58,13 +58,29 @@ impl Machine {
         self.next_attempt(config, step, outcome, now_ms, out);
     }
 
-    /// The next step after the attempt in flight ended with `outcome`.
-    pub(super) fn step(&mut self, config: &Config, outcome: AttemptOutcome) -> Step {
+    /// The next step after the attempt in flight ended with `outcome` at `now` (read only
+    /// when the request's budget may stop another attempt).
+    pub(super) fn step(
+        &mut self,
+        config: &Config,
+        outcome: AttemptOutcome,
+        now: impl FnOnce() -> u64,
+    ) -> Step {
         let vm = self.virtual_model;
+        let mark = self.attempts.mark();
         let step = self.attempts.after(outcome, |m| policy(config, vm, m));
+        let budgeted = self.deadline_ms.is_some() || self.failed_within_ms.is_some();
         match step {
             // Without the request kept for replay there is no other attempt to make.
             Step::Retry { .. } | Step::Fallback { .. } if self.replay.is_none() => Step::GiveUp,
+            Step::Retry { .. } | Step::Fallback { .. } if budgeted => {
+                if !self.budget_stops(step, outcome, now()) {
+                    return step;
+                }
+                // The attempt it would make is not made: the failure goes to the client.
+                self.attempts.restore(mark);
+                Step::GiveUp
+            }
             other => other,
         }
     }
@@ -176,7 +192,7 @@ impl Machine {
     ) -> Option<(ModelId, AttemptKind)> {
         let outcome = AttemptOutcome::ConnectFailure;
         self.record(config, Some(target), outcome, || None, out);
-        match self.step(config, outcome) {
+        match self.step(config, outcome, || now_ms) {
             Step::Retry { delay_ms, .. } if delay_ms > 0 => {
                 self.wait(
                     AttemptKind::Retry(outcome),

@@ -131,7 +131,8 @@ impl Machine {
         let rules = self.stream_rules;
         let bound = commit.watcher.bytes() >= u64::from(rules.commit_max_bytes)
             || commit.watcher.events() >= rules.commit_max_events;
-        if bound || end {
+        // At the request's deadline no other attempt could replace it: it goes on now.
+        if bound || end || self.deadline_spent {
             return self.commit_now(config, &chunk, chunk.len(), end, facts, out);
         }
         Flow::Hold
@@ -192,7 +193,7 @@ impl Machine {
         let routed = self.routed_target;
         let outcome = AttemptOutcome::StreamFailed(fault);
         self.record(config, routed, outcome, || None, out);
-        let step = self.step(config, outcome);
+        let step = self.step(config, outcome, || now_ms);
         if self.ends_conversation(step, outcome) {
             self.holding = true;
             self.reply_unavailable(config, out);

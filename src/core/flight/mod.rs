@@ -52,6 +52,7 @@
 mod answers;
 mod attempts;
 mod commit;
+mod deadline;
 mod effects;
 mod inputs;
 mod outcome;
@@ -69,7 +70,7 @@ pub use records::apply_health;
 pub use translation::usage_asked;
 
 use crate::core::config::{
-    Config, HeaderNames, ModelId, StreamRules, TargetPolicy, TimeoutRules, VirtualModel,
+    Budget, Config, HeaderNames, ModelId, StreamRules, TargetPolicy, TimeoutRules, VirtualModel,
     DIRECT_POLICY,
 };
 use crate::core::endpoint::Endpoint;
@@ -183,6 +184,14 @@ pub struct Machine {
     idle_from_ms: u64,
     /// The idle timer's token (its own series: [`commit::IDLE`] set).
     idle_seq: u64,
+    /// When `request_deadline_ms` is spent, in the host's milliseconds.
+    deadline_ms: Option<u64>,
+    /// The deadline fired: a held stream is committed at its next chunk.
+    deadline_spent: bool,
+    /// `fallback_if_failed_within_ms`.
+    failed_within_ms: Option<u64>,
+    /// The last failed answer, kept only when the deadline may need it.
+    last_failure: Option<Box<deadline::LastFailure>>,
 }
 
 /// The policy of `model` as a target of virtual model `vm` (a catalog model called directly
@@ -260,15 +269,21 @@ impl Machine {
             ended: false,
             idle_from_ms: now_ms,
             idle_seq: 0,
+            deadline_ms: None,
+            deadline_spent: false,
+            failed_within_ms: None,
+            last_failure: None,
         };
         m.first_target = m.routed_target;
         if let Some(target) = m.routed_target {
             m.aim(config, target);
         }
+        let budget = vm.map(|vm| vm.budget).unwrap_or_default();
         if streamed {
             if let Some(target) = m.routed_target {
                 m.dispatch(config, target, AttemptKind::First, now_ms, out);
             }
+            m.arm_deadline(budget, now_ms, out);
             return m;
         }
         if let Some(target) = m.routed_target {
@@ -279,6 +294,7 @@ impl Machine {
                 call: None,
             }));
         }
+        m.arm_deadline(budget, now_ms, out);
         // `fallback_timeout_ms` covers the router's attempt too (Zuplo model load balancing, "Failures and
         // retries"): until its answer starts.
         m.arm_fallback_timeout(now_ms, out);
@@ -367,7 +383,7 @@ impl Machine {
             hint_ms(&f.headers(), now)
         };
         self.record(config, routed, outcome, || hint(facts), out);
-        let step = self.step(config, outcome);
+        let step = self.step(config, outcome, || facts.now_ms());
         if self.ends_conversation(step, outcome) {
             self.holding = true;
             self.reply_unavailable(config, out);
@@ -384,6 +400,7 @@ impl Machine {
             }
             Step::Retry { .. } | Step::Fallback { .. } => {
                 self.holding = true;
+                self.keep_failed_headers(routed, status, facts);
                 self.next_attempt(config, step, outcome, facts.now_ms(), out);
                 Flow::Hold
             }
@@ -404,6 +421,9 @@ impl Machine {
                 return Flow::Hold;
             }
         } else if self.holding || self.buffering.is_some() {
+            if self.holding && end {
+                self.keep_failed_body(facts);
+            }
             return Flow::Hold;
         }
         if self.streamed {
@@ -510,6 +530,9 @@ impl Machine {
         now_ms: u64,
         out: &mut Effects<'c>,
     ) {
+        if token == deadline::DEADLINE {
+            return self.on_deadline(config, now_ms, out);
+        }
         if token & commit::IDLE != 0 {
             return self.on_idle_timer(config, token, now_ms, out);
         }
@@ -571,13 +594,17 @@ impl Machine {
         }
         let outcome = call_outcome(answer.as_ref());
         let hint = || hint_ms(&answer.as_ref()?.headers, now_ms);
-        self.record(config, self.attempts.current(), outcome, hint, out);
-        let step = self.step(config, outcome);
+        let target = self.attempts.current();
+        self.record(config, target, outcome, hint, out);
+        let step = self.step(config, outcome, || now_ms);
         if self.ends_conversation(step, outcome) {
             return self.reply_unavailable(config, out);
         }
         match (step, answer, outcome) {
-            (Step::Retry { .. } | Step::Fallback { .. }, _, _) => {
+            (Step::Retry { .. } | Step::Fallback { .. }, answer, _) => {
+                if let AttemptOutcome::Status(status) = outcome {
+                    self.keep_failed_call(target, status, answer);
+                }
                 self.next_attempt(config, step, outcome, now_ms, out);
             }
             (_, Some(answer), AttemptOutcome::Status(status)) => {

@@ -981,5 +981,6 @@ fn effects_past_the_inline_room_keep_their_order() {
 }
 
 mod commit;
+mod deadline;
 mod translate;
 mod zuplo;

@@ -2,7 +2,7 @@
 //! Envoy's router that order and when to retry.
 
 use super::{groups_header, router_cluster, GROUPS_HEADER, ROUTE_HEADER, ROUTE_VALUE};
-use crate::core::config::{Config, ModelId, StreamFallbacks};
+use crate::core::config::{Budget, Config, ModelId, StreamFallbacks};
 use crate::core::endpoint::Endpoint;
 use crate::core::fallback::{AttemptOutcome, Attempts, Step};
 use crate::core::flight::Start;
@@ -32,12 +32,17 @@ pub struct RouterPlan {
 /// The order is fixed before the first attempt: it is the one a 503 at every attempt would take
 /// ([`Attempts::after`]: each target's retries, then the next fallback candidate). What the
 /// router cannot follow stays on the call-out path: a continued conversation (its origin failing
-/// is a 409, not a fallback) and a sticky session (pinned where a fallback answered).
+/// is a 409, not a fallback), a sticky session (pinned where a fallback answered), and a
+/// virtual model with a request budget (`request_deadline_ms`, `fallback_if_failed_within_ms`):
+/// Envoy's route timeout (`x-envoy-upstream-rq-timeout-ms`) is the only whole-request bound the
+/// router takes, and it runs to the end of the response, so it would cut a stream already
+/// sent; and the router retries whatever an attempt's time to failure.
 pub fn plan(config: &Config, endpoint: Endpoint, start: &Start) -> Option<RouterPlan> {
     let index = start.virtual_model?;
     let vm = config.virtual_models.get(index)?;
     let wanted = vm.streams.fallbacks == StreamFallbacks::Router && start.dialect.is_some();
-    if !wanted || start.conversation || start.sticky.is_some() {
+    let budgeted = vm.budget != Budget::default();
+    if !wanted || start.conversation || start.sticky.is_some() || budgeted {
         return None;
     }
     let fail_fast = vm.fail_fast.contains(endpoint.api());

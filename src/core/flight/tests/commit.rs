@@ -11,13 +11,13 @@ const ERROR: &str =
     "data: {\"error\":{\"message\":\"boom\",\"type\":\"server_error\",\"code\":\"x\"}}\n\n";
 const DONE: &str = "data: [DONE]\n\n";
 
-fn streaming(start: &mut Start) {
+pub(super) fn streaming(start: &mut Start) {
     start.stream = true;
     start.dialect = Some(Dialect::ChatCompletions);
 }
 
 /// A chunk event at `now` with `chunk` as every byte held so far.
-fn body<'c>(
+pub(super) fn body<'c>(
     m: &mut Machine,
     config: &'c Config,
     chunk: &str,
@@ -30,13 +30,13 @@ fn body<'c>(
     (flow, list(fx))
 }
 
-fn ok_headers<'c>(m: &mut Machine, config: &'c Config) -> (Flow, Vec<Effect<'c>>) {
+pub(super) fn ok_headers<'c>(m: &mut Machine, config: &'c Config) -> (Flow, Vec<Effect<'c>>) {
     let mut fx = Effects::new();
     let flow = m.on_answer_headers(config, 200, &mut at(1100), &mut fx);
     (flow, list(fx))
 }
 
-fn records(effects: &[Effect<'_>]) -> Vec<(usize, AttemptOutcome)> {
+pub(super) fn records(effects: &[Effect<'_>]) -> Vec<(usize, AttemptOutcome)> {
     effects
         .iter()
         .filter_map(|e| match e {
