@@ -68,8 +68,9 @@ pub use outcome::{attempt_record, call_outcome, health_outcome, hint_ms, router_
 pub use records::apply_health;
 pub use translation::usage_asked;
 
+use crate::core::answer_faults::judged;
 use crate::core::config::{
-    Config, HeaderNames, ModelId, StreamRules, TargetPolicy, TimeoutRules, VirtualModel,
+    AnswerFallbacks, Config, HeaderNames, ModelId, StreamRules, TargetPolicy, TimeoutRules, VirtualModel,
     DIRECT_POLICY,
 };
 use crate::core::endpoint::Endpoint;
@@ -121,8 +122,13 @@ pub struct Machine {
     /// The router's failed answer is held, waiting to be replaced.
     holding: bool,
     /// The router's good answer is held until its end, with this status: the fallback
-    /// timeout covers the whole answer (`fallback_timeout_scope`).
+    /// timeout covers the whole answer (`fallback_timeout_scope`), or it is judged whole
+    /// (`fallback_on`).
     buffering: Option<u16>,
+    /// The 2xx answers `fallback_on` judges (a refusal, an empty answer, an error object),
+    /// when the virtual model asks for any and the endpoint is an LLM API; otherwise none, and
+    /// a good answer is never held for it.
+    judge: Option<AnswerFallbacks>,
     /// The client asked for a streamed answer.
     stream: bool,
     /// Start of the call-out in flight.
@@ -233,6 +239,9 @@ impl Machine {
             calls: 0,
             holding: false,
             buffering: None,
+            judge: vm
+                .and_then(|vm| judged(vm.answer_fallbacks))
+                .filter(|_| Dialect::of(endpoint).is_some()),
             stream: start.stream,
             started_ms: now_ms,
             needs_latency: vm.is_some_and(|vm| vm.needs_latency()),
@@ -398,13 +407,22 @@ impl Machine {
         facts: &mut dyn AnswerFacts,
         out: &mut Effects<'c>,
     ) -> Flow {
+        // The whole answer, when it was read to be judged: read once.
+        let mut whole = None;
         if let Some(status) = self.buffering.filter(|_| end) {
             self.buffering = None;
-            if !self.whole_answer_ended(config, status, out) {
+            let body = self.judge.map(|_| (facts.chunk(), facts.now_ms()));
+            let judged = body.as_ref().map(|(b, now)| (b.as_slice(), *now));
+            if !self.whole_answer_ended(config, status, judged, out) {
                 return Flow::Hold;
             }
-        } else if self.holding || self.buffering.is_some() {
+            whole = body.map(|(b, _)| b);
+        } else if self.holding {
             return Flow::Hold;
+        } else if let Some(status) = self.buffering {
+            if !self.held_whole_grew(config, status, facts, out) {
+                return Flow::Hold;
+            }
         }
         if self.streamed {
             self.idle_from_ms = facts.now_ms();
@@ -434,7 +452,7 @@ impl Machine {
         if !end && self.holds_translated() {
             return Flow::Hold;
         }
-        let chunk = facts.chunk();
+        let chunk = whole.unwrap_or_else(|| facts.chunk());
         self.deliver_chunk(config, &chunk, 0, end, facts, out);
         Flow::Continue
     }
@@ -490,7 +508,7 @@ impl Machine {
             return Flow::Continue;
         }
         if let Some(status) = self.buffering.take() {
-            if self.whole_answer_ended(config, status, out) {
+            if self.whole_answer_ended(config, status, None, out) {
                 return Flow::Continue;
             }
             return Flow::Hold;
@@ -569,18 +587,28 @@ impl Machine {
         if !matches!(self.state, State::Calling(c) if c == call) {
             return; // abandoned after a timeout
         }
-        let outcome = call_outcome(answer.as_ref());
+        let mut outcome = call_outcome(answer.as_ref());
+        let status = match outcome {
+            AttemptOutcome::Status(status) => Some(status),
+            _ => None,
+        };
+        // A call-out's answer arrives whole: `fallback_on` judges every good one.
+        if let (Some(200..=299), Some(answer)) = (status, answer.as_ref()) {
+            if let Some(fault) = self.judge_answer(&answer.body) {
+                outcome = AttemptOutcome::Answer(fault);
+            }
+        }
         let hint = || hint_ms(&answer.as_ref()?.headers, now_ms);
         self.record(config, self.attempts.current(), outcome, hint, out);
         let step = self.step(config, outcome);
         if self.ends_conversation(step, outcome) {
             return self.reply_unavailable(config, out);
         }
-        match (step, answer, outcome) {
+        match (step, answer, status) {
             (Step::Retry { .. } | Step::Fallback { .. }, _, _) => {
                 self.next_attempt(config, step, outcome, now_ms, out);
             }
-            (_, Some(answer), AttemptOutcome::Status(status)) => {
+            (_, Some(answer), Some(status)) => {
                 self.reply(config, status, answer, step == Step::GiveUp, now_ms, out);
             }
             _ => self.reply_unavailable(config, out),
