@@ -16,7 +16,8 @@ fn chat_completions_refusal_empty_and_good_answers() {
     let filtered = r#"{"object":"chat.completion","choices":[{"index":0,
         "message":{"role":"assistant","content":null},"finish_reason":"content_filter"}]}"#;
     assert_eq!(whole(filtered), Some(AnswerFault::ContentFilter));
-    let empty = r#"{"choices":[{"message":{"role":"assistant","content":""},"finish_reason":"stop"}]}"#;
+    let empty =
+        r#"{"choices":[{"message":{"role":"assistant","content":""},"finish_reason":"stop"}]}"#;
     assert_eq!(whole(empty), Some(AnswerFault::Empty));
     assert_eq!(whole(r#"{"choices":[]}"#), Some(AnswerFault::Empty));
     let tool = r#"{"choices":[{"message":{"content":null,"tool_calls":[{"id":"c"}]},"finish_reason":"tool_calls"}]}"#;
@@ -31,13 +32,20 @@ fn chat_completions_refusal_empty_and_good_answers() {
 fn anthropic_refusal_empty_and_good_answers() {
     let refusal = r#"{"type":"message","role":"assistant","content":[],"stop_reason":"refusal"}"#;
     assert_eq!(whole(refusal), Some(AnswerFault::ContentFilter));
-    let blank = r#"{"type":"message","content":[{"type":"text","text":""}],"stop_reason":"end_turn"}"#;
+    let blank =
+        r#"{"type":"message","content":[{"type":"text","text":""}],"stop_reason":"end_turn"}"#;
     assert_eq!(whole(blank), Some(AnswerFault::Empty));
     let thinking = r#"{"type":"message","content":[{"type":"thinking","thinking":"hm"}],"stop_reason":"end_turn"}"#;
-    assert_eq!(whole(thinking), Some(AnswerFault::Empty), "thinking alone answers nothing");
-    let tool = r#"{"type":"message","content":[{"type":"tool_use","id":"t","name":"f","input":{}}]}"#;
+    assert_eq!(
+        whole(thinking),
+        Some(AnswerFault::Empty),
+        "thinking alone answers nothing"
+    );
+    let tool =
+        r#"{"type":"message","content":[{"type":"tool_use","id":"t","name":"f","input":{}}]}"#;
     assert_eq!(whole(tool), None);
-    let good = r#"{"type":"message","content":[{"type":"text","text":"hi"}],"stop_reason":"end_turn"}"#;
+    let good =
+        r#"{"type":"message","content":[{"type":"text","text":"hi"}],"stop_reason":"end_turn"}"#;
     assert_eq!(whole(good), None);
 }
 
@@ -48,7 +56,11 @@ fn responses_refusal_empty_and_a_queued_background_response() {
     assert_eq!(whole(filtered), Some(AnswerFault::ContentFilter));
     let cut = r#"{"object":"response","status":"incomplete","error":null,
         "incomplete_details":{"reason":"max_output_tokens"},"output":[]}"#;
-    assert_eq!(whole(cut), None, "a token limit is not a refusal, nor judged empty");
+    assert_eq!(
+        whole(cut),
+        None,
+        "a token limit is not a refusal, nor judged empty"
+    );
     let empty = r#"{"object":"response","status":"completed","error":null,"output":[
         {"type":"reasoning","summary":[]},
         {"type":"message","content":[{"type":"output_text","text":""}]}]}"#;
@@ -68,7 +80,8 @@ fn error_objects_in_a_200_in_each_shape() {
     assert_eq!(whole(openai), Some(AnswerFault::ErrorBody));
     let anthropic = r#"{"type":"error","error":{"type":"overloaded_error","message":"x"}}"#;
     assert_eq!(whole(anthropic), Some(AnswerFault::ErrorBody));
-    let failed = r#"{"object":"response","status":"failed","error":{"code":"server_error"},"output":[]}"#;
+    let failed =
+        r#"{"object":"response","status":"failed","error":{"code":"server_error"},"output":[]}"#;
     assert_eq!(whole(failed), Some(AnswerFault::ErrorBody));
 }
 
@@ -103,8 +116,12 @@ fn streams_before_their_first_content() {
         judge_stream(chat, chat_refusal, ALL),
         Some(AnswerFault::ContentFilter)
     );
-    let chat_empty = b"data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
-    assert_eq!(judge_stream(chat, chat_empty, ALL), Some(AnswerFault::Empty));
+    let chat_empty =
+        b"data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+    assert_eq!(
+        judge_stream(chat, chat_empty, ALL),
+        Some(AnswerFault::Empty)
+    );
     let chat_good = b"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n";
     assert_eq!(judge_stream(chat, chat_good, ALL), None);
     let unfinished = b"data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n";
@@ -120,5 +137,9 @@ fn streams_before_their_first_content() {
         content_filter: true,
         ..AnswerFallbacks::default()
     };
-    assert_eq!(judge_stream(chat, chat_empty, on), None, "empty not asked for");
+    assert_eq!(
+        judge_stream(chat, chat_empty, on),
+        None,
+        "empty not asked for"
+    );
 }

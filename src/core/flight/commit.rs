@@ -96,7 +96,8 @@ impl Machine {
                 Event::Final => {
                     let held = chunk.get(..next).unwrap_or(&chunk);
                     return match self.judge_answer(held) {
-                        Some(fault) => self.no_answer_before_commit(config, fault, &chunk, next, end, facts, out),
+                        Some(fault) => self
+                            .no_answer_before_commit(config, fault, &chunk, next, end, facts, out),
                         None => self.commit_now(config, &chunk, next, end, facts, out),
                     };
                 }

@@ -70,8 +70,8 @@ pub use translation::usage_asked;
 
 use crate::core::answer_faults::judged;
 use crate::core::config::{
-    AnswerFallbacks, Config, HeaderNames, ModelId, StreamRules, TargetPolicy, TimeoutRules, VirtualModel,
-    DIRECT_POLICY,
+    AnswerFallbacks, Config, HeaderNames, ModelId, StreamRules, TargetPolicy, TimeoutRules,
+    VirtualModel, DIRECT_POLICY,
 };
 use crate::core::endpoint::Endpoint;
 use crate::core::fallback::{AttemptOutcome, Attempts, Step};

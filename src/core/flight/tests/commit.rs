@@ -36,7 +36,7 @@ fn ok_headers<'c>(m: &mut Machine, config: &'c Config) -> (Flow, Vec<Effect<'c>>
     (flow, list(fx))
 }
 
-fn records(effects: &[Effect<'_>]) -> Vec<(usize, AttemptOutcome)> {
+pub(super) fn records(effects: &[Effect<'_>]) -> Vec<(usize, AttemptOutcome)> {
     effects
         .iter()
         .filter_map(|e| match e {
