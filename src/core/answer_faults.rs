@@ -184,11 +184,13 @@ fn chat(choices: &[Choice<'_>]) -> (bool, bool) {
 /// (refused, empty) of an Anthropic message.
 fn messages(whole: &Whole<'_>) -> (bool, bool) {
     let refused = whole.stop_reason.as_deref() == Some("refusal");
-    let answered = parts(whole.content).iter().any(|b| match b.kind.as_deref() {
-        Some("text") => filled(b.text),
-        Some("thinking" | "redacted_thinking") => false,
-        _ => true,
-    });
+    let answered = parts(whole.content)
+        .iter()
+        .any(|b| match b.kind.as_deref() {
+            Some("text") => filled(b.text),
+            Some("thinking" | "redacted_thinking") => false,
+            _ => true,
+        });
     (refused, !answered)
 }
 
