@@ -20,6 +20,7 @@
 //! request": it is neither retried nor moved on, while a 429 is still retried and then moved
 //! to the retry model by the target's own rules.
 
+use crate::core::answer_faults::AnswerFault;
 use crate::core::config::{ModelId, TargetPolicy};
 
 /// How an attempt ended.
@@ -36,6 +37,9 @@ pub enum AttemptOutcome {
     /// A streamed answer that started well (a 2xx) failed: before its first content, a failed
     /// attempt like a failed status; after it, the stream ends with an error event.
     StreamFailed(StreamFault),
+    /// A 2xx that answers nothing (a refusal, no content, an error object), judged so because
+    /// the virtual model's `fallback_on` asks: the next candidate, never the same target again.
+    Answer(AnswerFault),
 }
 
 /// How a streamed answer failed.
@@ -74,8 +78,9 @@ impl AttemptOutcome {
             AttemptOutcome::ConnectFailure
             | AttemptOutcome::Timeout
             | AttemptOutcome::StreamFailed(_) => true,
-            // No fallback timeout applies on those endpoints ("Keeps waiting").
-            AttemptOutcome::FallbackTimeout => false,
+            // No fallback timeout applies on those endpoints ("Keeps waiting"); an answer
+            // judged by `fallback_on` is an opt-in of the virtual model's own.
+            AttemptOutcome::FallbackTimeout | AttemptOutcome::Answer(_) => false,
         }
     }
 
@@ -89,6 +94,7 @@ impl AttemptOutcome {
             | AttemptOutcome::Timeout
             | AttemptOutcome::FallbackTimeout
             | AttemptOutcome::StreamFailed(_) => true,
+            AttemptOutcome::Answer(_) => false,
         }
     }
 }
@@ -240,8 +246,9 @@ impl Attempts {
             AttemptOutcome::ConnectFailure
             | AttemptOutcome::Timeout
             | AttemptOutcome::StreamFailed(_) => (p.retry_no_answer, true),
-            // Abandoned for being slow: the next candidate, never the same target again.
-            AttemptOutcome::FallbackTimeout => (false, true),
+            // Abandoned for being slow: the next candidate, never the same target again. A
+            // refusal or an empty answer would most likely come back the same from it too.
+            AttemptOutcome::FallbackTimeout | AttemptOutcome::Answer(_) => (false, true),
         };
         if retryable && self.retries_here < p.retry_attempts {
             // Retry n waits delay × multiplier^(n-1) (Zuplo model load balancing, "Failures and

@@ -18,6 +18,7 @@
 //! The adapter defines every name when a config loads ([`definitions`]) and hands the host's
 //! ids back ([`MetricTable::with_ids`]); a request then only looks an id up by index.
 
+use crate::core::answer_faults::AnswerFault;
 use crate::core::config::{Config, ModelId, VirtualModel, Visibility};
 use crate::core::fallback::{AttemptOutcome, StreamFault};
 use crate::core::health::record::Standing;
@@ -73,15 +74,26 @@ pub enum Reason {
     Timeout,
     /// A streamed answer failed before its first content.
     StreamFailed,
+    /// `fallback_on`: a 2xx refusal (content filter).
+    ContentFilter,
+    /// `fallback_on`: a 2xx with no content and no tool call.
+    Empty,
+    /// `fallback_on`: a 2xx whose body is an error object.
+    ErrorBody,
 }
 
 impl Reason {
-    /// Every reason, in table order.
-    pub const ALL: [Reason; 4] = [
+    /// Every reason, in table order. The last three only ever move a request to another
+    /// target (an answer judged by `fallback_on` is never retried): `retries` has the first
+    /// four, `fallbacks` all.
+    pub const ALL: [Reason; 7] = [
         Reason::Status,
         Reason::ConnectFailure,
         Reason::Timeout,
         Reason::StreamFailed,
+        Reason::ContentFilter,
+        Reason::Empty,
+        Reason::ErrorBody,
     ];
 
     /// The label value (also the access log's `fallback_reason`).
@@ -91,6 +103,9 @@ impl Reason {
             Reason::ConnectFailure => "connect_failure",
             Reason::Timeout => "timeout",
             Reason::StreamFailed => "stream_failed",
+            Reason::ContentFilter => "content_filter",
+            Reason::Empty => "empty",
+            Reason::ErrorBody => "error_body",
         }
     }
 
@@ -101,6 +116,9 @@ impl Reason {
             AttemptOutcome::ConnectFailure => Reason::ConnectFailure,
             AttemptOutcome::Timeout | AttemptOutcome::FallbackTimeout => Reason::Timeout,
             AttemptOutcome::StreamFailed(_) => Reason::StreamFailed,
+            AttemptOutcome::Answer(AnswerFault::ContentFilter) => Reason::ContentFilter,
+            AttemptOutcome::Answer(AnswerFault::Empty) => Reason::Empty,
+            AttemptOutcome::Answer(AnswerFault::ErrorBody) => Reason::ErrorBody,
         }
     }
 }
@@ -183,7 +201,7 @@ const fn labelled(metric: &'static str, label: (&'static str, &'static str), kin
 }
 
 /// The per-pair metrics in table order; [`pair_offset`] must agree with it.
-const PAIR: [Spec; 23] = [
+const PAIR: [Spec; 26] = [
     spec("requests", Kind::Counter),
     labelled("answers", ("class", "2xx"), Kind::Counter),
     labelled("answers", ("class", "3xx"), Kind::Counter),
@@ -207,6 +225,9 @@ const PAIR: [Spec; 23] = [
     labelled("stream_failed", ("reason", "idle"), Kind::Counter),
     labelled("stream_failed", ("reason", "malformed"), Kind::Counter),
     labelled("stream_failed", ("reason", "error_event"), Kind::Counter),
+    labelled("fallbacks", ("reason", "content_filter"), Kind::Counter),
+    labelled("fallbacks", ("reason", "empty"), Kind::Counter),
+    labelled("fallbacks", ("reason", "error_body"), Kind::Counter),
 ];
 
 /// The per-virtual-model metrics in table order; [`vm_offset`] must agree with it.
@@ -216,14 +237,18 @@ const VM: [Spec; 3] = [
     spec("no_answer", Kind::Counter),
 ];
 
-fn pair_offset(m: PairMetric) -> usize {
+/// `None` for a series the table does not hold (a retry for a reason that is never retried).
+fn pair_offset(m: PairMetric) -> Option<usize> {
     let class = |c: StatusClass| StatusClass::ALL.iter().position(|x| *x == c).unwrap_or(0);
     let reason = |r: Reason| Reason::ALL.iter().position(|x| *x == r).unwrap_or(0);
-    match m {
+    Some(match m {
         PairMetric::Requests => 0,
         PairMetric::Answers(c) => 1 + class(c),
-        PairMetric::Retries(r) => 5 + reason(r),
-        PairMetric::Fallbacks(r) => 9 + reason(r),
+        PairMetric::Retries(r) if reason(r) < 4 => 5 + reason(r),
+        PairMetric::Retries(_) => return None,
+        PairMetric::Fallbacks(r) if reason(r) < 4 => 9 + reason(r),
+        // Appended after the table's earlier series, which keep their places.
+        PairMetric::Fallbacks(r) => 23 + reason(r) - 4,
         PairMetric::Evictions => 13,
         PairMetric::PromptTokens => 14,
         PairMetric::CompletionTokens => 15,
@@ -238,7 +263,7 @@ fn pair_offset(m: PairMetric) -> usize {
                 StreamFault::ErrorEvent => 3,
             }
         }
-    }
+    })
 }
 
 fn vm_offset(m: VmMetric) -> usize {
@@ -345,7 +370,7 @@ impl MetricTable {
         if base == NONE {
             return None;
         }
-        self.id_at(base as usize + pair_offset(m))
+        self.id_at(base as usize + pair_offset(m)?)
     }
 
     /// The host id of a per-virtual-model metric.
@@ -650,6 +675,19 @@ mod tests {
             ),
             "switchboard.fallbacks.reason.timeout.vm.solo.target.azure-east/gpt-4o"
         );
+        let refused = Reason::of(AttemptOutcome::Answer(AnswerFault::ContentFilter));
+        assert_eq!(
+            name_of(
+                &defs,
+                t.pair(Some(1), ModelId(1), PairMetric::Fallbacks(refused))
+            ),
+            "switchboard.fallbacks.reason.content_filter.vm.solo.target.azure-east/gpt-4o"
+        );
+        assert_eq!(
+            t.pair(Some(1), ModelId(1), PairMetric::Retries(refused)),
+            None,
+            "an answer judged by fallback_on is never retried"
+        );
         assert_eq!(
             name_of(&defs, t.vm(Some(1), VmMetric::DecisionUs)),
             "switchboard.decision_us.vm.solo"
@@ -694,8 +732,8 @@ mod tests {
         );
         assert_eq!(t.pair(Some(0), ModelId(9), PairMetric::Requests), None);
         assert_eq!(t.count(), defs.len());
-        // 1 version + 3 slots × 3 + 4 pairs × 23.
-        assert_eq!(defs.len(), 1 + 9 + 4 * 23);
+        // 1 version + 3 slots × 3 + 4 pairs × 26.
+        assert_eq!(defs.len(), 1 + 9 + 4 * 26);
         let names: std::collections::BTreeSet<_> = defs.iter().map(|(_, n)| n).collect();
         assert_eq!(names.len(), defs.len(), "every name is distinct");
     }

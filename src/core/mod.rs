@@ -5,6 +5,7 @@
 
 pub mod access_log;
 pub mod admission;
+pub mod answer_faults;
 pub mod batch;
 pub mod caller;
 pub mod config;

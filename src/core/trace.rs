@@ -112,6 +112,7 @@ impl Trace {
                     out.push_str("stream_");
                     out.push_str(fault.label());
                 }
+                AttemptOutcome::Answer(fault) => out.push_str(fault.label()),
             }
         }
         out

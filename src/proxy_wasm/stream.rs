@@ -161,6 +161,10 @@ impl Host for Wasm<'_> {
         }
     }
 
+    fn answer_body_len(&mut self) -> usize {
+        self.body_size
+    }
+
     fn set_response_header(&mut self, name: &str, value: &str) {
         host::set_response_header(name, value);
     }

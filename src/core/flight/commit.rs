@@ -10,6 +10,7 @@
 //! error event already is one), counts against the target and in `stream_failed`.
 
 use super::*;
+use crate::core::answer_faults::AnswerFault;
 use crate::core::fallback::StreamFault;
 use crate::core::sse::Event;
 
@@ -90,8 +91,15 @@ impl Machine {
             match event {
                 // The watcher has read this event: watching goes on after it (from its start,
                 // an event begun in an earlier chunk would be read again from its middle).
-                Event::Content | Event::Final => {
-                    return self.commit_now(config, &chunk, next, end, facts, out)
+                Event::Content => return self.commit_now(config, &chunk, next, end, facts, out),
+                // It ended before any content: `fallback_on` may judge it no answer.
+                Event::Final => {
+                    let held = chunk.get(..next).unwrap_or(&chunk);
+                    return match self.judge_answer(held) {
+                        Some(fault) => self
+                            .no_answer_before_commit(config, fault, &chunk, next, end, facts, out),
+                        None => self.commit_now(config, &chunk, next, end, facts, out),
+                    };
                 }
                 Event::Error(_) => {
                     let cut = Cut {
@@ -138,6 +146,33 @@ impl Machine {
         Flow::Hold
     }
 
+    /// The held answer ended before any content and `fallback_on` judged it no answer (a
+    /// refusal, nothing at all): counted as `fault` says, and the next attempt; with none to
+    /// make, the client gets it as it is.
+    #[allow(clippy::too_many_arguments)]
+    fn no_answer_before_commit<'c>(
+        &mut self,
+        config: &'c Config,
+        fault: AnswerFault,
+        chunk: &[u8],
+        from: usize,
+        end: bool,
+        facts: &mut dyn AnswerFacts,
+        out: &mut Effects<'c>,
+    ) -> Flow {
+        let outcome = AttemptOutcome::Answer(fault);
+        let now = facts.now_ms();
+        let step = self.step(config, outcome, || now);
+        if let Step::Retry { .. } | Step::Fallback { .. } = step {
+            self.commit = None;
+            self.record(config, self.routed_target, outcome, || None, out);
+            self.holding = true;
+            self.next_attempt(config, step, outcome, now, out);
+            return Flow::Hold;
+        }
+        self.commit_now_as(config, (chunk, from, end), outcome, facts, out)
+    }
+
     /// The held answer goes to the client: its attempt succeeded; what follows `from` in the
     /// chunk in hand is watched from now on.
     fn commit_now<'c>(
@@ -149,7 +184,21 @@ impl Machine {
         facts: &mut dyn AnswerFacts,
         out: &mut Effects<'c>,
     ) -> Flow {
-        let Some(commit) = self.commit_held(config, out) else {
+        let status = self.commit.as_ref().map_or(200, |c| c.status);
+        let outcome = AttemptOutcome::Status(status);
+        self.commit_now_as(config, (chunk, from, end), outcome, facts, out)
+    }
+
+    /// [`Machine::commit_now`], its attempt recorded as `outcome`.
+    fn commit_now_as<'c>(
+        &mut self,
+        config: &'c Config,
+        (chunk, from, end): (&[u8], usize, bool),
+        outcome: AttemptOutcome,
+        facts: &mut dyn AnswerFacts,
+        out: &mut Effects<'c>,
+    ) -> Flow {
+        let Some(commit) = self.commit_recorded(config, outcome, out) else {
             return Flow::Continue;
         };
         let mut watcher = commit.watcher;
@@ -166,10 +215,20 @@ impl Machine {
         config: &'c Config,
         out: &mut Effects<'c>,
     ) -> Option<Commit> {
+        let status = self.commit.as_ref()?.status;
+        self.commit_recorded(config, AttemptOutcome::Status(status), out)
+    }
+
+    /// Commits the held answer, its attempt recorded as `outcome`.
+    fn commit_recorded<'c>(
+        &mut self,
+        config: &'c Config,
+        outcome: AttemptOutcome,
+        out: &mut Effects<'c>,
+    ) -> Option<Commit> {
         let commit = *self.commit.take()?;
         self.seq += 1; // the answer started: the fallback timeout no longer applies
         let routed = self.routed_target;
-        let outcome = AttemptOutcome::Status(commit.status);
         self.record(config, routed, outcome, || None, out);
         self.deliver(config, routed, commit.status, false, out);
         Some(commit)

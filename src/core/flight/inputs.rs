@@ -22,6 +22,11 @@ pub trait AnswerFacts {
     /// The body in hand: every byte of the answer's body held so far (after the machine held
     /// the answer, Envoy's buffer and the chunk just received; otherwise that chunk).
     fn chunk(&mut self) -> Vec<u8>;
+    /// How many bytes [`AnswerFacts::chunk`] would read: read while an answer is held to be
+    /// judged whole, to bound it.
+    fn held_len(&mut self) -> usize {
+        self.chunk().len()
+    }
     /// Whether the answer ended with its headers (no body follows): read only when a good
     /// answer could be held until its end.
     fn ends_with_headers(&mut self) -> bool;

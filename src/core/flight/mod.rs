@@ -69,9 +69,10 @@ pub use outcome::{attempt_record, call_outcome, health_outcome, hint_ms, router_
 pub use records::apply_health;
 pub use translation::usage_asked;
 
+use crate::core::answer_faults::judged;
 use crate::core::config::{
-    Budget, Config, HeaderNames, ModelId, StreamRules, TargetPolicy, TimeoutRules, VirtualModel,
-    DIRECT_POLICY,
+    AnswerFallbacks, Budget, Config, HeaderNames, ModelId, StreamRules, TargetPolicy, TimeoutRules,
+    VirtualModel, DIRECT_POLICY,
 };
 use crate::core::endpoint::Endpoint;
 use crate::core::fallback::{AttemptOutcome, Attempts, Step};
@@ -122,8 +123,13 @@ pub struct Machine {
     /// The router's failed answer is held, waiting to be replaced.
     holding: bool,
     /// The router's good answer is held until its end, with this status: the fallback
-    /// timeout covers the whole answer (`fallback_timeout_scope`).
+    /// timeout covers the whole answer (`fallback_timeout_scope`), or it is judged whole
+    /// (`fallback_on`).
     buffering: Option<u16>,
+    /// The 2xx answers `fallback_on` judges (a refusal, an empty answer, an error object),
+    /// when the virtual model asks for any and the endpoint is an LLM API; otherwise none, and
+    /// a good answer is never held for it.
+    judge: Option<AnswerFallbacks>,
     /// The client asked for a streamed answer.
     stream: bool,
     /// Start of the call-out in flight.
@@ -242,6 +248,9 @@ impl Machine {
             calls: 0,
             holding: false,
             buffering: None,
+            judge: vm
+                .and_then(|vm| judged(vm.answer_fallbacks))
+                .filter(|_| Dialect::of(endpoint).is_some()),
             stream: start.stream,
             started_ms: now_ms,
             needs_latency: vm.is_some_and(|vm| vm.needs_latency()),
@@ -415,16 +424,25 @@ impl Machine {
         facts: &mut dyn AnswerFacts,
         out: &mut Effects<'c>,
     ) -> Flow {
+        // The whole answer, when it was read to be judged: read once.
+        let mut whole = None;
         if let Some(status) = self.buffering.filter(|_| end) {
             self.buffering = None;
-            if !self.whole_answer_ended(config, status, out) {
+            let body = self.judge.map(|_| (facts.chunk(), facts.now_ms()));
+            let judged = body.as_ref().map(|(b, now)| (b.as_slice(), *now));
+            if !self.whole_answer_ended(config, status, judged, out) {
                 return Flow::Hold;
             }
-        } else if self.holding || self.buffering.is_some() {
-            if self.holding && end {
+            whole = body.map(|(b, _)| b);
+        } else if self.holding {
+            if end {
                 self.keep_failed_body(facts);
             }
             return Flow::Hold;
+        } else if let Some(status) = self.buffering {
+            if !self.held_whole_grew(config, status, facts, out) {
+                return Flow::Hold;
+            }
         }
         if self.streamed {
             self.idle_from_ms = facts.now_ms();
@@ -454,7 +472,7 @@ impl Machine {
         if !end && self.holds_translated() {
             return Flow::Hold;
         }
-        let chunk = facts.chunk();
+        let chunk = whole.unwrap_or_else(|| facts.chunk());
         self.deliver_chunk(config, &chunk, 0, end, facts, out);
         Flow::Continue
     }
@@ -510,7 +528,7 @@ impl Machine {
             return Flow::Continue;
         }
         if let Some(status) = self.buffering.take() {
-            if self.whole_answer_ended(config, status, out) {
+            if self.whole_answer_ended(config, status, None, out) {
                 return Flow::Continue;
             }
             return Flow::Hold;
@@ -592,7 +610,17 @@ impl Machine {
         if !matches!(self.state, State::Calling(c) if c == call) {
             return; // abandoned after a timeout
         }
-        let outcome = call_outcome(answer.as_ref());
+        let mut outcome = call_outcome(answer.as_ref());
+        let status = match outcome {
+            AttemptOutcome::Status(status) => Some(status),
+            _ => None,
+        };
+        // A call-out's answer arrives whole: `fallback_on` judges every good one.
+        if let (Some(200..=299), Some(answer)) = (status, answer.as_ref()) {
+            if let Some(fault) = self.judge_answer(&answer.body) {
+                outcome = AttemptOutcome::Answer(fault);
+            }
+        }
         let hint = || hint_ms(&answer.as_ref()?.headers, now_ms);
         let target = self.attempts.current();
         self.record(config, target, outcome, hint, out);
@@ -600,14 +628,16 @@ impl Machine {
         if self.ends_conversation(step, outcome) {
             return self.reply_unavailable(config, out);
         }
-        match (step, answer, outcome) {
+        match (step, answer, status) {
             (Step::Retry { .. } | Step::Fallback { .. }, answer, _) => {
-                if let AttemptOutcome::Status(status) = outcome {
+                // Kept for a deadline that ends the request before the next attempt answers
+                // (a judged 2xx too: a refusal is still an answer to give back).
+                if let Some(status) = status {
                     self.keep_failed_call(target, status, answer);
                 }
                 self.next_attempt(config, step, outcome, now_ms, out);
             }
-            (_, Some(answer), AttemptOutcome::Status(status)) => {
+            (_, Some(answer), Some(status)) => {
                 self.reply(config, status, answer, step == Step::GiveUp, now_ms, out);
             }
             _ => self.reply_unavailable(config, out),

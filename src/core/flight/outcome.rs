@@ -83,6 +83,12 @@ pub fn health_outcome(
         | AttemptOutcome::Timeout
         | AttemptOutcome::FallbackTimeout
         | AttemptOutcome::StreamFailed(_) => Some(Outcome::Failure { hint_ms: None }),
+        // `fallback_on`: a refusal changes nothing (it is about the prompt); an empty answer
+        // or an error object in a 200 is the target misbehaving.
+        AttemptOutcome::Answer(fault) if fault.counts_against_target() => {
+            Some(Outcome::Failure { hint_ms: None })
+        }
+        AttemptOutcome::Answer(_) => None,
     }
 }
 

@@ -980,6 +980,7 @@ fn effects_past_the_inline_room_keep_their_order() {
     assert!(fx.is_empty());
 }
 
+mod answers;
 mod commit;
 mod deadline;
 mod translate;

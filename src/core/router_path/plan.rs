@@ -2,6 +2,7 @@
 //! Envoy's router that order and when to retry.
 
 use super::{groups_header, router_cluster, GROUPS_HEADER, ROUTE_HEADER, ROUTE_VALUE};
+use crate::core::answer_faults::judged;
 use crate::core::config::{Budget, Config, ModelId, StreamFallbacks};
 use crate::core::endpoint::Endpoint;
 use crate::core::fallback::{AttemptOutcome, Attempts, Step};
@@ -32,17 +33,20 @@ pub struct RouterPlan {
 /// The order is fixed before the first attempt: it is the one a 503 at every attempt would take
 /// ([`Attempts::after`]: each target's retries, then the next fallback candidate). What the
 /// router cannot follow stays on the call-out path: a continued conversation (its origin failing
-/// is a 409, not a fallback), a sticky session (pinned where a fallback answered), and a
-/// virtual model with a request budget (`request_deadline_ms`, `fallback_if_failed_within_ms`):
+/// is a 409, not a fallback), a sticky session (pinned where a fallback answered), a virtual
+/// model with a request budget (`request_deadline_ms`, `fallback_if_failed_within_ms`):
 /// Envoy's route timeout (`x-envoy-upstream-rq-timeout-ms`) is the only whole-request bound the
 /// router takes, and it runs to the end of the response, so it would cut a stream already
-/// sent; and the router retries whatever an attempt's time to failure.
+/// sent; and the router retries whatever an attempt's time to failure), and a virtual model
+/// whose `fallback_on` judges 2xx answers (a refusal or an empty stream before its first
+/// content would have to become a retriable status in the upstream pass, which it does not).
 pub fn plan(config: &Config, endpoint: Endpoint, start: &Start) -> Option<RouterPlan> {
     let index = start.virtual_model?;
     let vm = config.virtual_models.get(index)?;
     let wanted = vm.streams.fallbacks == StreamFallbacks::Router && start.dialect.is_some();
     let budgeted = vm.budget != Budget::default();
-    if !wanted || start.conversation || start.sticky.is_some() || budgeted {
+    let judges = judged(vm.answer_fallbacks).is_some();
+    if !wanted || start.conversation || start.sticky.is_some() || budgeted || judges {
         return None;
     }
     let fail_fast = vm.fail_fast.contains(endpoint.api());

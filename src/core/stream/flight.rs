@@ -54,6 +54,10 @@ impl<H: Host> AnswerFacts for Facts<'_, H> {
         self.host.answer_body()
     }
 
+    fn held_len(&mut self) -> usize {
+        self.host.answer_body_len()
+    }
+
     fn ends_with_headers(&mut self) -> bool {
         self.ends
     }

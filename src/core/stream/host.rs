@@ -109,6 +109,11 @@ pub trait Host {
     fn answer_headers(&mut self) -> Headers;
     /// Every byte of the router's answer held so far, the chunk just received included.
     fn answer_body(&mut self) -> Vec<u8>;
+    /// How many bytes [`Host::answer_body`] would read (a host that knows it without a copy
+    /// says so).
+    fn answer_body_len(&mut self) -> usize {
+        self.answer_body().len()
+    }
     /// Sets a header of the router's answer.
     fn set_response_header(&mut self, name: &str, value: &str);
     /// Removes a header of the router's answer.

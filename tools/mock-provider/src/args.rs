@@ -1,5 +1,6 @@
 //! Command-line parsing by hand: `--flag value` or `--flag=value`.
 
+use crate::answer_fault::AnswerFault;
 use crate::behaviour::{validate_status, Behaviour, DropMode};
 use crate::fault::StreamFault;
 use crate::strict::{Expect, Kind};
@@ -14,6 +15,7 @@ usage: mock-provider [--host 127.0.0.1] [--port 0] [--name NAME]
                      [--error-body-on-200] [--headers-first]
                      [--stream-fault NAME] [--fault-after-tokens N (2)]
                      [--max-records N (10000; 0 counts only)] [--reply TEXT]
+                     [--answer-fault refusal|empty]
                      [--tls-cert PEM --tls-key PEM]
                      [--strict openai|azure|anthropic|openai-compatible
                       --host-name NAME[:PORT] --api-key KEY
@@ -73,6 +75,13 @@ time (null clears an optional one), GET /__config shows them all.
                          longer delays these answers' start), then the rest.
   cut-after-content      N tokens, flushed, then the connection is aborted.
                       N is --fault-after-tokens (2; at most the answer's tokens).
+--answer-fault KIND   chat completions, Responses and Messages answer a 200 that
+                      answers nothing, streamed or whole, in the API's shape:
+  refusal                chat finish_reason content_filter, no content;
+                         Messages stop_reason refusal, no block; Responses
+                         status incomplete, reason content_filter.
+  empty                  chat content \"\"; Messages one empty text block;
+                         Responses completed, one message with text \"\".
 ";
 
 /// Everything the command line decides.
@@ -163,6 +172,7 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Option<Args>, St
             "--drop" => b.drop = Some(DropMode::parse(&value()?)?),
             "--stream-fault" => b.stream_fault = Some(StreamFault::parse(&value()?)?),
             "--fault-after-tokens" => b.fault_after_tokens = num(&flag, &value()?)?,
+            "--answer-fault" => b.answer_fault = Some(AnswerFault::parse(&value()?)?),
             "--tls-cert" => raw.tls_cert = Some(value()?),
             "--tls-key" => raw.tls_key = Some(value()?),
             "--strict" => raw.strict = Some(value()?),

@@ -1,6 +1,7 @@
 //! Behaviour settings (latency, token count, failure injection) shared by the
 //! command line and the runtime `/__config` endpoint.
 
+use crate::answer_fault::AnswerFault;
 use crate::fault::StreamFault;
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -53,6 +54,9 @@ pub struct Behaviour {
     pub stream_fault: Option<StreamFault>,
     /// Content tokens sent before an `*-after-content` stream fault.
     pub fault_after_tokens: u64,
+    /// Chat, Responses and Messages answers are a 200 that answers nothing (a refusal or an
+    /// empty answer), streamed or whole.
+    pub answer_fault: Option<AnswerFault>,
 }
 
 /// Default `fault_after_tokens`.
@@ -75,6 +79,7 @@ impl Default for Behaviour {
             reply: None,
             stream_fault: None,
             fault_after_tokens: FAULT_AFTER_TOKENS,
+            answer_fault: None,
         }
     }
 }
@@ -171,6 +176,12 @@ impl Behaviour {
                     };
                 }
                 "fault_after_tokens" => next.fault_after_tokens = uint(key, value)?,
+                "answer_fault" => {
+                    next.answer_fault = match value {
+                        Value::Null => None,
+                        v => Some(AnswerFault::parse(&string(key, v)?)?),
+                    };
+                }
                 other => return Err(format!("unknown config field {other:?}")),
             }
         }

@@ -6,6 +6,7 @@
 //! `--help` for the flags (`--strict` mimics a hosted provider's refusals)
 //! and `/__config` for runtime changes.
 
+mod answer_fault;
 mod anthropic;
 mod args;
 mod b64;

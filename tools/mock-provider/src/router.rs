@@ -1,6 +1,7 @@
 //! Request routing: control endpoints under `/__`, recording, failure
 //! injection, then the API handlers.
 
+use crate::answer_fault;
 use crate::behaviour::{Behaviour, DropMode};
 use crate::fault::StreamFault;
 use crate::generate::{wants_stream, Gen};
@@ -400,6 +401,22 @@ async fn api(
             )
         };
         return Ok(respond::json(StatusCode::OK, &body));
+    }
+    if let Some(fault) = cfg.answer_fault {
+        let api = match endpoint {
+            Endpoint::ChatCompletions => Some(answer_fault::Api::Chat),
+            Endpoint::Messages => Some(answer_fault::Api::Messages),
+            Endpoint::Responses => Some(answer_fault::Api::Responses),
+            _ => None,
+        };
+        if let Some(api) = api {
+            let model = request
+                .get("model")
+                .and_then(Value::as_str)
+                .unwrap_or("mock");
+            let stream = crate::generate::wants_stream(&request);
+            return Ok(answer_fault::answer(fault, api, stream, model, name));
+        }
     }
 
     let gen = Gen::new(&cfg, &request);
