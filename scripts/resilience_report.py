@@ -51,13 +51,73 @@ STREAM_SCENARIOS = {
         "streaming 20 chunks 250 ms apart, `fallback_timeout_ms: 1000`",
 }
 
+# What Switchboard does per failure class, and what each seed does (the seeds: TrueFoundry virtual
+# models, agentgateway virtual models, Zuplo model load balancing). Each Switchboard cell is what
+# tests/e2e/test_failure_classes.py, test_answer_fallbacks.py and test_request_deadline.py assert on
+# both builds (the report runs them and prints their result lines).
+CLASSES = [
+    ("Quota spent (429 or 403 whose body says so: OpenAI `insufficient_quota`, "
+     "`billing_hard_limit_reached`, Anthropic's credit balance, Azure's quota; `health.quota_patterns`)",
+     "not retried; the next target at once; evicted for `health.eviction.quota_duration` (1 h)",
+     "a 429: retried (`on_status_codes`), then the fallback; counts toward unhealthy (2 in 2 min)",
+     "a 429 with Retry-After evicts for it (with a health policy); otherwise a score change",
+     "retried twice (250, 500 ms), then the retry model; nothing remembered (import: quota eviction off)"),
+    ("Rate limited (429 with Retry-After, retry-after-ms or x-ratelimit-reset-*)",
+     "retried / falls back by the target's codes; evicted for the hint (at most 10 min)",
+     "retried, then the fallback; counts toward unhealthy",
+     "evicted for Retry-After",
+     "retried twice, then the retry model"),
+    ("Rate limited, no hint (429 alone)",
+     "as above; evicted 1, 2, 4 ... 60 s, back to 1 s after a success",
+     "retried, then the fallback; counts toward unhealthy",
+     "evicted for the retry policy's backoff, else 3 s (with `eviction`)",
+     "retried twice, then the retry model"),
+    ("Gateway credential refused (401/403 to the catalog's or `headers_override`'s key)",
+     "the next target at once; evicted for `health.eviction.credential_duration` (5 min)",
+     "falls back (401/403 in the default codes); counts toward unhealthy",
+     "not unhealthy by default (5xx only)",
+     "fails the request (import: credential eviction off)"),
+    ("Client's own credential refused (401/403, no gateway key sent)",
+     "falls back by `fallback_status_codes`; never counts against the target",
+     "counts toward unhealthy", "not unhealthy by default", "fails the request"),
+    ("Overloaded (Anthropic 529 `overloaded_error`)",
+     "retried and falls back like a 503 (default codes)",
+     "counts (5xx); not in the default retry or fallback codes",
+     "unhealthy (5xx)", "the retry model (5xx)"),
+    ("The client's bad request (400, 413, 422) or the client hanging up",
+     "to the client as it is; never counts against the target",
+     "passes through unchanged", "not unhealthy", "fails the request"),
+    ("Prompt too long (400 `context_length_exceeded`, Anthropic \"prompt is too long\")",
+     "with `fallback_on: [context_length]` the next target, not counted; else to the client",
+     "passes through", "not unhealthy", "fails the request"),
+    ("Refusal (200 `finish_reason: content_filter`, `stop_reason: refusal`; Azure 400 `content_filter`)",
+     "with `fallback_on: [content_filter]` the next target, not counted; else to the client",
+     "delivered", "delivered", "delivered"),
+    ("Empty answer, or an error object in a 200",
+     "with `fallback_on: [empty]` / `[error_body]` the next target, counted against the target",
+     "delivered", "delivered", "delivered"),
+    ("A slow failure (past `fallback_if_failed_within_ms`)",
+     "returned to the client, no further attempt",
+     "retried / falls back", "retried if configured", "the retry model"),
+    ("The request's budget spent (`request_deadline_ms`)",
+     "no attempt starts after it; the last failed answer, else a 504 `deadline_exceeded`; "
+     "a held stream is committed, a sent one never cut",
+     "no whole-request budget", "no whole-request budget (route timeouts)",
+     "`fallbackTimeoutSeconds` per model only"),
+    ("Most targets evicted (`max_evicted_share`)",
+     "past the share, the least recently failed evicted targets count as unhealthy and serve first",
+     "no cap", "no cap (a group spills only when all are evicted)", "nothing remembered"),
+]
+CLASS_TESTS = ["tests/e2e/test_failure_classes.py", "tests/e2e/test_answer_fallbacks.py",
+               "tests/e2e/test_request_deadline.py"]
+
 
 def run_tests(path: str, figures_path: str, build: str | None = None, select: str | None = None):
     """Runs one test file with figures recorded; its pytest summary line and return code."""
     env = {**os.environ, "SWITCHBOARD_FIGURES": figures_path}
     if build:
         env["SWITCHBOARD_BUILD"] = build
-    cmd = [sys.executable, "-m", "pytest", path, "-q", "-p", "no:cacheprovider"]
+    cmd = [sys.executable, "-m", "pytest", *path.split(), "-q", "-p", "no:cacheprovider"]
     if select:
         cmd += ["-k", select]
     run = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
@@ -72,6 +132,7 @@ def main() -> int:
     streamed = " or ".join(STREAM_SCENARIOS)
     wasm_summary, wasm_code = run_tests("tests/e2e/test_router_path.py", figures_path, "wasm", streamed)
     native_summary, native_code = run_tests("tests/e2e/test_router_path.py", figures_path, "native", streamed)
+    classes = {build: run_tests(" ".join(CLASS_TESTS), figures_path, build) for build in ("wasm", "native")}
     rows = [json.loads(line) for line in Path(figures_path).read_text().splitlines() if line.strip()]
     os.unlink(figures_path)
     envoy_version = subprocess.run([str(ENVOY), "--version"], capture_output=True, text=True).stdout.strip()
@@ -79,7 +140,7 @@ def main() -> int:
     lines = [
         "# Resilience report",
         "",
-        "Generated by `make resilience-report` (runs `tests/e2e/test_resilience.py`, and the",
+        "Generated by `make resilience-report` (runs `tests/e2e/test_resilience.py`, the failure-class tests and the",
         "streamed-fallback test of `tests/e2e/test_router_path.py` on each build; every",
         "figure below is a value one of those tests measured, and the test also asserts its bound).",
         "",
@@ -104,10 +165,21 @@ def main() -> int:
             lines.append("")
         else:
             lines += ["Asserted exactly in the test (which target served each request).", ""]
+    lines += [
+        "## Failure classes: what Switchboard does, and what each seed does",
+        "",
+        "Asserted end to end on both builds by " + ", ".join(f"`{t}`" for t in CLASS_TESTS) + ": "
+        + "; ".join(f"{build} `{summary}`" for build, (summary, _) in classes.items()) + ".",
+        "",
+        "| Failure | Switchboard | TrueFoundry | agentgateway | Zuplo |",
+        "|---|---|---|---|---|",
+    ]
+    lines += ["| " + " | ".join(row) + " |" for row in CLASSES]
+    lines.append("")
     OUT.parent.mkdir(exist_ok=True)
     OUT.write_text("\n".join(lines) + "\n")
     print(f"wrote {OUT.relative_to(ROOT)}: {summary}")
-    return code or wasm_code or native_code
+    return code or wasm_code or native_code or any(c for _, c in classes.values())
 
 
 if __name__ == "__main__":
