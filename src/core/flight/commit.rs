@@ -69,6 +69,7 @@ impl Machine {
         self.routed_target = Some(target);
         self.routed_ms = now_ms;
         self.holding = false;
+        self.judging = None;
         self.commit = None;
     }
 

@@ -12,7 +12,7 @@
 use super::RouterPlan;
 use crate::core::config::{Config, ModelId, StreamRules};
 use crate::core::fallback::{AttemptOutcome, StreamFault};
-use crate::core::flight::{attempt_record, Attempt, AttemptKind, Effect, Replay};
+use crate::core::flight::{attempt_record, failure_class, Attempt, AttemptKind, Effect, Replay};
 use crate::core::outbound::{outbound, ClientRequest, Outbound};
 use crate::core::sse::{Dialect, Event, Watcher};
 use crate::core::translate::direction;
@@ -235,9 +235,13 @@ impl RouterFlight {
     fn fail(&mut self, config: &Config, number: u32, outcome: AttemptOutcome) {
         self.last = Some(outcome);
         let vm = config.virtual_models.get(self.plan.virtual_model);
-        let recorded = self
-            .target(number)
-            .and_then(|t| attempt_record(config, vm, t, outcome, || None));
+        // Envoy retries a failed attempt by its status before its body comes: the class is
+        // told from the status alone (a 429 is a rate limit, a 401/403 to the gateway's key a
+        // credential failure); a quota's body is judged only on the last attempt's answer.
+        let recorded = self.target(number).and_then(|t| {
+            let class = failure_class(config, vm, t, outcome, &[]);
+            attempt_record(config, vm, t, (outcome, class), || None)
+        });
         self.log.extend(recorded);
     }
 

@@ -17,6 +17,7 @@ use switchboard::core::endpoint::Endpoint;
 use switchboard::core::fallback::AttemptOutcome;
 use switchboard::core::flight::health_outcome;
 use switchboard::core::headers::Headers;
+use switchboard::core::health::failure_class::{classify, FailureClass};
 use switchboard::core::health::record::HealthRecord;
 use switchboard::core::routing::HealthInput;
 use switchboard::core::routing::LocalState;
@@ -188,7 +189,12 @@ impl Replay {
             panic!("{model} is not a catalog model");
         };
         // The replay checks the seeds' eviction rules: a 401 or 403 counts, as to the gateway's key.
-        if let Some(o) = health_outcome(m, outcome, true, || hint_ms) {
+        // Its class is told from its status alone (no body here): a 429 is a rate limit.
+        let class = match outcome {
+            AttemptOutcome::Status(s) => classify(s, &[], &m.health.quota_patterns, true),
+            _ => FailureClass::Other,
+        };
+        if let Some(o) = health_outcome(m, outcome, true, class, || hint_ms) {
             self.records[id.0].record(o, now_ms, &m.health);
         }
     }
