@@ -194,6 +194,20 @@ impl Replay {
             AttemptOutcome::Status(s) => classify(s, &[], &m.health.quota_patterns, true),
             _ => FailureClass::Other,
         };
+        self.answer_as(model, (outcome, class), hint_ms, now_ms);
+    }
+
+    /// `model` answered `outcome` of `class` (told from a body) at `now_ms`.
+    fn answer_as(
+        &mut self,
+        model: &str,
+        (outcome, class): (AttemptOutcome, FailureClass),
+        hint_ms: Option<u64>,
+        now_ms: u64,
+    ) {
+        let Some(Named::Catalog(id, m)) = self.config.lookup(model) else {
+            panic!("{model} is not a catalog model");
+        };
         if let Some(o) = health_outcome(m, outcome, true, class, || hint_ms) {
             self.records[id.0].record(o, now_ms, &m.health);
         }
@@ -857,6 +871,13 @@ fn zuplo_imports_remember_no_failures_between_requests() {
     // One rate-limited answer asking for 30 s away is not remembered either.
     let mut r = Replay::load(&c);
     r.answer(&picked[0], AttemptOutcome::Status(429), Some(30_000), 0);
+    assert_eq!(r.candidates("chat", &alice, 1_000), picked);
+    // Nor a spent quota or a refused key, which Switchboard evicts by default.
+    assert!(err.contains("quota_duration: \"0s\""), "{err}");
+    let mut r = Replay::load(&c);
+    let quota = (AttemptOutcome::Status(429), FailureClass::Quota);
+    r.answer_as(&picked[0], quota, None, 0);
+    r.answer(&picked[0], AttemptOutcome::Status(401), None, 0);
     assert_eq!(r.candidates("chat", &alice, 1_000), picked);
 }
 
