@@ -10,6 +10,7 @@ mod anthropic;
 mod args;
 mod b64;
 mod behaviour;
+mod fail_body;
 mod fault;
 mod generate;
 mod openai;
