@@ -276,10 +276,19 @@ mod tests {
         );
         let status = AttemptOutcome::Status(429);
         assert_eq!(health_outcome(model, status, false, quota, || None), None);
+        // Even where a 400 counts, a refused prompt does not.
+        let strict = crate::core::config::Config::parse(
+            br#"{"models": [{"name": "m", "cluster": "c", "model": "m",
+                 "health": {"unhealthy_status_codes": [400]}}]}"#,
+        )
+        .unwrap();
+        let strict = &strict.models[0];
+        let bad = AttemptOutcome::Status(400);
         for class in [FailureClass::ContextLength, FailureClass::ContentFilter] {
-            let status = AttemptOutcome::Status(400);
-            assert_eq!(health_outcome(model, status, true, class, || None), None);
+            assert_eq!(health_outcome(strict, bad, true, class, || None), None);
         }
+        let other = health_outcome(strict, bad, true, FailureClass::Other, || None);
+        assert_eq!(other, Some(Outcome::FAILED));
         let limited = health_outcome(model, status, true, FailureClass::RateLimit, || Some(9));
         assert_eq!(
             limited,
