@@ -185,7 +185,7 @@ impl Replay {
 
     /// `model` answered `outcome` at `now_ms`; a 429's Retry-After is `hint_ms`.
     fn answer(&mut self, model: &str, outcome: AttemptOutcome, hint_ms: Option<u64>, now_ms: u64) {
-        let Some(Named::Catalog(id, m)) = self.config.lookup(model) else {
+        let Some(Named::Catalog(_, m)) = self.config.lookup(model) else {
             panic!("{model} is not a catalog model");
         };
         // The replay checks the seeds' eviction rules: a 401 or 403 counts, as to the gateway's key.
