@@ -180,3 +180,48 @@ fn a_quota_in_a_call_outs_answer_moves_on_too() {
     ));
     assert!(matches!(effects.last(), Some(Effect::Reply(_))));
 }
+
+#[test]
+fn a_held_failure_that_ends_with_trailers_is_judged_by_its_status() {
+    let config = config(KEYED);
+    let mut m = start_with(&config, &[0, 1], |_| {});
+    let mut fx = Effects::new();
+    assert_eq!(
+        m.on_answer_headers(&config, 429, &mut at(1100), &mut fx),
+        Flow::Hold
+    );
+    assert_eq!(m.on_answer_trailers(&config, &mut fx), Flow::Hold);
+    let effects = list(fx);
+    assert_eq!(
+        kinds(&effects),
+        [(0, AttemptKind::Retry(AttemptOutcome::Status(429)))],
+        "a rate limit, retried as configured"
+    );
+}
+
+#[test]
+fn a_held_failure_with_nothing_left_to_try_goes_on_whole_after_its_judgement() {
+    let config = config(KEYED);
+    // Only the keyed target: the quota is recorded, and its answer goes to the client as it is.
+    let mut m = start_with(&config, &[0], |_| {});
+    let (flow, effects) = router_fails(&mut m, &config, 429, QUOTA.as_bytes());
+    assert_eq!(flow, Flow::Continue);
+    assert!(kinds(&effects).is_empty());
+    assert!(matches!(
+        health(&effects),
+        Some(Outcome::Failure {
+            class: FailureClass::Quota,
+            ..
+        })
+    ));
+    let Some(Effect::Deliver(d)) = effects.last() else {
+        panic!("{effects:?}")
+    };
+    assert_eq!(d.ending.status, 429);
+    assert!(
+        !effects
+            .iter()
+            .any(|e| matches!(e, Effect::ReplaceBody { .. })),
+        "the provider's body goes on untouched"
+    );
+}
