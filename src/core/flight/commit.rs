@@ -360,6 +360,9 @@ impl Machine {
         now_ms: u64,
         out: &mut Effects<'c>,
     ) {
+        if matches!(self.state, State::Routed) && self.on_judged_cut(config, now_ms, out) {
+            return;
+        }
         match self.state {
             State::Routed if self.commit.is_some() => {
                 self.fail_before_commit(config, fault, None, now_ms, out);

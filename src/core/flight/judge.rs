@@ -106,6 +106,31 @@ impl Machine {
         Some(self.judge(config, judging, &[], judging.at_ms, out))
     }
 
+    /// The held failed answer of a streamed call-out was cut before its body ended: judged by
+    /// its status alone. Its answer cannot go on whole, so with nothing left to try the client
+    /// gets Switchboard's 503, as for an attempt that got no answer.
+    pub(super) fn on_judged_cut<'c>(
+        &mut self,
+        config: &'c Config,
+        now_ms: u64,
+        out: &mut Effects<'c>,
+    ) -> bool {
+        let Some(judging) = self.judging.take() else {
+            return false;
+        };
+        let outcome = AttemptOutcome::Status(judging.status);
+        let class = self.class_of(config, self.routed_target, outcome, &[]);
+        let routed = self.routed_target;
+        self.record_as(config, routed, (outcome, class), || judging.hint_ms, out);
+        match self.step_as(config, (outcome, class)) {
+            step @ (Step::Retry { .. } | Step::Fallback { .. }) => {
+                self.next_attempt(config, step, outcome, now_ms, out)
+            }
+            Step::Deliver | Step::GiveUp => self.reply_unavailable(config, out),
+        }
+        true
+    }
+
     fn judge<'c>(
         &mut self,
         config: &'c Config,
