@@ -306,7 +306,7 @@ fn main() {
         || {
             now += 1;
             black_box(store::update(&memory, "k", |r| {
-                r.record(Outcome::Failure { hint_ms: None }, now, &policy)
+                r.record(Outcome::FAILED, now, &policy)
             }));
         },
     );

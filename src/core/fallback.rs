@@ -231,6 +231,20 @@ impl Attempts {
         outcome: AttemptOutcome,
         policy: impl Fn(ModelId) -> &'p TargetPolicy,
     ) -> Step {
+        self.after_as(outcome, false, policy)
+    }
+
+    /// The same, for a failure whose class `moves_on`: never retried at the same target, it
+    /// goes to the next candidate at once, whatever the status codes say (a spent quota or a
+    /// refused key answers every retry the same way; a prompt too long for this window may fit
+    /// the next). A departure from TrueFoundry's default retry on 429 (TrueFoundry virtual
+    /// models, "Retries and fallbacks"), since such a retry cannot succeed.
+    pub fn after_as<'p>(
+        &mut self,
+        outcome: AttemptOutcome,
+        moves_on: bool,
+        policy: impl Fn(ModelId) -> &'p TargetPolicy,
+    ) -> Step {
         let Some(target) = self.current() else {
             return Step::GiveUp;
         };
@@ -239,6 +253,7 @@ impl Attempts {
         }
         let p = policy(target);
         let (retryable, fallbackable) = match outcome {
+            _ if moves_on => (false, true),
             AttemptOutcome::Status(s) => (p.retry_on.contains(s), p.fallback_on.contains(s)),
             // No answer at all: retried like an `on_status_codes` status when retries are
             // configured, and a reason to fall back.
@@ -303,6 +318,24 @@ mod tests {
 
     fn ids(n: usize) -> Vec<ModelId> {
         (0..n).map(ModelId).collect()
+    }
+
+    #[test]
+    fn a_failure_that_moves_on_falls_back_at_once_without_a_retry() {
+        let mut p = policies();
+        p[0].retry_attempts = 3;
+        p[0].retry_on = StatusSet::of(&[429]);
+        p[0].fallback_on = StatusSet::of(&[503]);
+        let mut a = Attempts::new(ids(2), false);
+        let quota = a.after_as(AttemptOutcome::Status(429), true, |m| &p[m.0]);
+        assert_eq!(quota, Step::Fallback { target: ModelId(1) });
+        let mut a = Attempts::new(ids(2), false);
+        let limited = a.after_as(AttemptOutcome::Status(429), false, |m| &p[m.0]);
+        assert!(matches!(limited, Step::Retry { .. }), "{limited:?}");
+        // Pinned: nowhere to move.
+        let mut a = Attempts::new(ids(2), true);
+        let pinned = a.after_as(AttemptOutcome::Status(400), true, |m| &p[m.0]);
+        assert_eq!(pinned, Step::GiveUp);
     }
 
     #[test]

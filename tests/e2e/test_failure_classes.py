@@ -1,10 +1,13 @@
-"""Failures told apart (issue 29, in part): Anthropic's 529 `overloaded_error` is retried and
-falls back like a 503, and a 401 answered to a client's own key, or a 400 for a client's bad
-request, is that client's failure, not the target's: one tenant never moves another tenant's
-traffic."""
+"""Failures told apart (issue 29): Anthropic's 529 `overloaded_error` is retried and falls back
+like a 503; a 401 answered to a client's own key, or a 400 for a client's bad request, is that
+client's failure, not the target's: one tenant never moves another tenant's traffic. A spent
+quota, a 429 with no Retry-After and a refused gateway key each evict for their own time; a
+prompt too long for a window falls back without counting; the client's final 429 keeps the
+provider's Retry-After."""
 
 import time
 
+import pytest
 import requests
 
 QUESTION = [{"role": "user", "content": "hello"}]
@@ -129,3 +132,113 @@ def test_a_413_a_422_or_a_client_hanging_up_leaves_the_target_healthy(stack):
     time.sleep(0.3)  # past health_view_ms
     good = ask(timeout=10)
     assert good.status_code == 200 and good.headers["x-switchboard-resolved-model"] == "a", good.text
+
+
+GATEWAY_KEY = {"authorization": "Bearer sk-gateway"}
+
+
+def openai_model(name: str, **extra) -> dict:
+    return {"name": name, "cluster": name, "model": "gpt-4o", "authority": "api.openai.com",
+            "visibility": "internal", "headers": GATEWAY_KEY, **extra}
+
+
+def two_targets(first: dict, second: dict, **vm) -> dict:
+    """Virtual model `vm` over `first` then `second` (priority), with no failure window, so only
+    eviction moves a target."""
+    return {"failure_window": {"failures": 0}, "models": [first, second], "virtual_models": [{
+        "name": "vm", "model_types": ["chat"], **vm, "routing_config": {
+            "type": "priority-based-routing", "load_balance_targets": [
+                {"target": first["name"], "priority": 0,
+                 "retry_config": {"attempts": 2, "delay": 0, "on_status_codes": ["429", "401"]}},
+                {"target": second["name"], "priority": 1}]}}]}
+
+
+def chat(envoy, stream: bool = False) -> requests.Response:
+    r = requests.post(f"{envoy.url}/v1/chat/completions", timeout=10,
+                      json={"model": "vm", "messages": QUESTION, "stream": stream})
+    _ = r.content
+    return r
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_spent_quota_falls_back_at_once_and_evicts_for_the_quota_duration(stack, stream):
+    a = stack.provider("a", strict="openai", host_name="api.openai.com", api_key="sk-gateway",
+                       fail_status=429, fail_body="quota")
+    b = stack.provider("b", strict="openai", host_name="api.openai.com", api_key="sk-gateway")
+    quota = openai_model("a", health={"eviction": {"quota_duration": "2s"}})
+    envoy = stack.envoy(two_targets(quota, openai_model("b")))
+    r = chat(envoy, stream)
+    assert r.status_code == 200 and r.headers["x-switchboard-resolved-model"] == "b", r.text
+    assert len(a.requests()) == 1, "a spent quota is not retried, though 429 is a retry code"
+    for _ in range(3):
+        r = chat(envoy, stream)
+        assert r.status_code == 200 and r.headers["x-switchboard-resolved-model"] == "b"
+    assert len(a.requests()) == 1, "evicted: the next requests did not touch it"
+    time.sleep(1.2)  # past a rate limit's first eviction (1 s): a quota's is longer
+    r = chat(envoy, stream)
+    assert r.headers["x-switchboard-resolved-model"] == "b" and len(a.requests()) == 1
+    time.sleep(1.1)
+    a.configure(fail_status=None)
+    r = chat(envoy, stream)
+    assert r.headers["x-switchboard-resolved-model"] == "a", "back after its quota_duration"
+    assert len(b.requests()) == 5
+
+
+def test_a_429_without_retry_after_evicts_for_one_then_two_seconds(stack):
+    a = stack.provider("a", strict="openai", host_name="api.openai.com", api_key="sk-gateway",
+                       fail_status=429, fail_body="rate_limit")
+    stack.provider("b", strict="openai", host_name="api.openai.com", api_key="sk-gateway")
+    limited = openai_model("a")
+    envoy = stack.envoy(two_targets(limited, openai_model("b")))
+    seen = lambda: len(a.requests())
+    assert chat(envoy).headers["x-switchboard-resolved-model"] == "b"
+    tried = seen()
+    assert tried == 3, "a rate limit is retried as configured (twice)"
+    chat(envoy)
+    assert seen() == tried, "evicted for 1 s"
+    time.sleep(1.3)
+    chat(envoy)
+    assert seen() == tried + 3, "back after 1 s, and limited again"
+    time.sleep(1.3)
+    chat(envoy)
+    assert seen() == tried + 3, "the second eviction in a row lasts 2 s"
+    time.sleep(1.0)
+    chat(envoy)
+    assert seen() == tried + 6
+
+
+def test_a_401_to_the_gateways_key_evicts_and_the_next_target_answers(stack):
+    # The catalog's key for `a` is wrong: the strict provider answers 401 invalid_api_key.
+    a = stack.provider("a", strict="openai", host_name="api.openai.com", api_key="sk-other")
+    stack.provider("b", strict="openai", host_name="api.openai.com", api_key="sk-gateway")
+    envoy = stack.envoy(two_targets(openai_model("a"), openai_model("b")))
+    for _ in range(3):
+        r = chat(envoy)
+        assert r.status_code == 200 and r.headers["x-switchboard-resolved-model"] == "b", r.text
+    assert len(a.requests()) == 1, "not retried, then evicted (credential_duration: 5 min)"
+
+
+def test_the_clients_final_429_keeps_the_providers_retry_after(stack):
+    for name in ("a", "b"):
+        stack.provider(name, strict="openai", host_name="api.openai.com", api_key="sk-gateway",
+                       fail_status=429, fail_body="rate_limit", retry_after="7")
+    envoy = stack.envoy(two_targets(openai_model("a"), openai_model("b")))
+    r = chat(envoy)
+    assert r.status_code == 429 and r.headers.get("retry-after") == "7", (r.headers, r.text)
+    assert r.json()["error"]["code"] == "rate_limit_exceeded"
+
+
+def test_a_prompt_too_long_falls_back_without_counting_against_the_target(stack):
+    a = stack.provider("a", strict="openai", host_name="api.openai.com", api_key="sk-gateway",
+                       fail_status=400, fail_body="context_length")
+    stack.provider("b", strict="openai", host_name="api.openai.com", api_key="sk-gateway")
+    config = two_targets(openai_model("a"), openai_model("b"), fallback_on=["context_length"])
+    config.pop("failure_window")  # two failures in 2 minutes would make `a` unhealthy
+    envoy = stack.envoy(config)
+    for _ in range(3):
+        r = chat(envoy)
+        assert r.status_code == 200 and r.headers["x-switchboard-resolved-model"] == "b", r.text
+    assert len(a.requests()) == 3, "each request tried the first target (no retry of a 400)"
+    a.configure(fail_status=None)
+    r = chat(envoy)
+    assert r.headers["x-switchboard-resolved-model"] == "a", "not counted: still the first choice"

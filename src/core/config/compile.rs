@@ -631,7 +631,7 @@ mod tests {
             1,
         );
         let c = Config::parse(json.as_bytes()).unwrap();
-        let h = c.models[1].health;
+        let h = c.models[1].health.clone();
         assert!(h.is_failure(500) && h.is_failure(429) && !h.is_failure(503));
         let e = h.eviction.unwrap();
         assert_eq!(
@@ -659,6 +659,50 @@ mod tests {
                 r#""provider": "azure", "health": {"eviction": {"health_threshold": 2}},"#
             )),
             "models[1].health.eviction.health_threshold: expected a number from 0.0 to 1.0, got 2"
+        );
+    }
+
+    #[test]
+    fn failure_class_durations_and_quota_patterns_parse_with_paths() {
+        let with = |health: &str| {
+            sample_with(
+                r#""provider": "azure","#,
+                &format!(r#""provider": "azure", "health": {health},"#),
+            )
+        };
+        let c = Config::parse(
+            with(r#"{"quota_patterns": ["Budget Spent"], "eviction": {"quota_duration": "0s", "credential_duration": "90s"}}"#)
+                .as_bytes(),
+        )
+        .unwrap();
+        let h = &c.models[1].health;
+        assert_eq!((h.quota_ms, h.credential_ms), (0, 90_000));
+        assert_eq!(h.quota_patterns, ["budget spent"]);
+        assert!(
+            h.eviction.is_none(),
+            "the class durations alone do not turn eviction by status on"
+        );
+        let d = &c.models[0].health;
+        assert_eq!(
+            (d.quota_ms, d.credential_ms),
+            (3_600_000, 300_000),
+            "defaults"
+        );
+        assert_eq!(
+            err(&with(r#"{"eviction": {"quota_duration": "1 hour"}}"#)),
+            "models[1].health.eviction.quota_duration: expected a duration such as \"3s\" or \"500ms\", got \"1 hour\""
+        );
+        assert_eq!(
+            err(&with(r#"{"quota_patterns": ["ok", ""]}"#)),
+            "models[1].health.quota_patterns[1]: expected a non-empty string"
+        );
+        let c = Config::parse(
+            with(r#"{"eviction": {"credential_duration": "1s", "duration": "2s"}}"#).as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(
+            c.models[1].health.eviction.and_then(|e| e.duration_ms),
+            Some(2_000)
         );
     }
 

@@ -126,11 +126,20 @@ fn compile_headers(
     Ok(headers)
 }
 
-/// `models[].health` (agentgateway virtual models, "Health vs eviction").
+/// `models[].health` (agentgateway virtual models, "Health vs eviction"), with the failure
+/// classes' own settings: `quota_patterns`, and `eviction.quota_duration` /
+/// `eviction.credential_duration` (see `health::failure_class`). Those two alone do not turn
+/// `eviction` on: a target evicted by status needs one of agentgateway's own keys.
 fn compile_health(mut f: Fields<'_>) -> Result<HealthPolicy, ConfigError> {
     let mut policy = HealthPolicy::default();
     if let Some(codes) = f.opt_status_codes("unhealthy_status_codes")? {
         policy.unhealthy_status_codes = codes;
+    }
+    for (path, value) in f.opt_array("quota_patterns")?.unwrap_or_default() {
+        match value.as_str() {
+            Some(p) if !p.trim().is_empty() => policy.quota_patterns.push(p.to_ascii_lowercase()),
+            _ => return Err(ConfigError::new(path, "expected a non-empty string")),
+        }
     }
     if let Some(mut e) = f.opt_object("eviction")? {
         let consecutive_failures = e
@@ -139,12 +148,27 @@ fn compile_health(mut f: Fields<'_>) -> Result<HealthPolicy, ConfigError> {
         if consecutive_failures == Some(0) {
             return Err(e.error("consecutive_failures", "must be at least 1"));
         }
-        policy.eviction = Some(Eviction {
+        let eviction = Eviction {
             duration_ms: e.opt_duration_ms("duration")?,
             consecutive_failures,
             health_threshold: e.opt_fraction("health_threshold")?,
             restore_health: e.opt_fraction("restore_health")?,
-        });
+        };
+        if let Some(ms) = e.opt_duration_ms("quota_duration")? {
+            policy.quota_ms = ms;
+        }
+        if let Some(ms) = e.opt_duration_ms("credential_duration")? {
+            policy.credential_ms = ms;
+        }
+        let by_status = eviction.duration_ms.is_some()
+            || eviction.consecutive_failures.is_some()
+            || eviction.health_threshold.is_some()
+            || eviction.restore_health.is_some();
+        let only_classes = e.has("quota_duration") || e.has("credential_duration");
+        // `eviction: {}` keeps meaning "evict on every failure"; the class durations alone don't.
+        if by_status || !only_classes {
+            policy.eviction = Some(eviction);
+        }
         e.finish(&[])?;
     }
     f.finish(&["unhealthy_expression"])?;

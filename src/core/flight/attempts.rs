@@ -4,6 +4,7 @@
 use super::*;
 use crate::core::config::AtLast;
 use crate::core::fallback::Step;
+use crate::core::health::failure_class::FailureClass;
 use crate::core::outbound::{outbound, ClientRequest};
 
 impl Machine {
@@ -66,9 +67,24 @@ impl Machine {
         outcome: AttemptOutcome,
         now: impl FnOnce() -> u64,
     ) -> Step {
+        self.step_as(config, (outcome, FailureClass::Other), now)
+    }
+
+    /// The next step after the attempt in flight ended with `outcome` of `class`: a class
+    /// that moves on goes to the next candidate at once ([`Machine::moves_on`]); the request's
+    /// budget may stop it.
+    pub(super) fn step_as(
+        &mut self,
+        config: &Config,
+        (outcome, class): (AttemptOutcome, FailureClass),
+        now: impl FnOnce() -> u64,
+    ) -> Step {
         let vm = self.virtual_model;
+        let moves_on = self.moves_on(config, class);
         let mark = self.attempts.mark();
-        let step = self.attempts.after(outcome, |m| policy(config, vm, m));
+        let step = self
+            .attempts
+            .after_as(outcome, moves_on, |m| policy(config, vm, m));
         let budgeted = self.deadline_ms.is_some() || self.failed_within_ms.is_some();
         match step {
             // Without the request kept for replay there is no other attempt to make.
@@ -93,7 +109,39 @@ impl Machine {
             && outcome.is_target_down()
     }
 
-    /// Records an attempt's outcome for `target`.
+    /// Whether a failure of `class` goes to the next candidate at once, never retried: a
+    /// spent quota and a refused gateway key always; a prompt too long for the window or
+    /// refused by Azure's content filter when the virtual model's `fallback_on` asks.
+    pub(super) fn moves_on(&self, config: &Config, class: FailureClass) -> bool {
+        let on = self
+            .virtual_model
+            .and_then(|i| config.virtual_models.get(i))
+            .map(|vm| vm.answer_fallbacks)
+            .unwrap_or_default();
+        match class {
+            FailureClass::ContextLength => on.context_length,
+            FailureClass::ContentFilter => on.content_filter,
+            other => other.moves_on(),
+        }
+    }
+
+    /// The class of `target`'s failed answer with `body` (empty when not read).
+    pub(super) fn class_of(
+        &self,
+        config: &Config,
+        target: Option<ModelId>,
+        outcome: AttemptOutcome,
+        body: &[u8],
+    ) -> FailureClass {
+        let vm = self
+            .virtual_model
+            .and_then(|i| config.virtual_models.get(i));
+        target.map_or(FailureClass::Other, |t| {
+            failure_class(config, vm, t, outcome, body)
+        })
+    }
+
+    /// Records an attempt's outcome for `target`, its class told from its status alone.
     pub(super) fn record<'c>(
         &self,
         config: &'c Config,
@@ -102,10 +150,23 @@ impl Machine {
         hint: impl FnOnce() -> Option<u64>,
         out: &mut Effects<'c>,
     ) {
+        let class = self.class_of(config, target, outcome, &[]);
+        self.record_as(config, target, (outcome, class), hint, out);
+    }
+
+    /// Records an attempt's outcome of `class` for `target`.
+    pub(super) fn record_as<'c>(
+        &self,
+        config: &'c Config,
+        target: Option<ModelId>,
+        judged: (AttemptOutcome, FailureClass),
+        hint: impl FnOnce() -> Option<u64>,
+        out: &mut Effects<'c>,
+    ) {
         let vm = self
             .virtual_model
             .and_then(|i| config.virtual_models.get(i));
-        if let Some(effect) = target.and_then(|t| attempt_record(config, vm, t, outcome, hint)) {
+        if let Some(effect) = target.and_then(|t| attempt_record(config, vm, t, judged, hint)) {
             out.push(effect);
         }
     }

@@ -70,6 +70,7 @@ impl Machine {
         self.routed_target = Some(target);
         self.routed_ms = now_ms;
         self.holding = false;
+        self.judging = None;
         self.commit = None;
     }
 
@@ -419,6 +420,9 @@ impl Machine {
         now_ms: u64,
         out: &mut Effects<'c>,
     ) {
+        if matches!(self.state, State::Routed) && self.on_judged_cut(config, now_ms, out) {
+            return;
+        }
         match self.state {
             State::Routed if self.commit.is_some() => {
                 self.fail_before_commit(config, fault, None, now_ms, out);

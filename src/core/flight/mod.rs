@@ -55,6 +55,7 @@ mod commit;
 mod deadline;
 mod effects;
 mod inputs;
+mod judge;
 mod outcome;
 mod records;
 mod translation;
@@ -65,7 +66,9 @@ pub use effects::{
     Ending, Failure, Flow, Reply, Summary, Tokens,
 };
 pub use inputs::{AnswerFacts, CallAnswer, Replay, Start};
-pub use outcome::{attempt_record, call_outcome, health_outcome, hint_ms, router_outcome};
+pub use outcome::{
+    attempt_record, call_outcome, failure_class, health_outcome, hint_ms, router_outcome,
+};
 pub use records::apply_health;
 pub use translation::usage_asked;
 
@@ -80,6 +83,7 @@ use crate::core::responses::rewrite::AnswerRewriter;
 use crate::core::routing::sticky::Session;
 use crate::core::sse::{Dialect, Watcher};
 use crate::core::usage::UsageScanner;
+use judge::Judged;
 
 #[derive(Debug, Clone, Copy)]
 enum State {
@@ -122,6 +126,8 @@ pub struct Machine {
     calls: CallId,
     /// The router's failed answer is held, waiting to be replaced.
     holding: bool,
+    /// A failed answer held until its body ends, to tell its class.
+    judging: Option<judge::Judging>,
     /// The router's good answer is held until its end, with this status: the fallback
     /// timeout covers the whole answer (`fallback_timeout_scope`), or it is judged whole
     /// (`fallback_on`).
@@ -247,6 +253,7 @@ impl Machine {
             seq: 0,
             calls: 0,
             holding: false,
+            judging: None,
             buffering: None,
             judge: vm
                 .and_then(|vm| judged(vm.answer_fallbacks))
@@ -378,6 +385,11 @@ impl Machine {
                 self.hold_until_content(status, facts, out);
                 return Flow::Hold;
             }
+            // A failure whose class needs its body is held until the body ends.
+            State::Routed if self.judges_body(config, status, facts) => {
+                self.hold_to_judge(status, facts);
+                return Flow::Hold;
+            }
             State::Routed => {}
             State::Waiting(_) | State::Calling(_) => {
                 return self.on_late_answer_headers(config, status, facts, out)
@@ -386,34 +398,25 @@ impl Machine {
         }
         self.seq += 1; // the answer started: the fallback timeout no longer applies
         let outcome = router_outcome(status, || facts.code_details());
-        let routed = self.routed_target;
-        let hint = |f: &mut dyn AnswerFacts| {
-            let now = f.now_ms();
-            hint_ms(&f.headers(), now)
-        };
-        self.record(config, routed, outcome, || hint(facts), out);
-        let step = self.step(config, outcome, || facts.now_ms());
-        if self.ends_conversation(step, outcome) {
-            self.holding = true;
-            self.reply_unavailable(config, out);
-            return Flow::Hold;
+        let class = self.class_of(config, self.routed_target, outcome, &[]);
+        let hint = (status == 429)
+            .then(|| {
+                let now = facts.now_ms();
+                hint_ms(&facts.headers(), now)
+            })
+            .flatten();
+        let flow = self.routed_answer(
+            config,
+            (outcome, class),
+            (status, hint),
+            || facts.now_ms(),
+            out,
+        );
+        if flow == Flow::Hold && self.holding {
+            // Kept for a deadline that ends the request before the next attempt answers.
+            self.keep_failed_headers(self.routed_target, status, facts);
         }
-        match step {
-            Step::Deliver | Step::GiveUp => {
-                // Envoy's own 503 for an unreachable upstream names no target that answered.
-                let answered = matches!(outcome, AttemptOutcome::Status(_))
-                    .then_some(routed)
-                    .flatten();
-                self.deliver(config, answered, status, step == Step::GiveUp, out);
-                Flow::Continue
-            }
-            Step::Retry { .. } | Step::Fallback { .. } => {
-                self.holding = true;
-                self.keep_failed_headers(routed, status, facts);
-                self.next_attempt(config, step, outcome, facts.now_ms(), out);
-                Flow::Hold
-            }
-        }
+        flow
     }
 
     /// A chunk of the router's answer body (`end`: the last one).
@@ -424,8 +427,13 @@ impl Machine {
         facts: &mut dyn AnswerFacts,
         out: &mut Effects<'c>,
     ) -> Flow {
-        // The whole answer, when it was read to be judged: read once.
-        let mut whole = None;
+        // A failed answer judged at its end and delivered goes on with the body in hand; an
+        // answer held whole to be judged good is read once.
+        let mut whole = match self.on_judged_body(config, end, facts, out) {
+            Some(Judged::Hold | Judged::Replaced) => return Flow::Hold,
+            Some(Judged::Delivered(body)) => Some(body),
+            None => None,
+        };
         if let Some(status) = self.buffering.filter(|_| end) {
             self.buffering = None;
             let body = self.judge.map(|_| (facts.chunk(), facts.now_ms()));
@@ -522,6 +530,9 @@ impl Machine {
     /// Trailers of the router's answer: a held failed answer stays held; an answer held
     /// whole ends here (its body is no longer in hand: its ids and usage are not read).
     pub fn on_answer_trailers<'c>(&mut self, config: &'c Config, out: &mut Effects<'c>) -> Flow {
+        if let Some(flow) = self.on_judged_trailers(config, out) {
+            return flow;
+        }
         if self.commit.is_some() {
             // It ended with no content event: it goes on as it is.
             self.commit_held(config, out);
@@ -623,8 +634,10 @@ impl Machine {
         }
         let hint = || hint_ms(&answer.as_ref()?.headers, now_ms);
         let target = self.attempts.current();
-        self.record(config, target, outcome, hint, out);
-        let step = self.step(config, outcome, || now_ms);
+        let body = answer.as_ref().map_or(&[][..], |a| &a.body[..]);
+        let class = self.class_of(config, target, outcome, body);
+        self.record_as(config, target, (outcome, class), hint, out);
+        let step = self.step_as(config, (outcome, class), || now_ms);
         if self.ends_conversation(step, outcome) {
             return self.reply_unavailable(config, out);
         }

@@ -5,6 +5,7 @@ use super::Effect;
 use crate::core::config::{Config, Model, ModelId, VirtualModel};
 use crate::core::fallback::AttemptOutcome;
 use crate::core::headers::Headers;
+use crate::core::health::failure_class::{classify, FailureClass};
 use crate::core::health::record::Outcome;
 use crate::core::health::retry_after;
 use crate::core::outbound::carries_gateway_credential;
@@ -58,49 +59,92 @@ pub fn call_outcome(answer: Option<&super::CallAnswer>) -> AttemptOutcome {
     }
 }
 
-/// What an attempt's outcome does to `model`'s health. Statuses the model does not count as
-/// failures and that are not successes (a 404, say) change nothing. The provider's "come back
-/// in" hint is only read from a 429 (agentgateway virtual models, "Health vs eviction"), and only then is `hint` called.
+/// What an attempt's outcome of `class` does to `model`'s health. Statuses the model does not
+/// count as failures and that are not successes (a 404, say) change nothing. The provider's
+/// "come back in" hint is only read from a 429 (agentgateway virtual models, "Health vs
+/// eviction"), and only then is `hint` called.
 ///
 /// A 401 or 403 answered to the client's own credential (`gateway_credential` false: no
 /// catalog or override credential was sent) is the client's failure, not the target's: one
-/// tenant's bad key never moves another tenant's traffic (issue 29, "The client's fault is not
-/// the target's").
+/// tenant's bad key never moves another tenant's traffic. So is a quota spent on the client's
+/// own key. A spent quota on the gateway's key counts whatever its status (Anthropic answers a
+/// 400). A prompt too long for the window, or refused by a content filter, is the request's
+/// and never counts.
 pub fn health_outcome(
     model: &Model,
     outcome: AttemptOutcome,
     gateway_credential: bool,
+    class: FailureClass,
     hint: impl FnOnce() -> Option<u64>,
 ) -> Option<Outcome> {
+    let failed = |hint_ms| Some(Outcome::Failure { hint_ms, class });
     match outcome {
+        AttemptOutcome::Status(_)
+            if matches!(
+                class,
+                FailureClass::ContextLength | FailureClass::ContentFilter
+            ) =>
+        {
+            None
+        }
         AttemptOutcome::Status(401 | 403) if !gateway_credential => None,
-        AttemptOutcome::Status(s) if model.health.is_failure(s) => Some(Outcome::Failure {
-            hint_ms: if s == 429 { hint() } else { None },
-        }),
+        AttemptOutcome::Status(_) if class == FailureClass::Quota => {
+            gateway_credential.then_some(Outcome::Failure {
+                hint_ms: None,
+                class,
+            })
+        }
+        AttemptOutcome::Status(s) if model.health.is_failure(s) => {
+            failed(if s == 429 { hint() } else { None })
+        }
         AttemptOutcome::Status(s) if s < 400 => Some(Outcome::Success),
         AttemptOutcome::Status(_) => None,
         AttemptOutcome::ConnectFailure
         | AttemptOutcome::Timeout
         | AttemptOutcome::FallbackTimeout
-        | AttemptOutcome::StreamFailed(_) => Some(Outcome::Failure { hint_ms: None }),
+        | AttemptOutcome::StreamFailed(_) => Some(Outcome::FAILED),
         // `fallback_on`: a refusal changes nothing (it is about the prompt); an empty answer
         // or an error object in a 200 is the target misbehaving.
-        AttemptOutcome::Answer(fault) if fault.counts_against_target() => {
-            Some(Outcome::Failure { hint_ms: None })
-        }
+        AttemptOutcome::Answer(fault) if fault.counts_against_target() => Some(Outcome::FAILED),
         AttemptOutcome::Answer(_) => None,
     }
 }
 
-/// The record of an attempt at `target` (a target of `vm`, or a catalog model called
-/// directly) that ended with `outcome`: what it does to the target's health, told by whether
-/// the attempt carried the gateway's credential ([`health_outcome`]). `None` for a target not
-/// in the catalog. The machine's attempts and the router path's all record through it.
-pub fn attempt_record(
+/// The class of an attempt's failed answer at `target` with `body` (the error body held, cut
+/// at its bound, or empty): its status, the body, the model's `quota_patterns` and whether the
+/// attempt carried the gateway's credential. No answer is [`FailureClass::Other`].
+pub fn failure_class(
     config: &Config,
     vm: Option<&VirtualModel>,
     target: ModelId,
     outcome: AttemptOutcome,
+    body: &[u8],
+) -> FailureClass {
+    let (AttemptOutcome::Status(status), Some(model)) = (outcome, config.model(target)) else {
+        return FailureClass::Other;
+    };
+    if status < 400 {
+        return FailureClass::Other;
+    }
+    let gateway_credential = carries_gateway_credential(config, vm, target);
+    classify(
+        status,
+        body,
+        &model.health.quota_patterns,
+        gateway_credential,
+    )
+}
+
+/// The record of an attempt at `target` (a target of `vm`, or a catalog model called
+/// directly) that ended with `outcome` of `class`: what it does to the target's health, told
+/// by whether the attempt carried the gateway's credential ([`health_outcome`]). `None` for a
+/// target not in the catalog. The machine's attempts and the router path's all record
+/// through it.
+pub fn attempt_record(
+    config: &Config,
+    vm: Option<&VirtualModel>,
+    target: ModelId,
+    (outcome, class): (AttemptOutcome, FailureClass),
     hint: impl FnOnce() -> Option<u64>,
 ) -> Option<Effect<'static>> {
     let model = config.model(target)?;
@@ -108,7 +152,7 @@ pub fn attempt_record(
     Some(Effect::Record {
         target,
         outcome,
-        health: health_outcome(model, outcome, gateway_credential, hint),
+        health: health_outcome(model, outcome, gateway_credential, class, hint),
     })
 }
 
@@ -200,14 +244,62 @@ mod tests {
         let model = &config.models[0];
         for status in [401, 403] {
             let outcome = AttemptOutcome::Status(status);
-            assert_eq!(health_outcome(model, outcome, false, || None), None);
+            let other = FailureClass::Other;
+            assert_eq!(health_outcome(model, outcome, false, other, || None), None);
             assert_eq!(
-                health_outcome(model, outcome, true, || None),
-                Some(Outcome::Failure { hint_ms: None })
+                health_outcome(model, outcome, true, other, || None),
+                Some(Outcome::FAILED)
             );
         }
         // Whoever's key it was, a 5xx is the target's.
-        let failed = health_outcome(model, AttemptOutcome::Status(503), false, || None);
-        assert_eq!(failed, Some(Outcome::Failure { hint_ms: None }));
+        let failed = health_outcome(
+            model,
+            AttemptOutcome::Status(503),
+            false,
+            FailureClass::Other,
+            || None,
+        );
+        assert_eq!(failed, Some(Outcome::FAILED));
+    }
+
+    #[test]
+    fn a_quota_counts_on_the_gateways_key_whatever_its_status_and_a_refused_prompt_never() {
+        let config = crate::core::config::Config::parse(
+            br#"{"models": [{"name": "m", "cluster": "c", "model": "m"}]}"#,
+        )
+        .unwrap();
+        let model = &config.models[0];
+        let quota = FailureClass::Quota;
+        let hint = || -> Option<u64> { unreachable!("a quota's hint is not read") };
+        assert_eq!(
+            health_outcome(model, AttemptOutcome::Status(400), true, quota, hint),
+            Some(Outcome::Failure {
+                hint_ms: None,
+                class: quota
+            })
+        );
+        let status = AttemptOutcome::Status(429);
+        assert_eq!(health_outcome(model, status, false, quota, || None), None);
+        // Even where a 400 counts, a refused prompt does not.
+        let strict = crate::core::config::Config::parse(
+            br#"{"models": [{"name": "m", "cluster": "c", "model": "m",
+                 "health": {"unhealthy_status_codes": [400]}}]}"#,
+        )
+        .unwrap();
+        let strict = &strict.models[0];
+        let bad = AttemptOutcome::Status(400);
+        for class in [FailureClass::ContextLength, FailureClass::ContentFilter] {
+            assert_eq!(health_outcome(strict, bad, true, class, || None), None);
+        }
+        let other = health_outcome(strict, bad, true, FailureClass::Other, || None);
+        assert_eq!(other, Some(Outcome::FAILED));
+        let limited = health_outcome(model, status, true, FailureClass::RateLimit, || Some(9));
+        assert_eq!(
+            limited,
+            Some(Outcome::Failure {
+                hint_ms: Some(9),
+                class: FailureClass::RateLimit
+            })
+        );
     }
 }

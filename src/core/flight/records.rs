@@ -134,7 +134,7 @@ mod tests {
         assert_eq!(apply(&record(None)), (None, false));
         assert_eq!(apply(&samples(false)), (None, false));
         assert_eq!(stored(), HealthRecord::default(), "nothing written");
-        let failure = Outcome::Failure { hint_ms: None };
+        let failure = Outcome::FAILED;
         assert_eq!(apply(&record(Some(failure))), (Some(a), true));
         assert_eq!(
             apply(&record(Some(failure))),
@@ -157,7 +157,10 @@ mod tests {
         let config =
             Config::parse(br#"{"models": [{"name": "a", "cluster": "c", "model": "m"}]}"#).unwrap();
         let store = MemoryStore::default();
-        let fail = |hint_ms| Outcome::Failure { hint_ms };
+        let fail = |hint_ms| Outcome::Failure {
+            hint_ms,
+            class: crate::core::health::failure_class::FailureClass::Other,
+        };
         let run = |o, now| record_noting_eviction(&store, &config, ModelId(0), o, now).1;
         assert!(
             !run(fail(None), 1_000),

@@ -260,7 +260,7 @@ fn a_failed_answer_is_held_while_the_fallback_replaces_it() {
         effects[0],
         Effect::Record {
             target: ModelId(0),
-            health: Some(Outcome::Failure { hint_ms: None }),
+            health: Some(Outcome::Failure { hint_ms: None, .. }),
             ..
         }
     ));
@@ -505,7 +505,7 @@ fn a_refused_dispatch_counts_as_a_connection_failure_and_moves_on() {
         Effect::Record {
             target: ModelId(1),
             outcome: AttemptOutcome::ConnectFailure,
-            health: Some(Outcome::Failure { hint_ms: None }),
+            health: Some(Outcome::FAILED),
         }
     );
     assert_eq!(
@@ -727,11 +727,17 @@ fn a_429s_retry_after_is_read_only_for_a_429() {
     let mut facts = at(1100);
     facts.headers = vec![("retry-after", "2")];
     m.on_answer_headers(&config, 429, &mut facts, &mut fx);
+    assert!(
+        fx.is_empty(),
+        "held until its body tells a quota from a rate limit"
+    );
+    m.on_answer_body(&config, true, &mut facts, &mut fx);
     assert!(matches!(
         list(fx)[0],
         Effect::Record {
             health: Some(Outcome::Failure {
-                hint_ms: Some(2000)
+                hint_ms: Some(2000),
+                ..
             }),
             ..
         }
@@ -744,7 +750,7 @@ fn a_429s_retry_after_is_read_only_for_a_429() {
     assert!(matches!(
         list(fx)[0],
         Effect::Record {
-            health: Some(Outcome::Failure { hint_ms: None }),
+            health: Some(Outcome::Failure { hint_ms: None, .. }),
             ..
         }
     ));
@@ -981,6 +987,7 @@ fn effects_past_the_inline_room_keep_their_order() {
 }
 
 mod answers;
+mod classes;
 mod commit;
 mod deadline;
 mod translate;

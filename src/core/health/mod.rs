@@ -3,6 +3,7 @@
 //! trait.
 
 pub mod codec;
+pub mod failure_class;
 pub mod policy;
 pub mod record;
 pub mod retry_after;

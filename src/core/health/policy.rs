@@ -45,13 +45,28 @@ pub struct Eviction {
     pub restore_health: Option<f32>,
 }
 
+/// A spent quota keeps the target out this long by default (`health.eviction.quota_duration`).
+pub const DEFAULT_QUOTA_EVICTION_MS: u64 = 3_600_000;
+/// A refused gateway key keeps the target out this long by default
+/// (`health.eviction.credential_duration`).
+pub const DEFAULT_CREDENTIAL_EVICTION_MS: u64 = 300_000;
+/// A 429 without a "come back in" header is evicted for 1 s, doubled for each eviction in a row
+/// up to this (reset by a success).
+pub const MAX_RATE_LIMIT_EVICTION_MS: u64 = 60_000;
+
 /// Health settings of one catalog model.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct HealthPolicy {
     /// Statuses that count as failures (connection failures always do).
     pub unhealthy_status_codes: StatusSet,
     /// Eviction, if configured.
     pub eviction: Option<Eviction>,
+    /// How long a quota failure evicts (0: not at all). Applies without `eviction` too.
+    pub quota_ms: u64,
+    /// How long a credential failure evicts (0: not at all). Applies without `eviction` too.
+    pub credential_ms: u64,
+    /// `quota_patterns`: more quota markers in error bodies, lower-cased.
+    pub quota_patterns: Vec<String>,
 }
 
 impl Default for HealthPolicy {
@@ -59,6 +74,9 @@ impl Default for HealthPolicy {
         HealthPolicy {
             unhealthy_status_codes: StatusSet::all_5xx().union(StatusSet::of(&[429, 401, 403])),
             eviction: None,
+            quota_ms: DEFAULT_QUOTA_EVICTION_MS,
+            credential_ms: DEFAULT_CREDENTIAL_EVICTION_MS,
+            quota_patterns: Vec::new(),
         }
     }
 }

@@ -1,7 +1,8 @@
 //! One target's health: recent failures, consecutive failures, a score, eviction state and the
 //! latency samples of the SLA cutoff. All times are passed in as `now_ms`.
 
-use super::policy::{FailureWindow, HealthPolicy, DEFAULT_EVICTION_MS};
+use super::failure_class::FailureClass;
+use super::policy::{FailureWindow, HealthPolicy, DEFAULT_EVICTION_MS, MAX_RATE_LIMIT_EVICTION_MS};
 
 /// Failure timestamps kept per target: enough for any sensible threshold.
 pub const MAX_FAILURES: usize = 16;
@@ -22,7 +23,18 @@ pub enum Outcome {
     Failure {
         /// From Retry-After and friends, when the response carried one.
         hint_ms: Option<u64>,
+        /// What kind of failure it was: quota, rate limit and credential failures have their
+        /// own evictions.
+        class: FailureClass,
     },
+}
+
+impl Outcome {
+    /// A failure of no particular class (a 5xx, no answer), with no hint.
+    pub const FAILED: Outcome = Outcome::Failure {
+        hint_ms: None,
+        class: FailureClass::Other,
+    };
 }
 
 /// Where a target stands for routing right now.
@@ -169,7 +181,7 @@ impl HealthRecord {
                     self.evictions = 0;
                 }
             }
-            Outcome::Failure { hint_ms } => {
+            Outcome::Failure { hint_ms, class } => {
                 if self.failures.len() >= MAX_FAILURES {
                     self.failures.remove(0);
                 }
@@ -177,7 +189,7 @@ impl HealthRecord {
                 self.consecutive_failures = self.consecutive_failures.saturating_add(1);
                 self.score -= SCORE_ALPHA * self.score;
                 if self.evicted_until_ms == 0 {
-                    if let Some(ms) = self.eviction_ms(hint_ms, policy) {
+                    if let Some(ms) = self.eviction_ms(hint_ms, class, policy) {
                         self.evicted_until_ms = now_ms.saturating_add(ms).max(1);
                         self.evictions = self.evictions.saturating_add(1);
                         self.consecutive_failures = 0;
@@ -187,13 +199,44 @@ impl HealthRecord {
         }
     }
 
-    /// How long to evict for after a failure, or `None` to stay in service.
+    /// How long to evict for after a failure of `class`, or `None` to stay in service.
+    ///
+    /// A spent quota evicts for `quota_duration` (default 1 h) and a refused gateway key for
+    /// `credential_duration` (default 5 min), configured or not, and whatever the triggers:
+    /// retrying either cannot succeed until someone acts. A 429 evicts for its provider's hint
+    /// (below), or, with no hint and no configured eviction that applies, for 1 s doubled for
+    /// each eviction in a row up to 60 s, reset by a success.
+    fn eviction_ms(
+        &self,
+        hint_ms: Option<u64>,
+        class: FailureClass,
+        policy: &HealthPolicy,
+    ) -> Option<u64> {
+        match class {
+            FailureClass::Quota => Some(policy.quota_ms).filter(|ms| *ms > 0),
+            FailureClass::Credential => Some(policy.credential_ms).filter(|ms| *ms > 0),
+            FailureClass::RateLimit => self
+                .status_eviction_ms(hint_ms, policy)
+                .or_else(|| hint_ms.is_none().then(|| self.rate_limit_backoff_ms())),
+            _ => self.status_eviction_ms(hint_ms, policy),
+        }
+    }
+
+    /// 1 s, 2 s, 4 s ... 60 s: a 429 that said nothing of when to come back.
+    fn rate_limit_backoff_ms(&self) -> u64 {
+        let factor = 1u64.checked_shl(self.evictions.min(16)).unwrap_or(u64::MAX);
+        1_000u64
+            .saturating_mul(factor)
+            .min(MAX_RATE_LIMIT_EVICTION_MS)
+    }
+
+    /// How long to evict for after a failure judged by its status, or `None`.
     ///
     /// With `health.eviction` configured: when the consecutive-failure count or the score
     /// threshold is crossed (a single failure when neither is set), for the configured
     /// duration, else the hint, else 3 s, doubled for each eviction in a row. Without it, only a
     /// provider's explicit Retry-After evicts, for exactly that long.
-    fn eviction_ms(&self, hint_ms: Option<u64>, policy: &HealthPolicy) -> Option<u64> {
+    fn status_eviction_ms(&self, hint_ms: Option<u64>, policy: &HealthPolicy) -> Option<u64> {
         let hint_ms = hint_ms.map(|h| h.min(MAX_HINT_MS));
         let Some(e) = policy.eviction else {
             return hint_ms.filter(|h| *h > 0);
@@ -251,7 +294,14 @@ mod tests {
     use super::*;
     use crate::core::health::policy::Eviction;
 
-    const FAIL: Outcome = Outcome::Failure { hint_ms: None };
+    const FAIL: Outcome = Outcome::FAILED;
+
+    fn failed(hint_ms: Option<u64>) -> Outcome {
+        Outcome::Failure {
+            hint_ms,
+            class: FailureClass::Other,
+        }
+    }
 
     fn evicting(e: Eviction) -> HealthPolicy {
         HealthPolicy {
@@ -343,25 +393,13 @@ mod tests {
         let mut r = HealthRecord::default();
         r.record(FAIL, 0, &p);
         assert_eq!(r.standing(0, &w), Standing::Healthy);
-        r.record(
-            Outcome::Failure {
-                hint_ms: Some(2_000),
-            },
-            10,
-            &p,
-        );
+        r.record(failed(Some(2_000)), 10, &p);
         assert_eq!(r.standing(10, &w), Standing::Evicted);
         assert_eq!(r.standing(2_009, &w), Standing::Evicted);
         assert_eq!(r.standing(2_010, &w), Standing::Healthy);
         // Hints are capped.
         let mut r = HealthRecord::default();
-        r.record(
-            Outcome::Failure {
-                hint_ms: Some(u64::MAX),
-            },
-            0,
-            &p,
-        );
+        r.record(failed(Some(u64::MAX)), 0, &p);
         assert_eq!(r.evicted_until_ms, MAX_HINT_MS);
     }
 
@@ -412,26 +450,14 @@ mod tests {
     fn eviction_duration_falls_back_to_the_hint_then_three_seconds() {
         let p = evicting(eviction());
         let mut r = HealthRecord::default();
-        r.record(
-            Outcome::Failure {
-                hint_ms: Some(5_000),
-            },
-            0,
-            &p,
-        );
+        r.record(failed(Some(5_000)), 0, &p);
         assert_eq!(r.evicted_until_ms, 5_000);
         let p = evicting(Eviction {
             duration_ms: Some(60_000),
             ..eviction()
         });
         let mut r = HealthRecord::default();
-        r.record(
-            Outcome::Failure {
-                hint_ms: Some(5_000),
-            },
-            0,
-            &p,
-        );
+        r.record(failed(Some(5_000)), 0, &p);
         assert_eq!(
             r.evicted_until_ms, 60_000,
             "a configured duration wins over the hint"
@@ -453,6 +479,87 @@ mod tests {
         assert_eq!(r.evicted_until_ms, DEFAULT_EVICTION_MS);
         r.record(Outcome::Success, DEFAULT_EVICTION_MS, &p);
         assert!((r.score - (0.8 + 0.25 * 0.2)).abs() < 1e-6, "{}", r.score);
+    }
+
+    fn of(class: FailureClass, hint_ms: Option<u64>) -> Outcome {
+        Outcome::Failure { hint_ms, class }
+    }
+
+    #[test]
+    fn a_quota_evicts_for_the_quota_duration_without_any_eviction_config() {
+        let p = HealthPolicy::default();
+        let mut r = HealthRecord::default();
+        r.record(of(FailureClass::Quota, Some(2_000)), 10, &p);
+        assert_eq!(r.evicted_until_ms, 10 + 3_600_000, "1 h, not the hint");
+        let p = HealthPolicy {
+            quota_ms: 1_500,
+            ..HealthPolicy::default()
+        };
+        let mut r = HealthRecord::default();
+        r.record(of(FailureClass::Quota, None), 0, &p);
+        assert_eq!(r.evicted_until_ms, 1_500);
+        // "0s" turns it off.
+        let p = HealthPolicy {
+            quota_ms: 0,
+            ..HealthPolicy::default()
+        };
+        let mut r = HealthRecord::default();
+        r.record(of(FailureClass::Quota, None), 0, &p);
+        assert_eq!(r.evicted_until_ms, 0);
+    }
+
+    #[test]
+    fn a_refused_gateway_key_evicts_for_the_credential_duration() {
+        let p = HealthPolicy::default();
+        let mut r = HealthRecord::default();
+        r.record(of(FailureClass::Credential, None), 0, &p);
+        assert_eq!(r.evicted_until_ms, 300_000);
+        let p = HealthPolicy {
+            credential_ms: 0,
+            ..HealthPolicy::default()
+        };
+        let mut r = HealthRecord::default();
+        r.record(of(FailureClass::Credential, None), 0, &p);
+        assert_eq!(r.evicted_until_ms, 0);
+    }
+
+    #[test]
+    fn a_429_without_a_hint_backs_off_one_two_four_up_to_sixty_seconds_reset_by_a_success() {
+        let p = HealthPolicy::default();
+        let limited = of(FailureClass::RateLimit, None);
+        let mut r = HealthRecord::default();
+        let mut now = 0;
+        let mut got = Vec::new();
+        for _ in 0..8 {
+            r.record(limited, now, &p);
+            got.push(r.evicted_until_ms - now);
+            now = r.evicted_until_ms;
+        }
+        assert_eq!(
+            got,
+            [1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 60_000, 60_000]
+        );
+        // A success after the eviction ended starts over at 1 s.
+        r.record(Outcome::Success, now, &p);
+        r.record(limited, now + 1, &p);
+        assert_eq!(r.evicted_until_ms, now + 1 + 1_000);
+        // A hint still wins over the backoff.
+        let mut r = HealthRecord::default();
+        r.record(of(FailureClass::RateLimit, Some(7_000)), 0, &p);
+        assert_eq!(r.evicted_until_ms, 7_000);
+    }
+
+    #[test]
+    fn a_configured_eviction_still_decides_a_hinted_429_and_backs_off_an_unhinted_one() {
+        let p = evicting(Eviction {
+            consecutive_failures: Some(3),
+            ..eviction()
+        });
+        let mut r = HealthRecord::default();
+        r.record(of(FailureClass::RateLimit, Some(5_000)), 0, &p);
+        assert_eq!(r.evicted_until_ms, 0, "one of three failures");
+        r.record(of(FailureClass::RateLimit, None), 0, &p);
+        assert_eq!(r.evicted_until_ms, 1_000, "no hint: the 429 backoff");
     }
 
     #[test]

@@ -12,7 +12,8 @@
 use super::RouterPlan;
 use crate::core::config::{Config, ModelId, StreamRules};
 use crate::core::fallback::{AttemptOutcome, StreamFault};
-use crate::core::flight::{attempt_record, Attempt, AttemptKind, Effect, Replay};
+use crate::core::flight::{attempt_record, failure_class, Attempt, AttemptKind, Effect, Replay};
+use crate::core::health::failure_class::{FailureClass, MAX_JUDGED_BODY};
 use crate::core::outbound::{outbound, ClientRequest, Outbound};
 use crate::core::sse::{Dialect, Event, Watcher};
 use crate::core::translate::direction;
@@ -46,6 +47,9 @@ pub struct AttemptWatch {
     watcher: Watcher,
     /// Bytes of the held body already watched.
     fed: usize,
+    /// A failed answer the router retries, held until its body ends to tell its class (a
+    /// 429 may be a spent quota): its status.
+    failed: Option<u16>,
 }
 
 /// How far one attempt got, as its upstream pass saw it.
@@ -69,6 +73,7 @@ impl AttemptWatch {
             number,
             watcher: Watcher::new(dialect),
             fed: 0,
+            failed: None,
         }
     }
 }
@@ -233,11 +238,18 @@ impl RouterFlight {
     }
 
     fn fail(&mut self, config: &Config, number: u32, outcome: AttemptOutcome) {
+        self.fail_with(config, number, outcome, &[]);
+    }
+
+    /// Records attempt `number`'s failure, its class told from `body` (the error body held
+    /// until its end, or nothing: by status alone).
+    fn fail_with(&mut self, config: &Config, number: u32, outcome: AttemptOutcome, body: &[u8]) {
         self.last = Some(outcome);
         let vm = config.virtual_models.get(self.plan.virtual_model);
-        let recorded = self
-            .target(number)
-            .and_then(|t| attempt_record(config, vm, t, outcome, || None));
+        let recorded = self.target(number).and_then(|t| {
+            let class = failure_class(config, vm, t, outcome, body);
+            attempt_record(config, vm, t, (outcome, class), || None)
+        });
         self.log.extend(recorded);
     }
 
@@ -262,9 +274,21 @@ impl RouterFlight {
                 number,
                 watcher: Watcher::new(self.dialect_of(config, number)),
                 fed: 0,
+                failed: None,
             });
         }
-        if !(200..300).contains(&status) && self.plan.retries(status) {
+        let retried = !(200..300).contains(&status) && self.plan.retries(status);
+        if retried && FailureClass::needs_body(status) && !ends {
+            // Held until its body ends, then let on: the router retries it by its status.
+            self.mark(number, Seen::Held);
+            return Some(AttemptWatch {
+                number,
+                watcher: Watcher::new(self.dialect_of(config, number)),
+                fed: 0,
+                failed: Some(status),
+            });
+        }
+        if retried {
             self.mark(number, Seen::Settled);
             self.fail(config, number, AttemptOutcome::Status(status));
         }
@@ -279,6 +303,16 @@ impl RouterFlight {
         body: &[u8],
         end: bool,
     ) -> BodyVerdict {
+        if let Some(status) = watch.failed {
+            let over = body.len() > MAX_JUDGED_BODY;
+            if !end && !over {
+                return BodyVerdict::Hold;
+            }
+            self.mark(watch.number, Seen::Settled);
+            let judged = if over { &[][..] } else { body };
+            self.fail_with(config, watch.number, AttemptOutcome::Status(status), judged);
+            return BodyVerdict::Pass;
+        }
         let mut at = watch.fed.min(body.len());
         while let Some((event, next)) = watch.watcher.next(body, at) {
             at = next;

@@ -246,6 +246,39 @@ fn content_commits_and_a_status_the_router_does_not_retry_is_not_counted_here() 
 }
 
 #[test]
+fn a_429_the_router_retries_is_held_until_its_body_tells_a_quota_from_a_rate_limit() {
+    use crate::core::health::failure_class::FailureClass;
+    use crate::core::health::record::Outcome;
+    let c = config(CONFIG);
+    let quota = br#"{"error": {"message": "You exceeded your current quota.", "type": "insufficient_quota", "code": "insufficient_quota"}}"#;
+    let class_of = |answer: &RouterAnswer| {
+        answer.log.iter().find_map(|e| match e {
+            Effect::Record {
+                health: Some(Outcome::Failure { class, .. }),
+                ..
+            } => Some(*class),
+            _ => None,
+        })
+    };
+    for (body, class) in [
+        (&quota[..], FailureClass::Quota),
+        (&b"{}"[..], FailureClass::RateLimit),
+    ] {
+        let mut f = flight(&c);
+        f.begin(&c, 1, 0).unwrap();
+        let mut watch = f.on_status(&c, 1, 429, false).expect("held");
+        assert_eq!(f.on_body(&c, &mut watch, b"{", false), BodyVerdict::Hold);
+        // Let on at its end: the router retries it by its status.
+        assert_eq!(f.on_body(&c, &mut watch, body, true), BodyVerdict::Pass);
+        f.begin(&c, 2, 10).unwrap();
+        f.on_status(&c, 2, 200, true);
+        let answer = f.take_answered(&c, 20);
+        assert_eq!(recorded(&answer), [AttemptOutcome::Status(429)]);
+        assert_eq!(class_of(&answer), Some(class));
+    }
+}
+
+#[test]
 fn an_attempt_with_no_answer_is_a_connection_failure_and_one_cut_while_held_a_reset() {
     let c = config(CONFIG);
     let mut f = flight(&c);

@@ -17,6 +17,7 @@ use switchboard::core::endpoint::Endpoint;
 use switchboard::core::fallback::AttemptOutcome;
 use switchboard::core::flight::health_outcome;
 use switchboard::core::headers::Headers;
+use switchboard::core::health::failure_class::{classify, FailureClass};
 use switchboard::core::health::record::HealthRecord;
 use switchboard::core::routing::HealthInput;
 use switchboard::core::routing::LocalState;
@@ -184,11 +185,30 @@ impl Replay {
 
     /// `model` answered `outcome` at `now_ms`; a 429's Retry-After is `hint_ms`.
     fn answer(&mut self, model: &str, outcome: AttemptOutcome, hint_ms: Option<u64>, now_ms: u64) {
-        let Some(Named::Catalog(id, m)) = self.config.lookup(model) else {
+        let Some(Named::Catalog(_, m)) = self.config.lookup(model) else {
             panic!("{model} is not a catalog model");
         };
         // The replay checks the seeds' eviction rules: a 401 or 403 counts, as to the gateway's key.
-        if let Some(o) = health_outcome(m, outcome, true, || hint_ms) {
+        // Its class is told from its status alone (no body here): a 429 is a rate limit.
+        let class = match outcome {
+            AttemptOutcome::Status(s) => classify(s, &[], &m.health.quota_patterns, true),
+            _ => FailureClass::Other,
+        };
+        self.answer_as(model, (outcome, class), hint_ms, now_ms);
+    }
+
+    /// `model` answered `outcome` of `class` (told from a body) at `now_ms`.
+    fn answer_as(
+        &mut self,
+        model: &str,
+        (outcome, class): (AttemptOutcome, FailureClass),
+        hint_ms: Option<u64>,
+        now_ms: u64,
+    ) {
+        let Some(Named::Catalog(id, m)) = self.config.lookup(model) else {
+            panic!("{model} is not a catalog model");
+        };
+        if let Some(o) = health_outcome(m, outcome, true, class, || hint_ms) {
             self.records[id.0].record(o, now_ms, &m.health);
         }
     }
@@ -851,6 +871,13 @@ fn zuplo_imports_remember_no_failures_between_requests() {
     // One rate-limited answer asking for 30 s away is not remembered either.
     let mut r = Replay::load(&c);
     r.answer(&picked[0], AttemptOutcome::Status(429), Some(30_000), 0);
+    assert_eq!(r.candidates("chat", &alice, 1_000), picked);
+    // Nor a spent quota or a refused key, which Switchboard evicts by default.
+    assert!(err.contains("quota_duration: \"0s\""), "{err}");
+    let mut r = Replay::load(&c);
+    let quota = (AttemptOutcome::Status(429), FailureClass::Quota);
+    r.answer_as(&picked[0], quota, None, 0);
+    r.answer(&picked[0], AttemptOutcome::Status(401), None, 0);
     assert_eq!(r.candidates("chat", &alice, 1_000), picked);
 }
 

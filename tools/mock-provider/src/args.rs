@@ -2,6 +2,7 @@
 
 use crate::answer_fault::AnswerFault;
 use crate::behaviour::{validate_status, Behaviour, DropMode};
+use crate::fail_body::FailBody;
 use crate::fault::StreamFault;
 use crate::strict::{Expect, Kind};
 use std::path::PathBuf;
@@ -11,6 +12,8 @@ pub const USAGE: &str = "\
 usage: mock-provider [--host 127.0.0.1] [--port 0] [--name NAME]
                      [--ttft-ms N] [--token-delay-ms N] [--output-tokens N]
                      [--fail-status CODE] [--fail-rate F] [--retry-after VALUE]
+                     [--fail-body quota|billing|credit|rate_limit|invalid_key|
+                                  context_length|prompt_too_long|content_filter]
                      [--drop before-response|mid-stream] [--stall-ms N]
                      [--error-body-on-200] [--headers-first]
                      [--stream-fault NAME] [--fault-after-tokens N (2)]
@@ -37,6 +40,12 @@ The flags from --name to --fault-after-tokens and --reply are also /__config
 fields (snake_case): POST /__config with a JSON object changes them at run
 time (null clears an optional one), GET /__config shows them all.
 
+--fail-body NAME      an injected failure (--fail-status) carries that real
+                      provider error body: OpenAI's insufficient_quota,
+                      billing_hard_limit_reached, rate_limit_exceeded,
+                      invalid_api_key, context_length_exceeded; Anthropic's
+                      credit-balance and prompt-too-long errors; Azure's
+                      content_filter (also a /__config field, fail_body).
 --headers-first       a non-streamed answer sends its headers at once and its
                       body (in two parts) after its delay.
 --tls-cert/--tls-key  serve TLS (PEM chain, PEM key), ALPN h2 and http/1.1.
@@ -168,6 +177,7 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Option<Args>, St
             "--stall-ms" => b.stall_ms = num(&flag, &value()?)?,
             "--fail-rate" => b.fail_rate = num(&flag, &value()?)?,
             "--retry-after" => b.retry_after = Some(value()?),
+            "--fail-body" => b.fail_body = Some(FailBody::parse(&value()?)?),
             "--reply" => b.reply = Some(value()?),
             "--drop" => b.drop = Some(DropMode::parse(&value()?)?),
             "--stream-fault" => b.stream_fault = Some(StreamFault::parse(&value()?)?),
@@ -314,6 +324,8 @@ mod tests {
             "0.5",
             "--retry-after",
             "2",
+            "--fail-body",
+            "quota",
             "--drop",
             "mid-stream",
             "--stall-ms",
@@ -331,6 +343,7 @@ mod tests {
         assert_eq!(b.fail_status, Some(429));
         assert!((b.fail_rate - 0.5).abs() < f64::EPSILON);
         assert_eq!(b.retry_after.as_deref(), Some("2"));
+        assert_eq!(b.fail_body, Some(FailBody::Quota));
         assert_eq!(b.drop, Some(DropMode::MidStream));
         assert_eq!(b.stall_ms, 7);
         assert!(b.error_body_on_200);

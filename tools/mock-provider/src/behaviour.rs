@@ -2,6 +2,7 @@
 //! command line and the runtime `/__config` endpoint.
 
 use crate::answer_fault::AnswerFault;
+use crate::fail_body::FailBody;
 use crate::fault::StreamFault;
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -42,6 +43,8 @@ pub struct Behaviour {
     pub fail_status: Option<u16>,
     pub fail_rate: f64,
     pub retry_after: Option<String>,
+    /// A real provider's error body for the injected failure (`--fail-body`).
+    pub fail_body: Option<FailBody>,
     pub drop: Option<DropMode>,
     pub stall_ms: u64,
     pub error_body_on_200: bool,
@@ -72,6 +75,7 @@ impl Default for Behaviour {
             fail_status: None,
             fail_rate: 1.0,
             retry_after: None,
+            fail_body: None,
             drop: None,
             stall_ms: 0,
             error_body_on_200: false,
@@ -145,6 +149,12 @@ impl Behaviour {
                         Value::Null => None,
                         Value::Number(n) => Some(n.to_string()),
                         v => Some(string(key, v)?),
+                    };
+                }
+                "fail_body" => {
+                    next.fail_body = match value {
+                        Value::Null => None,
+                        v => Some(FailBody::parse(&string(key, v)?)?),
                     };
                 }
                 "drop" => {

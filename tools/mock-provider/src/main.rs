@@ -11,6 +11,7 @@ mod anthropic;
 mod args;
 mod b64;
 mod behaviour;
+mod fail_body;
 mod fault;
 mod generate;
 mod openai;

@@ -347,12 +347,15 @@ async fn api(
     }
     if let Some(status) = cfg.pick_failure() {
         let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let mut resp = own_error(
-            status,
-            &format!("injected failure from {name}"),
-            "server_error",
-            "injected",
-        );
+        let mut resp = match cfg.fail_body {
+            Some(b) => respond::json(status, &b.body()),
+            None => own_error(
+                status,
+                &format!("injected failure from {name}"),
+                "server_error",
+                "injected",
+            ),
+        };
         if let Some(value) = cfg.retry_after.as_deref() {
             if let Ok(value) = HeaderValue::from_str(value) {
                 resp.headers_mut().insert(RETRY_AFTER, value);

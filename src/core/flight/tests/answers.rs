@@ -77,10 +77,7 @@ fn an_error_object_or_an_empty_answer_in_a_200_counts_against_the_target() {
         let (_, end, effects) = router_answers(&mut m, &config, body);
         assert_eq!(end, Flow::Hold);
         assert_eq!(records(&effects), [(0, AttemptOutcome::Answer(fault))]);
-        assert_eq!(
-            health_of(&effects),
-            [Some(Outcome::Failure { hint_ms: None })]
-        );
+        assert_eq!(health_of(&effects), [Some(Outcome::FAILED)]);
         assert_eq!(
             kinds(&effects),
             [(1, AttemptKind::Fallback(AttemptOutcome::Answer(fault)))]

@@ -391,3 +391,23 @@ fn a_stream_the_router_reset_counts_against_its_target_when_the_request_is_logge
         []
     );
 }
+
+#[test]
+fn a_streamed_429_held_for_its_body_and_cut_is_judged_by_its_status() {
+    let config = config(TWO);
+    let (mut m, effects) = start_streamed(&config);
+    let first = the_call(&effects).id;
+    let mut fx = Effects::new();
+    m.on_dispatched(first, &mut fx);
+    let mut fx = Effects::new();
+    assert_eq!(
+        m.on_answer_headers(&config, 429, &mut at(1100), &mut fx),
+        Flow::Hold
+    );
+    assert!(fx.is_empty(), "held until its body ends");
+    m.on_answer_reset(&config, &mut at(1150), &mut fx);
+    let effects = list(fx);
+    let limited = AttemptOutcome::Status(429);
+    assert_eq!(records(&effects), [(0, limited)]);
+    assert_eq!(kinds(&effects), [(1, AttemptKind::Fallback(limited))]);
+}

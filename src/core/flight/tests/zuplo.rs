@@ -81,7 +81,12 @@ fn router_answers<'c>(
     let mut fx = Effects::new();
     let mut facts = at(now);
     facts.details = Some("via_upstream");
-    let flow = m.on_answer_headers(config, status, &mut facts, &mut fx);
+    let mut flow = m.on_answer_headers(config, status, &mut facts, &mut fx);
+    if flow == Flow::Hold && fx.is_empty() && status >= 400 {
+        // Held to be judged by its body (a 429 may be a quota): its error body ends it.
+        facts.chunk = br#"{"error":{"code":"rate_limit_exceeded"}}"#.to_vec();
+        flow = m.on_answer_body(config, true, &mut facts, &mut fx);
+    }
     (flow, list(fx))
 }
 

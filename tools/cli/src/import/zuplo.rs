@@ -17,7 +17,9 @@
 //! by provider and by whether they are Claude ("Endpoints"), written as each entry's `apis`.
 //! "The policy doesn't remember failures between requests" ("Failures and retries"), so no
 //! failure marks a target unhealthy (`failure_window: {failures: 0}`) and no status counts
-//! against a model (`unhealthy_status_codes: []`, so a 429's Retry-After evicts nothing).
+//! against a model (`unhealthy_status_codes: []`, so a 429's Retry-After evicts nothing), and
+//! neither a spent quota nor a refused key evicts one (`health.eviction.quota_duration` and
+//! `credential_duration` set to `"0s"`).
 
 use super::{drop_unknown, join, list, object, string, Builder};
 use serde_json::{json, Value};
@@ -91,12 +93,22 @@ pub fn import(source: &Value, out: &mut Builder) -> Result<(), String> {
 fn forget_failures(out: &mut Builder) {
     out.set_root("failure_window", json!({"failures": 0}));
     for entry in out.models_mut() {
-        entry.insert("health".to_string(), json!({"unhealthy_status_codes": []}));
+        entry.insert(
+            "health".to_string(),
+            json!({"unhealthy_status_codes": [],
+                   "eviction": {"quota_duration": "0s", "credential_duration": "0s"}}),
+        );
     }
     out.note(
         "failure_window: {failures: 0} and health.unhealthy_status_codes: [] on every model: \
          Zuplo remembers no failures between requests, so a failing model is tried first \
          every time it is picked (not demoted, not evicted, even by a 429's Retry-After)"
+            .to_string(),
+    );
+    out.note(
+        "health.eviction.quota_duration: \"0s\" and credential_duration: \"0s\" on every \
+         model: Switchboard evicts a target whose quota is spent (1 h) or whose key is refused \
+         (5 min) by default, but Zuplo doesn't remember failures between requests"
             .to_string(),
     );
 }
