@@ -56,7 +56,7 @@ STREAM_SCENARIOS = {
 # tests/e2e/test_failure_classes.py, test_answer_fallbacks.py and test_request_deadline.py assert on
 # both builds (the report runs them and prints their result lines).
 CLASSES = [
-    ("Quota spent (429 or 403 whose body says so: OpenAI `insufficient_quota`, "
+    ("Quota spent (429, 403 or 400 whose body says so: OpenAI `insufficient_quota`, "
      "`billing_hard_limit_reached`, Anthropic's credit balance, Azure's quota; `health.quota_patterns`)",
      "not retried; the next target at once; evicted for `health.eviction.quota_duration` (1 h)",
      "a 429: retried (`on_status_codes`), then the fallback; counts toward unhealthy (2 in 2 min)",
@@ -68,7 +68,7 @@ CLASSES = [
      "evicted for Retry-After",
      "retried twice, then the retry model"),
     ("Rate limited, no hint (429 alone)",
-     "as above; evicted 1, 2, 4 ... 60 s, back to 1 s after a success",
+     "as above; evicted 1, 2, 4 ... 60 s for each eviction in a row, reset by a success",
      "retried, then the fallback; counts toward unhealthy",
      "evicted for the retry policy's backoff, else 3 s (with `eviction`)",
      "retried twice, then the retry model"),

@@ -97,8 +97,13 @@ impl Machine {
                 Event::Final => {
                     let held = chunk.get(..next).unwrap_or(&chunk);
                     return match self.judge_answer(held) {
-                        Some(fault) => self
-                            .no_answer_before_commit(config, fault, &chunk, next, end, facts, out),
+                        Some(fault) => self.no_answer_before_commit(
+                            config,
+                            fault,
+                            (&chunk, next, end),
+                            facts,
+                            out,
+                        ),
                         None => self.commit_now(config, &chunk, next, end, facts, out),
                     };
                 }
@@ -150,14 +155,11 @@ impl Machine {
     /// The held answer ended before any content and `fallback_on` judged it no answer (a
     /// refusal, nothing at all): counted as `fault` says, and the next attempt; with none to
     /// make, the client gets it as it is.
-    #[allow(clippy::too_many_arguments)]
     fn no_answer_before_commit<'c>(
         &mut self,
         config: &'c Config,
         fault: AnswerFault,
-        chunk: &[u8],
-        from: usize,
-        end: bool,
+        (chunk, from, end): (&[u8], usize, bool),
         facts: &mut dyn AnswerFacts,
         out: &mut Effects<'c>,
     ) -> Flow {
