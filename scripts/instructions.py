@@ -21,7 +21,8 @@ translated); `stream-fallback` that stream after a 503: Switchboard's first targ
 cluster) answers 503 to every request, which falls back to the stream. Every configuration's
 `provider` cluster, the floors' included, is the port that answers the scenario's good answer.
 
-`native` loads `libswitchboard.so` (and `native-calls` `libnoop_native.so`) from
+`INSTR_HISTOGRAMS=1` turns Switchboard's `request_histograms` on, to count what its own timing
+costs. `native` loads `libswitchboard.so` (and `native-calls` `libnoop_native.so`) from
 `INSTR_NATIVE_DIR` (default target/native); for attribution by function build it with symbols
 in its own directory and point there:
 `CARGO_PROFILE_NATIVE_DEBUG=1 CARGO_PROFILE_NATIVE_STRIP=none cargo build --profile native
@@ -66,6 +67,9 @@ from harness import (ENVOY_BIN, NATIVE_DIR, WASM, bootstrap, envoy_config, free_
 REQUESTS = int(os.environ.get("INSTR_REQUESTS", "200"))
 WARMUP = int(os.environ.get("INSTR_WARMUP", "30"))
 NATIVE_SO_DIR = Path(os.environ.get("INSTR_NATIVE_DIR", str(NATIVE_DIR))).resolve()
+# INSTR_HISTOGRAMS=1: Switchboard's per-request histograms on (`request_histograms`), to count
+# what measuring (attempts, decision_us, overhead_us) costs.
+HISTOGRAMS = os.environ.get("INSTR_HISTOGRAMS") == "1"
 START_TIMEOUT_S = 900  # V8 compiles the module under valgrind: minutes on a busy machine
 # INSTR_SCENARIO's choices: the `make bench` scenario whose request and upstream are counted.
 SCENARIO_NAMES = {"chat": MAIN, "stream": STREAM, "stream-fallback": STREAM_FALLBACK,
@@ -105,6 +109,8 @@ def filters_for(name: str, s: Scenario) -> list[dict]:
     # by default) would be re-read from shared data on every request instead of once per
     # thousand or so: keep it for the run, as a fast Envoy effectively does.
     config = {**plugin_config(2, fallback=s.falls_back, translate=s.translated), "health_view_ms": 10_000}
+    if HISTOGRAMS:
+        config["request_histograms"] = True
     if name == "switchboard":
         return [wasm_filter(config)]
     if name == "switchboard-router":

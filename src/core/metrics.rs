@@ -175,6 +175,8 @@ pub enum VmMetric {
     DecisionUs,
     /// Requests no target answered: Switchboard sent its own error after the attempts.
     NoAnswer,
+    /// Switchboard's own time on a request, microseconds (histogram, [`crate::core::overhead`]).
+    OverheadUs,
 }
 
 /// One name and kind, with its place in the table.
@@ -231,10 +233,11 @@ const PAIR: [Spec; 26] = [
 ];
 
 /// The per-virtual-model metrics in table order; [`vm_offset`] must agree with it.
-const VM: [Spec; 3] = [
+const VM: [Spec; 4] = [
     spec("attempts", Kind::Histogram),
     spec("decision_us", Kind::Histogram),
     spec("no_answer", Kind::Counter),
+    spec("overhead_us", Kind::Histogram),
 ];
 
 /// `None` for a series the table does not hold (a retry for a reason that is never retried).
@@ -271,6 +274,7 @@ fn vm_offset(m: VmMetric) -> usize {
         VmMetric::Attempts => 0,
         VmMetric::DecisionUs => 1,
         VmMetric::NoAnswer => 2,
+        VmMetric::OverheadUs => 3,
     }
 }
 
@@ -693,6 +697,10 @@ mod tests {
             "switchboard.decision_us.vm.solo"
         );
         assert_eq!(
+            name_of(&defs, t.vm(Some(1), VmMetric::OverheadUs)),
+            "switchboard.overhead_us.vm.solo"
+        );
+        assert_eq!(
             name_of(&defs, t.pair(None, ModelId(2), PairMetric::TtftMs)),
             "switchboard.ttft_ms.vm.(direct).target.openai/gpt-4o-mini"
         );
@@ -732,8 +740,8 @@ mod tests {
         );
         assert_eq!(t.pair(Some(0), ModelId(9), PairMetric::Requests), None);
         assert_eq!(t.count(), defs.len());
-        // 1 version + 3 slots × 3 + 4 pairs × 26.
-        assert_eq!(defs.len(), 1 + 9 + 4 * 26);
+        // 1 version + 3 slots × 4 + 4 pairs × 26.
+        assert_eq!(defs.len(), 1 + 3 * 4 + 4 * 26);
         let names: std::collections::BTreeSet<_> = defs.iter().map(|(_, n)| n).collect();
         assert_eq!(names.len(), defs.len(), "every name is distinct");
     }

@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod multipart;
 pub mod nfc;
 pub mod outbound;
+pub mod overhead;
 pub mod plugin;
 pub mod report;
 pub mod request;

@@ -16,6 +16,7 @@ use crate::core::metadata::request_metadata;
 use crate::core::metrics::MetricTable;
 use crate::core::metrics::{PairMetric, Reason, StatusClass, VmMetric};
 use crate::core::outbound::Outbound;
+use crate::core::overhead::Overhead;
 use crate::core::plugin::Plugin;
 use crate::core::routing::{CursorKey, RoutingState};
 use crate::core::routing::{HealthInput, Plan, Request};
@@ -179,16 +180,28 @@ pub struct Report {
     fallback: Option<Reason>,
     /// The routing trace, when the request asked for it.
     trace: Option<Box<Trace>>,
+    /// Switchboard's own time on it so far (timed only when `request_histograms` is on).
+    overhead: Overhead,
 }
 
 impl Report {
-    /// The report of a request routed to `virtual_model`.
-    pub fn new(virtual_model: Option<usize>, trace: Option<Box<Trace>>) -> Report {
+    /// The report of a request routed to `virtual_model`, whose own time is `overhead` so far.
+    pub fn new(
+        virtual_model: Option<usize>,
+        trace: Option<Box<Trace>>,
+        overhead: Overhead,
+    ) -> Report {
         Report {
             virtual_model,
             trace,
+            overhead,
             ..Report::default()
         }
+    }
+
+    /// Switchboard's own time on the request, for the stream to time its steps.
+    pub fn overhead(&mut self) -> &mut Overhead {
+        &mut self.overhead
     }
 
     /// The virtual model called.
@@ -281,6 +294,9 @@ impl Report {
         if config.request_histograms {
             let w = Write::Record(u64::from(ending.attempts));
             per_vm(table, vm, VmMetric::Attempts, w, s);
+            if let Some(us) = self.overhead.take_total() {
+                per_vm(table, vm, VmMetric::OverheadUs, Write::Record(us), s);
+            }
         }
         self.trace.as_ref().map(|t| t.render(config))
     }
@@ -412,6 +428,7 @@ mod tests {
             number,
             kind,
             call: None,
+            delay_ms: 0,
         })
     }
 
@@ -428,7 +445,7 @@ mod tests {
         };
         decided(&config, &plan, 42, &mut sink);
         decided(&config, &plan, 0, &mut sink); // a stored-response request: nothing timed
-        let mut report = Report::new(Some(0), None);
+        let mut report = Report::new(Some(0), None, Overhead::default());
         let timeout = AttemptOutcome::Timeout;
         let status = AttemptOutcome::Status(503);
         for effect in [
@@ -467,6 +484,38 @@ mod tests {
                 w("prompt_tokens.vm.vm.target.b", Write::Add(11)),
                 w("evictions.vm.vm.target.a", Write::Add(1)),
             ]
+        );
+    }
+
+    #[test]
+    fn the_overhead_is_recorded_once_at_the_ending() {
+        use crate::core::flight::Ending;
+        let (plugin, names) = defined();
+        let mut writes = Vec::new();
+        let mut sink = |id: u32, w: Write| writes.push((names[id as usize].clone(), w));
+        let mut overhead = Overhead::started(Some(100));
+        overhead.attempt_left(130, 0);
+        overhead.failed(1_000);
+        overhead.attempt_left(201_012, 200); // the 200 ms retry delay is not counted
+        let mut report = Report::new(Some(0), None, overhead);
+        let ending = Ending {
+            target: None,
+            status: 503,
+            attempts: 2,
+            gave_up: true,
+        };
+        report.ended(&plugin, &ending, &mut sink);
+        report.ended(&plugin, &ending, &mut sink);
+        let overheads: Vec<_> = writes
+            .iter()
+            .filter(|(n, _)| n == "switchboard.overhead_us.vm.vm")
+            .collect();
+        assert_eq!(
+            overheads,
+            [&(
+                "switchboard.overhead_us.vm.vm".to_string(),
+                Write::Record(42)
+            )]
         );
     }
 }

@@ -181,11 +181,9 @@ impl Machine {
         out: &mut Effects<'c>,
     ) {
         match step {
-            Step::Retry { delay_ms, .. } if delay_ms > 0 => self.wait(
-                AttemptKind::Retry(outcome),
-                now_ms.saturating_add(delay_ms),
-                out,
-            ),
+            Step::Retry { delay_ms, .. } if delay_ms > 0 => {
+                self.wait(AttemptKind::Retry(outcome), (now_ms, delay_ms), out)
+            }
             Step::Retry { target, .. } => {
                 self.dispatch(config, target, AttemptKind::Retry(outcome), now_ms, out)
             }
@@ -197,12 +195,18 @@ impl Machine {
     }
 
     /// Waits for a retry's delay.
-    pub(super) fn wait<'c>(&mut self, kind: AttemptKind, due_ms: u64, out: &mut Effects<'c>) {
+    pub(super) fn wait<'c>(
+        &mut self,
+        kind: AttemptKind,
+        (now_ms, delay_ms): (u64, u64),
+        out: &mut Effects<'c>,
+    ) {
         self.last_switch = Some(kind);
+        self.waited_ms = delay_ms;
         self.state = State::Waiting(kind);
         self.seq += 1;
         out.push(Effect::ArmTimer {
-            due_ms,
+            due_ms: now_ms.saturating_add(delay_ms),
             token: self.seq,
         });
     }
@@ -232,6 +236,7 @@ impl Machine {
                     number: self.attempts.total(),
                     kind,
                     call: Some(Box::new(call)),
+                    delay_ms: std::mem::take(&mut self.waited_ms),
                 }));
                 return;
             }
@@ -255,11 +260,7 @@ impl Machine {
         self.record(config, Some(target), outcome, || None, out);
         match self.step(config, outcome, || now_ms) {
             Step::Retry { delay_ms, .. } if delay_ms > 0 => {
-                self.wait(
-                    AttemptKind::Retry(outcome),
-                    now_ms.saturating_add(delay_ms),
-                    out,
-                );
+                self.wait(AttemptKind::Retry(outcome), (now_ms, delay_ms), out);
                 None
             }
             Step::Retry { target, .. } => Some((target, AttemptKind::Retry(outcome))),

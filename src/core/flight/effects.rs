@@ -110,6 +110,9 @@ pub struct Attempt<'c> {
     /// `None` for the first attempt, which the adapter already wrote into the request the
     /// router sends; otherwise the call-out to make ([`super::Machine::call_request`]).
     pub call: Option<Box<Call<'c>>>,
+    /// The retry's configured `delay` waited before it, milliseconds (0: none); what
+    /// [`crate::core::overhead`] leaves out of Switchboard's own time.
+    pub delay_ms: u64,
 }
 
 /// A call-out attempt, finished: the adapter only dispatches it.

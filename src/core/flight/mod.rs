@@ -166,6 +166,8 @@ pub struct Machine {
     conversation: bool,
     ending: Option<Ending>,
     last_switch: Option<AttemptKind>,
+    /// The configured delay of the retry being waited for, for its [`Attempt`].
+    waited_ms: u64,
     /// The target of the request's first attempt (a fallback that answers is pinned).
     first_target: Option<ModelId>,
     /// Every attempt is a streamed call-out whose answer comes as answer events.
@@ -271,6 +273,7 @@ impl Machine {
             conversation: start.conversation,
             ending: None,
             last_switch: None,
+            waited_ms: 0,
             first_target: None,
             streamed,
             stream_call: 0,
@@ -308,6 +311,7 @@ impl Machine {
                 number: 1,
                 kind: AttemptKind::First,
                 call: None,
+                delay_ms: 0,
             }));
         }
         m.arm_deadline(budget, now_ms, out);

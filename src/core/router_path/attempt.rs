@@ -197,6 +197,8 @@ impl RouterFlight {
             number,
             kind,
             call: None,
+            // Envoy's router waits its own back-off: not timed here.
+            delay_ms: 0,
         }));
         if let Some(at) = self.started_ms.get_mut(number as usize - 1) {
             *at = now_ms;

@@ -4,11 +4,13 @@
 use super::{Host, Phase, Stream, Verdict};
 use crate::core::access_log;
 use crate::core::config::Config;
+use crate::core::fallback::AttemptOutcome;
 use crate::core::flight::{
-    AnswerFacts, Attempt, CallAnswer, CallId, Effect, Effects, Flow, Machine, Replay, Start,
-    Summary,
+    AnswerFacts, Attempt, AttemptKind, CallAnswer, CallId, Effect, Effects, Flow, Machine, Replay,
+    Start, Summary,
 };
 use crate::core::headers::Headers;
+use crate::core::overhead::Overhead;
 use crate::core::plugin::Plugin;
 use crate::core::report::{self, Report};
 use crate::core::router_path::RouterFlight;
@@ -70,20 +72,26 @@ fn verdict(flow: Flow) -> Verdict {
     }
 }
 
+/// Whether an attempt that ended so failed (a retry or fallback may follow): a 2xx or 3xx
+/// status is an answer, whatever comes of it.
+fn failed(outcome: AttemptOutcome) -> bool {
+    !matches!(outcome, AttemptOutcome::Status(s) if s < 400)
+}
+
 impl Flight {
     /// The flight of a request whose first attempt was just written into it, at `now_ms`,
-    /// with its routing trace if it asked for one.
+    /// with its routing trace if it asked for one and Switchboard's own time on it so far.
     pub(super) fn start(
         plugin: &Plugin,
         host: &mut impl Host,
         (start, replay): (Start, Replay),
-        trace: Option<Box<Trace>>,
+        (trace, overhead): (Option<Box<Trace>>, Overhead),
         router: Option<Rc<RefCell<RouterFlight>>>,
         now_ms: u64,
     ) -> Flight {
         let config = &plugin.config;
         let mut out = Effects::new();
-        let report = Report::new(start.virtual_model, trace);
+        let report = Report::new(start.virtual_model, trace, overhead);
         let machine = Machine::start(config, start, replay, now_ms, &mut out);
         let mut flight = Flight {
             machine,
@@ -219,6 +227,9 @@ impl Flight {
         effect: &Effect<'_>,
     ) -> Option<String> {
         let config = &plugin.config;
+        if config.request_histograms {
+            self.time_overhead(host, effect);
+        }
         let trace = self
             .report
             .effect(plugin, effect, |id, w| host.write_metric(id, w));
@@ -231,6 +242,28 @@ impl Flight {
             }
         }
         trace
+    }
+
+    /// Times Switchboard's own steps ([`crate::core::overhead`]): a failed attempt opens a
+    /// gap, and the router's first attempt, already in the request, closes the decision's.
+    /// On the router path Envoy's router makes the retries and fallbacks: not timed here.
+    /// The host's clock is read only at these effects, never per body chunk.
+    fn time_overhead(&mut self, host: &mut impl Host, effect: &Effect<'_>) {
+        match effect {
+            Effect::Record { outcome, .. } if self.router.is_none() && failed(*outcome) => {
+                let now = host.now_us();
+                self.report.overhead().failed(now);
+            }
+            Effect::Attempt(Attempt {
+                kind: AttemptKind::First,
+                call: None,
+                ..
+            }) if self.report.overhead().is_open() => {
+                let now = host.now_us();
+                self.report.overhead().attempt_left(now, 0);
+            }
+            _ => {}
+        }
     }
 
     /// Performs one effect; `trace` is the trace header's value, at the request's ending.
@@ -301,6 +334,7 @@ impl Flight {
     ) {
         let config = &plugin.config;
         host.on_attempt(config, &attempt);
+        let delay_ms = attempt.delay_ms;
         let Some(call) = attempt.call else {
             return;
         };
@@ -320,6 +354,10 @@ impl Flight {
         match sent {
             Some(id) => {
                 self.calls.push((id, call.id));
+                if self.report.overhead().is_open() {
+                    let now = host.now_us();
+                    self.report.overhead().attempt_left(now, delay_ms);
+                }
                 self.machine.on_dispatched(call.id, &mut more);
             }
             None => {

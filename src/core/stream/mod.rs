@@ -34,6 +34,7 @@ pub use host::{Host, Verdict};
 
 use crate::core::endpoint::Endpoint;
 use crate::core::headers::Headers;
+use crate::core::overhead::Overhead;
 use crate::core::trace::Trace;
 
 /// Where the request side of a stream is.
@@ -75,6 +76,8 @@ pub struct Stream {
     rng: fastrand::Rng,
     /// The routing trace, from the decision until the flight takes it (when asked for).
     trace: Option<Box<Trace>>,
+    /// Switchboard's own time, from the decision until the flight takes it.
+    overhead: Overhead,
 }
 
 impl Stream {
@@ -85,6 +88,7 @@ impl Stream {
             anthropic: false,
             rng,
             trace: None,
+            overhead: Overhead::default(),
         }
     }
 

@@ -16,6 +16,7 @@ use crate::core::errors::ErrorReply;
 use crate::core::flight::{usage_asked, CallRequest, Replay, Start};
 use crate::core::headers::Headers;
 use crate::core::outbound::Outbound;
+use crate::core::overhead::Overhead;
 use crate::core::plugin::Plugin;
 use crate::core::report::{self, PinProbe};
 use crate::core::router_path::{self, RouterFlight};
@@ -213,6 +214,8 @@ impl Stream {
     ) -> Verdict {
         let config = &plugin.config;
         let started_us = config.times_decisions().then(|| host.now_us());
+        // Switchboard's own time starts with the decision (only the histogram wants it).
+        self.overhead = Overhead::started(started_us.filter(|_| config.request_histograms));
         let now = host.now_ms();
         let traced = report::wants_trace(config, &headers);
         let rng = &mut self.rng;
@@ -279,8 +282,8 @@ impl Stream {
         router: Option<Rc<RefCell<RouterFlight>>>,
         now: u64,
     ) -> Verdict {
-        let trace = self.trace.take();
-        let flight = Flight::start(plugin, host, (start, replay), trace, router, now);
+        let noted = (self.trace.take(), std::mem::take(&mut self.overhead));
+        let flight = Flight::start(plugin, host, (start, replay), noted, router, now);
         self.phase = Phase::Forwarded(Box::new(flight));
         Verdict::Continue
     }
@@ -296,6 +299,8 @@ impl Stream {
         path: &StoredPath,
     ) -> Verdict {
         let config = &plugin.config;
+        let started_us = config.request_histograms.then(|| host.now_us());
+        self.overhead = Overhead::started(started_us);
         let now = host.now_ms();
         let rng = &mut self.rng;
         let routed = host.with_routing(plugin, now, |health, state| {

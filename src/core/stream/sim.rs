@@ -14,6 +14,7 @@ use crate::core::headers::Headers;
 use crate::core::health::record::HealthRecord;
 use crate::core::health::store::{self, MemoryStore};
 use crate::core::health::view::HealthView;
+use crate::core::metrics::definitions;
 use crate::core::plugin::Plugin;
 use crate::core::report::Write;
 use crate::core::request::Edits;
@@ -126,6 +127,12 @@ pub struct Sim {
     pub attempts: Vec<(String, AttemptKind)>,
     /// Host facts the machine read, across requests.
     pub asked: Vec<&'static str>,
+    /// Microsecond clock reads so far: each read is 1 µs after the one before (within the
+    /// same simulated millisecond), so Switchboard's own steps take time.
+    us_reads: u64,
+    /// Every metric name of the config, by id, and every metric write, across requests.
+    metric_names: Vec<String>,
+    pub metrics: Vec<(String, Write)>,
 }
 
 /// The request in flight, as Envoy holds it.
@@ -167,8 +174,14 @@ impl Flight {
 
 impl Sim {
     pub fn new(config_json: &str) -> Sim {
+        let config = Config::parse(config_json.as_bytes()).unwrap();
+        let metric_names: Vec<String> = definitions(&config).into_iter().map(|d| d.1).collect();
+        let ids = (0..metric_names.len() as u32).collect();
         Sim {
-            plugin: Rc::new(Plugin::new(Config::parse(config_json.as_bytes()).unwrap())),
+            plugin: Rc::new(Plugin::new(config).with_metric_ids(ids)),
+            us_reads: 0,
+            metric_names,
+            metrics: Vec::new(),
             now: 1_000_000,
             store: MemoryStore::default(),
             state: LocalState::default(),
@@ -527,7 +540,8 @@ impl Host for SimHost<'_> {
     }
 
     fn now_us(&mut self) -> u64 {
-        self.sim.now * 1000
+        self.sim.us_reads += 1;
+        self.sim.now * 1000 + self.sim.us_reads
     }
 
     fn request_body(&mut self) -> Vec<u8> {
@@ -605,7 +619,10 @@ impl Host for SimHost<'_> {
         self.flight.at(due_ms, Ev::Timer { token });
     }
 
-    fn write_metric(&mut self, _id: u32, _write: Write) {}
+    fn write_metric(&mut self, id: u32, write: Write) {
+        let name = self.sim.metric_names.get(id as usize).cloned();
+        self.sim.metrics.push((name.unwrap_or_default(), write));
+    }
 
     fn write_field(&mut self, _key: &'static str, _value: Value<'_>) {}
 

@@ -688,3 +688,65 @@ fn a_fallback_that_does_not_answer_within_fallback_timeout_is_abandoned_too() {
 }
 
 mod zuplo;
+
+/// Each request's `overhead_us` values (test_overhead.py): the simulated clock moves 1 µs per
+/// read within a millisecond, so Switchboard's own steps show as a few µs each.
+fn overheads(s: &Sim) -> Vec<u64> {
+    let name = "switchboard.overhead_us.vm.vm";
+    let values = s.metrics.iter().filter(|(n, _)| n == name);
+    values
+        .map(|(_, w)| match w {
+            crate::core::report::Write::Record(v) => *v,
+            crate::core::report::Write::Add(_) => u64::MAX,
+        })
+        .collect()
+}
+
+/// Twin of test_overhead.py's retry test: a 503, the 200 ms delay, a 503 again, then the
+/// fallback. Each request records once: its first attempt's 2 µs (the decision's reads), and
+/// 1 µs per gap; the delay is not in it.
+#[test]
+fn overhead_leaves_out_the_retry_delay_and_is_recorded_once_per_request() {
+    let retry = json!({"attempts": 1, "delay": 200, "on_status_codes": [503]});
+    let vm = priority(
+        json!([{"target": "a", "priority": 0, "retry_config": retry},
+        {"target": "b", "priority": 1}]),
+    );
+    let mut setup = Setup::new(vm, vec![("a", fail(503)), ("b", Behaviour::default())]);
+    setup.config["failure_window"] = json!({"failures": 0});
+    setup.config["request_histograms"] = json!(true);
+    let mut s = setup.sim();
+    for _ in 0..3 {
+        let r = post(&mut s);
+        assert_eq!((r.status, r.attempts()), (200, "3"));
+        assert!(r.elapsed_ms >= 200, "the delay was waited");
+    }
+    assert_eq!(overheads(&s), [2 + 1 + 1; 3]);
+}
+
+/// A fallback after `fallback_timeout_ms`: the 300 ms waited for the stalled target are the
+/// provider's; the gap counts from the timeout.
+#[test]
+fn overhead_of_a_fallback_after_a_timeout_counts_from_the_timeout() {
+    let vm = vm(
+        "priority-based-routing",
+        json!([{"target": "a", "priority": 0}, {"target": "b", "priority": 1}]),
+        json!({"fallback_timeout_ms": 300}),
+    );
+    let mut setup = Setup::new(vm, vec![("a", stall(2000)), ("b", Behaviour::default())]);
+    setup.config["request_histograms"] = json!(true);
+    let mut s = setup.sim();
+    let r = post(&mut s);
+    assert_eq!((r.status, r.resolved(), r.attempts()), (200, "b", "2"));
+    assert!(r.elapsed_ms >= 300);
+    assert_eq!(overheads(&s), [2 + 1]);
+}
+
+/// Without `request_histograms` nothing is timed or recorded.
+#[test]
+fn overhead_is_not_recorded_without_request_histograms() {
+    let vm = priority(json!([{"target": "a", "priority": 0}]));
+    let mut s = Setup::new(vm, vec![("a", Behaviour::default())]).sim();
+    assert_eq!(post(&mut s).status, 200);
+    assert!(overheads(&s).is_empty());
+}
