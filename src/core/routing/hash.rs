@@ -39,6 +39,7 @@ pub fn key_hash(by: &HashKey, request: &Request<'_>) -> Option<u64> {
             let value = request.state.verified_claim(payload, claim)?;
             hash64(&[usable(&value)?.as_bytes()])
         }
+        HashKey::Identifier(id) => hash64(&[usable(&request.identifier(id)?)?.as_bytes()]),
     };
     Some(hash)
 }
