@@ -17,6 +17,7 @@ use crate::core::metrics::MetricTable;
 use crate::core::metrics::{PairMetric, Reason, StatusClass, VmMetric};
 use crate::core::outbound::Outbound;
 use crate::core::plugin::Plugin;
+use crate::core::routing::pins::PinClock;
 use crate::core::routing::{CursorKey, RoutingState};
 use crate::core::routing::{HealthInput, Plan, Request};
 use crate::core::trace::Trace;
@@ -149,8 +150,14 @@ impl<'a> PinProbe<'a> {
 }
 
 impl RoutingState for PinProbe<'_> {
-    fn pinned(&self, virtual_model: &str, session: u64, window: u64) -> Option<String> {
-        let found = self.inner.pinned(virtual_model, session, window);
+    fn pinned(
+        &self,
+        virtual_model: &str,
+        session: u64,
+        window: u64,
+        clock: PinClock,
+    ) -> Option<String> {
+        let found = self.inner.pinned(virtual_model, session, window, clock);
         self.hit.set(Some(found.is_some()));
         found
     }
@@ -159,8 +166,8 @@ impl RoutingState for PinProbe<'_> {
         self.inner.next_cursor(whose, len, rng)
     }
 
-    fn pin(&self, virtual_model: &str, session: u64, window: u64, value: &str) {
-        self.inner.pin(virtual_model, session, window, value);
+    fn pin(&self, virtual_model: &str, session: u64, window: u64, value: &str, clock: PinClock) {
+        self.inner.pin(virtual_model, session, window, value, clock);
     }
 
     fn verified_claim(&self, payload: &str, claim: &str) -> Option<Vec<u8>> {

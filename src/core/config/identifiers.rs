@@ -15,12 +15,14 @@ pub(super) fn compile_identifier(mut id: Fields<'_>) -> Result<SessionIdentifier
         "jwt" => StickySource::Jwt,
         "body" => StickySource::Body,
         "agent_session" => StickySource::AgentSession,
-        other => return Err(id.error(
-            "source",
-            format!(
+        other => {
+            return Err(id.error(
+                "source",
+                format!(
                 "expected `headers`, `metadata`, `jwt`, `body` or `agent_session`, got `{other}`"
             ),
-        )),
+            ))
+        }
     };
     let (key, payload) = match source {
         StickySource::Headers => (id.str("key")?.to_ascii_lowercase(), String::new()),

@@ -12,6 +12,7 @@ use crate::core::headers::Headers;
 use crate::core::plugin::Plugin;
 use crate::core::report::{self, Report};
 use crate::core::router_path::RouterFlight;
+use crate::core::routing::pins::PinClock;
 use crate::core::trace::Trace;
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -259,7 +260,14 @@ impl Flight {
                 session,
                 window,
                 target,
-            } => host.pin(virtual_model, session, window, target),
+                idle_ms,
+            } => {
+                let clock = PinClock {
+                    now_ms: host.now_ms(),
+                    idle_ms,
+                };
+                host.pin(virtual_model, session, window, target, clock)
+            }
             Effect::Deliver(delivery) => {
                 if delivery.drop_content_length {
                     host.remove_response_header("content-length");

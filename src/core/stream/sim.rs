@@ -17,6 +17,7 @@ use crate::core::health::view::HealthView;
 use crate::core::plugin::Plugin;
 use crate::core::report::Write;
 use crate::core::request::Edits;
+use crate::core::routing::pins::PinClock;
 use crate::core::routing::HealthInput;
 use crate::core::routing::{LocalState, RoutingState};
 use std::collections::{BTreeMap, HashMap};
@@ -614,8 +615,17 @@ impl Host for SimHost<'_> {
         apply_health(&mut self.sim.view, &self.sim.store, config, effect, || now)
     }
 
-    fn pin(&mut self, virtual_model: &str, session: u64, window: u64, target: &str) {
-        self.sim.state.pin(virtual_model, session, window, target);
+    fn pin(
+        &mut self,
+        virtual_model: &str,
+        session: u64,
+        window: u64,
+        target: &str,
+        clock: PinClock,
+    ) {
+        self.sim
+            .state
+            .pin(virtual_model, session, window, target, clock);
     }
 
     fn on_attempt(&mut self, config: &Config, attempt: &Attempt<'_>) {
