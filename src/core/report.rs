@@ -186,6 +186,8 @@ pub struct Report {
     fallback: Option<Reason>,
     /// The routing trace, when the request asked for it.
     trace: Option<Box<Trace>>,
+    /// The sticky session's target (its pin or rendezvous winner), when it has one.
+    sticky_home: Option<ModelId>,
 }
 
 impl Report {
@@ -196,6 +198,12 @@ impl Report {
             trace,
             ..Report::default()
         }
+    }
+
+    /// The report of a request whose sticky session's target is `home`.
+    pub fn with_sticky_home(mut self, home: Option<ModelId>) -> Report {
+        self.sticky_home = home;
+        self
     }
 
     /// The virtual model called.
@@ -266,10 +274,11 @@ impl Report {
             Effect::Deliver(_) | Effect::Reply(_) | Effect::Fail(_) => {
                 ending(effect).and_then(|e| self.ended(plugin, e, s))
             }
-            Effect::ArmTimer { .. }
-            | Effect::Pin { .. }
-            | Effect::ReplaceBody { .. }
-            | Effect::EndAnswer { .. } => None,
+            Effect::Pin { .. } => {
+                per_vm(table, vm, VmMetric::StickyPins, Write::Add(1), s);
+                None
+            }
+            Effect::ArmTimer { .. } | Effect::ReplaceBody { .. } | Effect::EndAnswer { .. } => None,
         }
     }
 
@@ -285,11 +294,27 @@ impl Report {
             }
             None => per_vm(table, vm, VmMetric::NoAnswer, Write::Add(1), s),
         }
+        if let Some(m) = sticky_outcome(self.sticky_home, ending) {
+            per_vm(table, vm, m, Write::Add(1), s);
+        }
         if config.request_histograms {
             let w = Write::Record(u64::from(ending.attempts));
             per_vm(table, vm, VmMetric::Attempts, w, s);
         }
         self.trace.as_ref().map(|t| t.render(config))
+    }
+}
+
+/// A sticky request's outcome: a hit when its session's target answered, a move when another
+/// target answered well (the session is pinned there, `routing::sticky`).
+fn sticky_outcome(home: Option<ModelId>, ending: &Ending) -> Option<VmMetric> {
+    let (home, target) = (home?, ending.target?);
+    if target == home {
+        Some(VmMetric::StickyHits)
+    } else {
+        (200..300)
+            .contains(&ending.status)
+            .then_some(VmMetric::StickyMoves)
     }
 }
 
@@ -475,5 +500,35 @@ mod tests {
                 w("evictions.vm.vm.target.a", Write::Add(1)),
             ]
         );
+    }
+
+    #[test]
+    fn a_sticky_request_is_a_hit_at_home_and_a_move_when_another_target_answers_well() {
+        let end = |target: Option<usize>, status| Ending {
+            target: target.map(ModelId),
+            status,
+            attempts: 1,
+            gave_up: false,
+        };
+        let home = Some(ModelId(0));
+        assert_eq!(
+            sticky_outcome(home, &end(Some(0), 200)),
+            Some(VmMetric::StickyHits)
+        );
+        assert_eq!(
+            sticky_outcome(home, &end(Some(0), 429)),
+            Some(VmMetric::StickyHits)
+        );
+        assert_eq!(
+            sticky_outcome(home, &end(Some(1), 200)),
+            Some(VmMetric::StickyMoves)
+        );
+        assert_eq!(
+            sticky_outcome(home, &end(Some(1), 503)),
+            None,
+            "no move: no pin"
+        );
+        assert_eq!(sticky_outcome(home, &end(None, 503)), None);
+        assert_eq!(sticky_outcome(None, &end(Some(0), 200)), None, "not sticky");
     }
 }

@@ -84,7 +84,8 @@ impl Flight {
     ) -> Flight {
         let config = &plugin.config;
         let mut out = Effects::new();
-        let report = Report::new(start.virtual_model, trace);
+        let home = start.sticky.and_then(|s| s.home);
+        let report = Report::new(start.virtual_model, trace).with_sticky_home(home);
         let machine = Machine::start(config, start, replay, now_ms, &mut out);
         let mut flight = Flight {
             machine,
