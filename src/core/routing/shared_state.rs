@@ -34,12 +34,14 @@ pub trait RoutingState {
     }
 }
 
+/// A pin held in memory: (virtual model, session, window, value, last used).
+type LocalPin = (String, u64, u64, String, u64);
+
 /// In-memory state.
 #[derive(Debug, Default)]
 pub struct LocalState {
     cursors: RefCell<Cursors>,
-    /// (virtual model, session, window, value, last used).
-    pins: RefCell<Vec<(String, u64, u64, String, u64)>>,
+    pins: RefCell<Vec<LocalPin>>,
     claims: Vec<(String, String, Vec<u8>)>,
 }
 
