@@ -20,6 +20,9 @@
 //! prompt cache key, so keying on the session keeps them on one cache. Underscore header names
 //! reach the filter only when Envoy keeps them (`headers_with_underscores_action`, ALLOW by
 //! default). `x-client-request-id` is new on every Claude Code request, so it is no session.
+//! agentgateway trusts Codex's unprefixed headers only with a `codex*` User-Agent; here they
+//! count from any client, since a client sending `session-id` names its session by it too,
+//! and a forged one only chooses the forger's own target.
 //!
 //! Header values must be 8 to 256 characters of `[A-Za-z0-9_-]` (the rule LiteLLM's
 //! `x-<vendor>-session-id` reading and agentgateway's agent-session detection apply): every
