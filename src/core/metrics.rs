@@ -177,6 +177,13 @@ pub enum VmMetric {
     NoAnswer,
     /// Switchboard's own time on a request, microseconds (histogram, [`crate::core::overhead`]).
     OverheadUs,
+    /// Sticky requests answered by their session's target (its pin, or its rendezvous winner).
+    StickyHits,
+    /// Sticky pins written (a session moved to the target that answered).
+    StickyPins,
+    /// Sticky sessions moved: answered well by another target than theirs (theirs unhealthy,
+    /// evicted, or failing so a fallback answered).
+    StickyMoves,
 }
 
 /// One name and kind, with its place in the table.
@@ -233,11 +240,14 @@ const PAIR: [Spec; 26] = [
 ];
 
 /// The per-virtual-model metrics in table order; [`vm_offset`] must agree with it.
-const VM: [Spec; 4] = [
+const VM: [Spec; 7] = [
     spec("attempts", Kind::Histogram),
     spec("decision_us", Kind::Histogram),
     spec("no_answer", Kind::Counter),
     spec("overhead_us", Kind::Histogram),
+    spec("sticky_hits", Kind::Counter),
+    spec("sticky_pins", Kind::Counter),
+    spec("sticky_moves", Kind::Counter),
 ];
 
 /// `None` for a series the table does not hold (a retry for a reason that is never retried).
@@ -275,6 +285,9 @@ fn vm_offset(m: VmMetric) -> usize {
         VmMetric::DecisionUs => 1,
         VmMetric::NoAnswer => 2,
         VmMetric::OverheadUs => 3,
+        VmMetric::StickyHits => 4,
+        VmMetric::StickyPins => 5,
+        VmMetric::StickyMoves => 6,
     }
 }
 
@@ -696,6 +709,16 @@ mod tests {
             name_of(&defs, t.vm(Some(1), VmMetric::DecisionUs)),
             "switchboard.decision_us.vm.solo"
         );
+        for (m, name) in [
+            (VmMetric::StickyHits, "sticky_hits"),
+            (VmMetric::StickyPins, "sticky_pins"),
+            (VmMetric::StickyMoves, "sticky_moves"),
+        ] {
+            assert_eq!(
+                name_of(&defs, t.vm(Some(1), m)),
+                format!("switchboard.{name}.vm.solo")
+            );
+        }
         assert_eq!(
             name_of(&defs, t.vm(Some(1), VmMetric::OverheadUs)),
             "switchboard.overhead_us.vm.solo"
@@ -740,8 +763,8 @@ mod tests {
         );
         assert_eq!(t.pair(Some(0), ModelId(9), PairMetric::Requests), None);
         assert_eq!(t.count(), defs.len());
-        // 1 version + 3 slots × 4 + 4 pairs × 26.
-        assert_eq!(defs.len(), 1 + 3 * 4 + 4 * 26);
+        // 1 version + 3 slots × 7 + 4 pairs × 26.
+        assert_eq!(defs.len(), 1 + 3 * 7 + 4 * 26);
         let names: std::collections::BTreeSet<_> = defs.iter().map(|(_, n)| n).collect();
         assert_eq!(names.len(), defs.len(), "every name is distinct");
     }

@@ -18,6 +18,7 @@ use crate::core::metrics::{PairMetric, Reason, StatusClass, VmMetric};
 use crate::core::outbound::Outbound;
 use crate::core::overhead::Overhead;
 use crate::core::plugin::Plugin;
+use crate::core::routing::pins::PinClock;
 use crate::core::routing::{CursorKey, RoutingState};
 use crate::core::routing::{HealthInput, Plan, Request};
 use crate::core::trace::Trace;
@@ -150,8 +151,14 @@ impl<'a> PinProbe<'a> {
 }
 
 impl RoutingState for PinProbe<'_> {
-    fn pinned(&self, virtual_model: &str, session: u64, window: u64) -> Option<String> {
-        let found = self.inner.pinned(virtual_model, session, window);
+    fn pinned(
+        &self,
+        virtual_model: &str,
+        session: u64,
+        window: u64,
+        clock: PinClock,
+    ) -> Option<String> {
+        let found = self.inner.pinned(virtual_model, session, window, clock);
         self.hit.set(Some(found.is_some()));
         found
     }
@@ -160,8 +167,8 @@ impl RoutingState for PinProbe<'_> {
         self.inner.next_cursor(whose, len, rng)
     }
 
-    fn pin(&self, virtual_model: &str, session: u64, window: u64, value: &str) {
-        self.inner.pin(virtual_model, session, window, value);
+    fn pin(&self, virtual_model: &str, session: u64, window: u64, value: &str, clock: PinClock) {
+        self.inner.pin(virtual_model, session, window, value, clock);
     }
 
     fn verified_claim(&self, payload: &str, claim: &str) -> Option<Vec<u8>> {
@@ -182,6 +189,8 @@ pub struct Report {
     trace: Option<Box<Trace>>,
     /// Switchboard's own time on it so far (timed only when `request_histograms` is on).
     overhead: Overhead,
+    /// The sticky session's target (its pin or rendezvous winner), when it has one.
+    sticky_home: Option<ModelId>,
 }
 
 impl Report {
@@ -202,6 +211,12 @@ impl Report {
     /// Switchboard's own time on the request, for the stream to time its steps.
     pub fn overhead(&mut self) -> &mut Overhead {
         &mut self.overhead
+    }
+
+    /// The report of a request whose sticky session's target is `home`.
+    pub fn with_sticky_home(mut self, home: Option<ModelId>) -> Report {
+        self.sticky_home = home;
+        self
     }
 
     /// The virtual model called.
@@ -272,10 +287,11 @@ impl Report {
             Effect::Deliver(_) | Effect::Reply(_) | Effect::Fail(_) => {
                 ending(effect).and_then(|e| self.ended(plugin, e, s))
             }
-            Effect::ArmTimer { .. }
-            | Effect::Pin { .. }
-            | Effect::ReplaceBody { .. }
-            | Effect::EndAnswer { .. } => None,
+            Effect::Pin { .. } => {
+                per_vm(table, vm, VmMetric::StickyPins, Write::Add(1), s);
+                None
+            }
+            Effect::ArmTimer { .. } | Effect::ReplaceBody { .. } | Effect::EndAnswer { .. } => None,
         }
     }
 
@@ -291,6 +307,9 @@ impl Report {
             }
             None => per_vm(table, vm, VmMetric::NoAnswer, Write::Add(1), s),
         }
+        if let Some(m) = sticky_outcome(self.sticky_home, ending) {
+            per_vm(table, vm, m, Write::Add(1), s);
+        }
         if config.request_histograms {
             let w = Write::Record(u64::from(ending.attempts));
             per_vm(table, vm, VmMetric::Attempts, w, s);
@@ -299,6 +318,19 @@ impl Report {
             }
         }
         self.trace.as_ref().map(|t| t.render(config))
+    }
+}
+
+/// A sticky request's outcome: a hit when its session's target answered, a move when another
+/// target answered well (the session is pinned there, `routing::sticky`).
+fn sticky_outcome(home: Option<ModelId>, ending: &Ending) -> Option<VmMetric> {
+    let (home, target) = (home?, ending.target?);
+    if target == home {
+        Some(VmMetric::StickyHits)
+    } else {
+        (200..300)
+            .contains(&ending.status)
+            .then_some(VmMetric::StickyMoves)
     }
 }
 
@@ -517,5 +549,35 @@ mod tests {
                 Write::Record(42)
             )]
         );
+    }
+
+    #[test]
+    fn a_sticky_request_is_a_hit_at_home_and_a_move_when_another_target_answers_well() {
+        let end = |target: Option<usize>, status| Ending {
+            target: target.map(ModelId),
+            status,
+            attempts: 1,
+            gave_up: false,
+        };
+        let home = Some(ModelId(0));
+        assert_eq!(
+            sticky_outcome(home, &end(Some(0), 200)),
+            Some(VmMetric::StickyHits)
+        );
+        assert_eq!(
+            sticky_outcome(home, &end(Some(0), 429)),
+            Some(VmMetric::StickyHits)
+        );
+        assert_eq!(
+            sticky_outcome(home, &end(Some(1), 200)),
+            Some(VmMetric::StickyMoves)
+        );
+        assert_eq!(
+            sticky_outcome(home, &end(Some(1), 503)),
+            None,
+            "no move: no pin"
+        );
+        assert_eq!(sticky_outcome(home, &end(None, 503)), None);
+        assert_eq!(sticky_outcome(None, &end(Some(0), 200)), None, "not sticky");
     }
 }

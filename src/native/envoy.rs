@@ -18,7 +18,7 @@ use crate::core::headers::Headers;
 use crate::core::plugin::Plugin as CorePlugin;
 use crate::core::report::Write;
 use crate::core::request::{Edits, ENVOY_SLICE};
-use crate::core::routing::pins;
+use crate::core::routing::pins::{self, PinClock};
 use crate::core::routing::HealthInput;
 use crate::core::routing::RoutingState;
 use crate::core::stream::Host;
@@ -184,9 +184,17 @@ impl Host for Envoy<'_> {
     }
 
     /// Only the session's hash is stored, never its key; a pin that finds no room is dropped.
-    fn pin(&mut self, virtual_model: &str, session: u64, window: u64, target: &str) {
+    fn pin(
+        &mut self,
+        virtual_model: &str,
+        session: u64,
+        window: u64,
+        target: &str,
+        clock: PinClock,
+    ) {
         let secret = store::slot_secret();
-        if !pins::save(&Shared, secret, virtual_model, session, window, target) {
+        let key = (virtual_model, session, window);
+        if !pins::save(&Shared, secret, key, target, clock) {
             log::debug!("no room to pin a sticky session of {virtual_model}");
         }
     }

@@ -6,7 +6,7 @@ use super::host::Stream;
 use super::store::{self, Shared};
 use crate::core::config::{CallerIdentity, Config};
 use crate::core::plugin::Plugin as CorePlugin;
-use crate::core::routing::pins;
+use crate::core::routing::pins::{self, PinClock};
 use crate::core::routing::round_robin::Cursors;
 use crate::core::routing::{CursorKey, RoutingState};
 use std::cell::RefCell;
@@ -77,26 +77,21 @@ pub struct Routing<'a> {
 }
 
 impl RoutingState for Routing<'_> {
-    fn pinned(&self, virtual_model: &str, session: u64, window: u64) -> Option<String> {
-        pins::lookup(
-            &Shared,
-            store::slot_secret(),
-            virtual_model,
-            session,
-            window,
-        )
+    fn pinned(
+        &self,
+        virtual_model: &str,
+        session: u64,
+        window: u64,
+        clock: PinClock,
+    ) -> Option<String> {
+        let key = (virtual_model, session, window);
+        pins::lookup(&Shared, store::slot_secret(), key, clock)
     }
 
     /// Only the session's hash is stored, never its key; a pin that finds no room is dropped.
-    fn pin(&self, virtual_model: &str, session: u64, window: u64, value: &str) {
-        if !pins::save(
-            &Shared,
-            store::slot_secret(),
-            virtual_model,
-            session,
-            window,
-            value,
-        ) {
+    fn pin(&self, virtual_model: &str, session: u64, window: u64, value: &str, clock: PinClock) {
+        let key = (virtual_model, session, window);
+        if !pins::save(&Shared, store::slot_secret(), key, value, clock) {
             log::debug!("no room to pin a sticky session of {virtual_model}");
         }
     }

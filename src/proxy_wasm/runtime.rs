@@ -13,7 +13,7 @@ use crate::core::config::{Config, ModelId};
 use crate::core::flight::{self, Effect};
 use crate::core::health::view::HealthView;
 use crate::core::plugin::Plugin;
-use crate::core::routing::pins::{self, SlotSecret};
+use crate::core::routing::pins::{self, PinClock, SlotSecret};
 use crate::core::routing::round_robin::Cursors;
 use crate::core::routing::HealthInput;
 use crate::core::routing::{CursorKey, RoutingState};
@@ -65,18 +65,25 @@ pub struct Runtime {
 }
 
 impl RoutingState for Runtime {
-    fn pinned(&self, virtual_model: &str, session: u64, window: u64) -> Option<String> {
+    fn pinned(
+        &self,
+        virtual_model: &str,
+        session: u64,
+        window: u64,
+        clock: PinClock,
+    ) -> Option<String> {
         let secret = self.slot_secret.get()?;
-        pins::lookup(&SharedData, secret, virtual_model, session, window)
+        pins::lookup(&SharedData, secret, (virtual_model, session, window), clock)
     }
 
     /// Only the session's hash is stored, never its key. The slot is the core's choice
     /// ([`pins::choose_slot`]): a pin that finds no room is dropped.
-    fn pin(&self, virtual_model: &str, session: u64, window: u64, value: &str) {
+    fn pin(&self, virtual_model: &str, session: u64, window: u64, value: &str, clock: PinClock) {
         let Some(secret) = self.slot_secret.get() else {
             return;
         };
-        if !pins::save(&SharedData, secret, virtual_model, session, window, value) {
+        let key = (virtual_model, session, window);
+        if !pins::save(&SharedData, secret, key, value, clock) {
             log::debug!("no room to pin a sticky session of {virtual_model}");
         }
     }

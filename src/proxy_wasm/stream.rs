@@ -12,6 +12,7 @@ use crate::core::plugin::Plugin;
 use crate::core::report::Write;
 use crate::core::request::Edits;
 use crate::core::router_path::RouterFlight;
+use crate::core::routing::pins::PinClock;
 use crate::core::routing::HealthInput;
 use crate::core::routing::RoutingState;
 use crate::core::stream::{Host, Verdict};
@@ -137,8 +138,15 @@ impl Host for Wasm<'_> {
         self.rt.apply_health(config, effect, || clock.now_ms())
     }
 
-    fn pin(&mut self, virtual_model: &str, session: u64, window: u64, target: &str) {
-        self.rt.pin(virtual_model, session, window, target);
+    fn pin(
+        &mut self,
+        virtual_model: &str,
+        session: u64,
+        window: u64,
+        target: &str,
+        clock: PinClock,
+    ) {
+        self.rt.pin(virtual_model, session, window, target, clock);
     }
 
     fn answer_status(&mut self) -> u16 {

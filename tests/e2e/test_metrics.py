@@ -136,7 +136,7 @@ def test_every_series_is_labelled_and_only_config_names_become_labels(stack):
     # The names as Envoy prints them: with the native build's prefix (observability.py).
     assert f"\n{PROMETHEUS_PREFIX}switchboard_requests{{" in prometheus_text(envoy)
     ours = {k: v for k, v in series.items() if k[0].startswith("switchboard_")}
-    # 1 version gauge; per virtual model 4 metrics (attempts and decision_us have 10 + 3 and
+    # 1 version gauge; per virtual model 7 metrics (attempts and decision_us have 10 + 3 and
     # 11 + 3 samples: buckets, +Inf, sum, count; overhead_us Envoy's default buckets), for the
     # two virtual models and `(direct)`;
     # per pair 17 metrics (ttft_ms and tpot_us with 20 + 3 and 9 + 3 samples) for 4 pairs.

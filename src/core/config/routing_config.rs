@@ -10,11 +10,11 @@
 
 use super::failure_rules::compile_failure_rules;
 use super::fields::{ConfigError, Fields};
-use super::identifiers::{compile_identifier, jwt_claim};
+use super::identifiers::{body_path, compile_identifier, jwt_claim};
 use super::root::{name_key, NameEntry};
 use super::strategy::{
     Classifier, ComplexityTarget, ConditionalTarget, HashKey, PriorityTarget, Routing,
-    StickyRouting, Thresholds, Tier, WeightedTarget,
+    SessionIdentifier, StickyRouting, StickySource, Thresholds, Tier, WeightedTarget,
 };
 use super::stream_rules::compile_stream_rules;
 use super::targets::{compile_targets, Catalog};
@@ -281,8 +281,8 @@ fn compile_conditional(
     })
 }
 
-/// `sticky_routing {ttl_seconds, session_identifiers: [{key, source: headers|metadata}],
-/// missing_identifier}`.
+/// `sticky_routing {ttl_seconds, idle_ttl_seconds, session_identifiers: [{key, source}],
+/// missing_identifier}`; `idle_ttl_seconds` is at most `ttl_seconds`.
 fn compile_sticky(
     mut f: Fields<'_>,
     ttl_range: std::ops::RangeInclusive<u64>,
@@ -300,6 +300,12 @@ fn compile_sticky(
             ),
         ));
     }
+    // Provider prompt caches live minutes (Anthropic's default 5, OpenAI's 5 to 10 idle), so
+    // an idle TTL of that order frees a moved session once its cache is cold anyway.
+    let idle_ms = match f.opt_u64("idle_ttl_seconds", ttl)? {
+        Some(0) => return Err(f.error("idle_ttl_seconds", "must be at least 1")),
+        idle => idle.map(|s| s * 1000),
+    };
     let items = f
         .opt_array("session_identifiers")?
         .ok_or_else(|| f.error("session_identifiers", "is required"))?;
@@ -323,6 +329,7 @@ fn compile_sticky(
     f.finish(&[])?;
     Ok(StickyRouting {
         ttl_ms: ttl * 1000,
+        idle_ms,
         session_identifiers,
         shared_when_missing,
     })
@@ -365,7 +372,8 @@ fn compile_complexity(
     Ok((Thresholds { medium, complex }, classifier))
 }
 
-/// `hash_key {source: user|conversation|headers|metadata|jwt, key}`; `jwt` takes `claim`
+/// `hash_key {source: user|conversation|headers|metadata|jwt|body|agent_session, key}`;
+/// `jwt` takes `claim`
 /// (default `sub`) and `payload_in_metadata` (default `jwt_payload`).
 fn compile_hash_key(mut f: Fields<'_>) -> Result<HashKey, ConfigError> {
     let by = match f.str("source")? {
@@ -377,11 +385,21 @@ fn compile_hash_key(mut f: Fields<'_>) -> Result<HashKey, ConfigError> {
             let (payload, claim) = jwt_claim(&mut f)?;
             HashKey::Jwt { payload, claim }
         }
+        "body" => HashKey::Identifier(SessionIdentifier {
+            key: body_path(&mut f)?,
+            source: StickySource::Body,
+            payload: String::new(),
+        }),
+        "agent_session" => HashKey::Identifier(SessionIdentifier {
+            key: String::new(),
+            source: StickySource::AgentSession,
+            payload: String::new(),
+        }),
         other => {
             return Err(f.error(
                 "source",
                 format!(
-                    "expected `user`, `conversation`, `headers`, `metadata` or `jwt`, got `{other}`"
+                    "expected `user`, `conversation`, `headers`, `metadata`, `jwt`, `body` or `agent_session`, got `{other}`"
                 ),
             ))
         }
@@ -409,7 +427,7 @@ fn compile_sla(mut f: Fields<'_>) -> Result<SlaCutoff, ConfigError> {
 
 #[cfg(test)]
 mod tests {
-    use crate::core::config::{Config, TimeoutRules};
+    use crate::core::config::{Config, StickySource, TimeoutRules};
 
     fn err(json: &str) -> String {
         Config::parse(json.as_bytes()).unwrap_err().to_string()
@@ -868,6 +886,91 @@ mod tests {
         );
     }
 
+    /// A weighted virtual model with `sticky` as its `sticky_routing`.
+    fn sticky_vm(sticky: &str) -> String {
+        with_vm(&format!(
+            r#"{{"name": "vm", "model_types": ["chat"], "routing_config": {{"type": "weight-based-routing",
+                "sticky_routing": {sticky},
+                "load_balance_targets": [{{"target": "a", "weight": 100}}]}}}}"#
+        ))
+    }
+
+    #[test]
+    fn body_and_agent_session_sources_and_the_idle_ttl_parse_with_named_errors() {
+        let c = Config::parse(
+            sticky_vm(
+                r#"{"ttl_seconds": 3600, "idle_ttl_seconds": 300, "session_identifiers": [
+                {"source": "body", "key": "metadata.user_id"}, {"source": "agent_session"}]}"#,
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+        let sticky = c.virtual_models[0].sticky.as_ref().unwrap();
+        assert_eq!(sticky.idle_ms, Some(300_000));
+        assert_eq!(sticky.session_identifiers[0].source, StickySource::Body);
+        assert_eq!(sticky.session_identifiers[0].key, "metadata.user_id");
+        assert_eq!(
+            sticky.session_identifiers[1].source,
+            StickySource::AgentSession
+        );
+        let path = "virtual_models[0].routing_config.sticky_routing";
+        for (ids, field, message) in [
+            (
+                r#"{"source": "body", "key": "a.b.c"}"#,
+                "session_identifiers[0].key",
+                "`a.b.c` is 3 levels deep; at most two (`parent.child`)",
+            ),
+            (
+                r#"{"source": "body", "key": ""}"#,
+                "session_identifiers[0].key",
+                "must not be empty",
+            ),
+            (
+                r#"{"source": "body", "key": "metadata."}"#,
+                "session_identifiers[0].key",
+                "`metadata.` must name a body member: `field` or `parent.child`, no empty part",
+            ),
+            (
+                r#"{"source": "body"}"#,
+                "session_identifiers[0].key",
+                "is required",
+            ),
+        ] {
+            let json = sticky_vm(&format!(
+                r#"{{"ttl_seconds": 60, "session_identifiers": [{ids}]}}"#
+            ));
+            assert_eq!(err(&json), format!("{path}.{field}: {message}"));
+        }
+        let idle = |n: &str| {
+            err(&sticky_vm(&format!(
+                r#"{{"ttl_seconds": 60, "idle_ttl_seconds": {n}, "session_identifiers": [{{"source": "agent_session"}}]}}"#
+            )))
+        };
+        assert_eq!(
+            idle("0"),
+            format!("{path}.idle_ttl_seconds: must be at least 1")
+        );
+        assert_eq!(
+            idle("61"),
+            format!("{path}.idle_ttl_seconds: expected an integer from 0 to 60, got 61")
+        );
+        let hash = |key: &str| {
+            with_vm(&format!(
+                r#"{{"name": "vm", "model_types": ["chat"], "routing_config": {{"type": "hash-based-routing",
+                    "hash_key": {key}, "load_balance_targets": [{{"target": "a"}}]}}}}"#
+            ))
+        };
+        assert!(
+            Config::parse(hash(r#"{"source": "body", "key": "prompt_cache_key"}"#).as_bytes())
+                .is_ok()
+        );
+        assert!(Config::parse(hash(r#"{"source": "agent_session"}"#).as_bytes()).is_ok());
+        assert_eq!(
+            err(&hash(r#"{"source": "body", "key": "a.b.c"}"#)),
+            "virtual_models[0].routing_config.hash_key.key: `a.b.c` is 3 levels deep; at most two (`parent.child`)"
+        );
+    }
+
     #[test]
     fn sticky_routing_parses_for_weighted_only() {
         let json = with_vm(
@@ -886,7 +989,7 @@ mod tests {
         );
         assert_eq!(
             err(&json.replace(r#""source": "metadata""#, r#""source": "cookie""#)),
-            "virtual_models[0].routing_config.sticky_routing.session_identifiers[1].source: expected `headers`, `metadata` or `jwt`, got `cookie`"
+            "virtual_models[0].routing_config.sticky_routing.session_identifiers[1].source: expected `headers`, `metadata`, `jwt`, `body` or `agent_session`, got `cookie`"
         );
         assert_eq!(
             err(&with_vm(r#"{"name": "vm", "model_types": ["chat"], "routing_config": {"type": "round-robin-routing",

@@ -40,6 +40,11 @@ pub enum StickySource {
     Metadata,
     /// A claim of the JWT Envoy's `jwt_authn` filter verified (its `payload_in_metadata`).
     Jwt,
+    /// A string member of the JSON body: top-level, or `parent.child` (the key holds the
+    /// dotted path; at most two levels).
+    Body,
+    /// The session the coding agent sent ([`crate::core::routing::agent_session`]).
+    AgentSession,
 }
 
 /// Where a verified JWT's payload sits by default: the `payload_in_metadata` name of
@@ -62,6 +67,8 @@ pub struct SessionIdentifier {
 pub struct StickyRouting {
     /// `ttl_seconds`, in milliseconds.
     pub ttl_ms: u64,
+    /// `idle_ttl_seconds`, in milliseconds: a session's pin unused that long is forgotten.
+    pub idle_ms: Option<u64>,
     /// Joined into one session key, in order.
     pub session_identifiers: Vec<SessionIdentifier>,
     /// `missing_identifier`: `"shared"` (default, TrueFoundry virtual models, "Sticky
@@ -139,6 +146,8 @@ pub enum HashKey {
     Header(String),
     /// A request metadata key.
     Metadata(String),
+    /// A body member or the coding agent's session (`{"source": "body" | "agent_session"}`).
+    Identifier(SessionIdentifier),
     /// A claim of the verified JWT (Zuplo model load balancing, "Sticky by user": the authenticated
     /// subject).
     Jwt {

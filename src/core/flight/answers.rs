@@ -38,8 +38,9 @@ impl Machine {
         if rewrite {
             self.rewriter = Some(AnswerRewriter::new());
         }
-        // A streamed fallback that answers keeps the session where it worked, as a call-out's.
-        if self.streamed && (200..300).contains(&status) {
+        // An answer from another target than the session's (a streamed fallback, or a first
+        // attempt health sent elsewhere) keeps the session where it worked, as a call-out's.
+        if (200..300).contains(&status) {
             self.pin_session(config, out);
         }
         // A translated answer's length changes too; its content type (JSON, or an event
@@ -155,13 +156,16 @@ impl Machine {
         }
     }
 
-    /// After a fallback answered well, keeps the request's sticky session on that target for
-    /// the rest of its window (TrueFoundry virtual models, "Sticky routing": fallback during a sticky session).
+    /// After another target than the session's answered well (a fallback, or health moving
+    /// the first attempt), keeps the request's sticky session on it for the rest of its
+    /// window (TrueFoundry virtual models, "Sticky routing": fallback during a sticky session;
+    /// `routing::sticky`: the session moves once). Without a known home (a complexity
+    /// session), against the first attempt's target.
     pub(super) fn pin_session<'c>(&self, config: &'c Config, out: &mut Effects<'c>) {
         let (Some(session), Some(target)) = (self.sticky, self.attempts.current()) else {
             return;
         };
-        if Some(target) == self.first_target {
+        if Some(target) == session.home.or(self.first_target) {
             return;
         }
         let vm = self
@@ -173,6 +177,7 @@ impl Machine {
                 session: session.hash,
                 window: session.window,
                 target: &model.name,
+                idle_ms: vm.sticky.as_ref().and_then(|r| r.idle_ms),
             });
         }
     }

@@ -287,6 +287,8 @@ pub enum Effect<'c> {
         window: u64,
         /// The catalog name of the target.
         target: &'c str,
+        /// The virtual model's `idle_ttl_seconds`, in milliseconds.
+        idle_ms: Option<u64>,
     },
     /// Let the router's answer through.
     Deliver(Delivery<'c>),

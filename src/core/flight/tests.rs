@@ -898,6 +898,7 @@ fn a_sticky_session_is_pinned_where_a_fallback_answered() {
     let session = crate::core::routing::sticky::Session {
         hash: 42,
         window: 7,
+        home: None,
     };
     let mut m = start_with(&config, &[0, 1], |s| s.sticky = Some(session));
     let call = the_call(&fail_router(&mut m, &config, 500)).id;
@@ -909,7 +910,8 @@ fn a_sticky_session_is_pinned_where_a_fallback_answered() {
             virtual_model: "vm",
             session: 42,
             window: 7,
-            target: "two"
+            target: "two",
+            idle_ms: None,
         }),
         "{effects:?}"
     );
@@ -919,6 +921,36 @@ fn a_sticky_session_is_pinned_where_a_fallback_answered() {
     let mut fx = Effects::new();
     m.on_call_answer(&config, call, Some(answer("500", "{}")), 1300, &mut fx);
     assert!(!list(fx).iter().any(|e| matches!(e, Effect::Pin { .. })));
+}
+
+#[test]
+fn a_session_health_sent_away_from_its_home_moves_once_and_one_at_home_does_not() {
+    let config = config(TWO);
+    // Home is `two` (health put `one` first): the answer from `one` pins the session there.
+    let moved = crate::core::routing::sticky::Session {
+        hash: 42,
+        window: 7,
+        home: Some(ModelId(1)),
+    };
+    let pins = |session| {
+        let mut m = start_with(&config, &[0, 1], |s| s.sticky = Some(session));
+        let mut fx = Effects::new();
+        m.on_answer_headers(&config, 200, &mut at(1200), &mut fx);
+        list(fx)
+            .into_iter()
+            .filter_map(|e| match e {
+                Effect::Pin { target, .. } => Some(target),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(pins(moved), ["one"]);
+    // At home: no pin, no write.
+    let home = crate::core::routing::sticky::Session {
+        home: Some(ModelId(0)),
+        ..moved
+    };
+    assert!(pins(home).is_empty());
 }
 
 #[test]

@@ -38,16 +38,17 @@ fn tier(vm: &VirtualModel, thresholds: &Thresholds, request: &Request<'_>, now_m
         return classify_request(thresholds, request);
     };
     let session = sticky::session(&vm.name, rule, request, now_ms);
+    let clock = sticky::clock(rule, now_ms);
     let pinned = request
         .state
-        .pinned(&vm.name, session.hash, session.window)
+        .pinned(&vm.name, session.hash, session.window, clock)
         .and_then(|v| v.strip_prefix("tier:").and_then(Tier::from_name));
     pinned.unwrap_or_else(|| {
         let tier = classify_request(thresholds, request);
         let value = format!("tier:{}", tier.name());
         request
             .state
-            .pin(&vm.name, session.hash, session.window, &value);
+            .pin(&vm.name, session.hash, session.window, &value, clock);
         tier
     })
 }

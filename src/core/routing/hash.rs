@@ -39,6 +39,7 @@ pub fn key_hash(by: &HashKey, request: &Request<'_>) -> Option<u64> {
             let value = request.state.verified_claim(payload, claim)?;
             hash64(&[usable(&value)?.as_bytes()])
         }
+        HashKey::Identifier(id) => hash64(&[usable(&request.identifier(id)?)?.as_bytes()]),
     };
     Some(hash)
 }
@@ -198,5 +199,50 @@ mod tests {
             key(Endpoint::Responses).is_some(),
             "a Responses input is a user turn"
         );
+    }
+
+    #[test]
+    fn a_body_key_hashes_its_string_value_and_anything_else_is_no_key() {
+        use crate::core::config::{SessionIdentifier, StickySource};
+        use crate::core::endpoint::Endpoint;
+        use crate::core::headers::NO_HEADERS;
+        use crate::core::metadata::Metadata;
+        use crate::core::routing::LocalState;
+        let (metadata, state) = (Metadata::default(), LocalState::default());
+        let by = HashKey::Identifier(SessionIdentifier {
+            key: "prompt_cache_key".to_string(),
+            source: StickySource::Body,
+            payload: String::new(),
+        });
+        let key = |body: &str| {
+            let fields = crate::core::request::inspect(body.as_bytes())
+                .unwrap()
+                .fields;
+            let request = Request {
+                endpoint: Endpoint::ChatCompletions,
+                model: "vm",
+                metadata: &metadata,
+                headers: &NO_HEADERS,
+                state: &state,
+                body: body.as_bytes(),
+                fields: &fields,
+                tier_hint: None,
+            };
+            key_hash(&by, &request)
+        };
+        let one = key(r#"{"model": "vm", "prompt_cache_key": "k1", "messages": []}"#);
+        assert!(one.is_some());
+        assert_eq!(
+            one,
+            key(r#"{"prompt_cache_key": "k1", "model": "vm", "n": 2}"#)
+        );
+        assert_ne!(one, key(r#"{"model": "vm", "prompt_cache_key": "k2"}"#));
+        for none in [
+            r#"{"model": "vm"}"#,
+            r#"{"model": "vm", "prompt_cache_key": 1}"#,
+            r#"{"model": "vm", "prompt_cache_key": ""}"#,
+        ] {
+            assert_eq!(key(none), None, "{none}");
+        }
     }
 }

@@ -6,6 +6,8 @@
 //! are out (`eligible.rs`), which strategy orders them (`order.rs`, then one file per
 //! strategy), how health reorders them (`health_input.rs`), and the plan itself (`plan.rs`).
 
+pub mod agent_session;
+pub mod body_member;
 pub mod classifier;
 pub mod complexity;
 pub mod conditional;

@@ -18,6 +18,13 @@
 //!
 //! A pin is never placed past an empty slot of its probe sequence (empty slots are taken
 //! first and never emptied again), so a lookup stops at the first empty slot.
+//!
+//! `idle_ttl_seconds`: a pin also holds when it was last used, and one unused for the idle TTL
+//! is forgotten (the session goes back to its rendezvous target; its prompt cache, which
+//! providers keep minutes, is cold by then anyway) and its slot counts as expired. So that a
+//! busy session costs no shared-data write per request, a lookup rewrites the time only when
+//! it is older than a quarter of the idle TTL: a session is kept while its requests come less
+//! than ¾ of the idle TTL apart, and forgotten at the latest once idle the whole idle TTL.
 
 use crate::core::health::store::Store;
 use std::hash::Hasher;
@@ -28,32 +35,76 @@ pub const PIN_SLOTS: u64 = 1024;
 /// Slots a session may use: its hash's slot and the next ones.
 pub const PIN_PROBES: u64 = 4;
 
-/// A pin as stored: the session's hash (never its key), its window and the pinned value.
+/// A pin as stored: the session's hash (never its key), its window, when it was last used
+/// and the pinned value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pin {
     /// Hash of the virtual model and the session key.
     pub session: u64,
     /// The TTL window it holds for.
     pub window: u64,
+    /// When it was written or last refreshed, milliseconds.
+    pub used_ms: u64,
     /// A target name, or `tier:<name>`.
     pub value: String,
 }
 
 impl Pin {
-    /// The stored form: `session window value`.
+    /// The stored form: `session window used_ms value`.
     pub fn encode(&self) -> String {
-        format!("{} {} {}", self.session, self.window, self.value)
+        format!(
+            "{} {} {} {}",
+            self.session, self.window, self.used_ms, self.value
+        )
     }
 
     /// Reads the stored form; `None` if it is not one.
     pub fn decode(bytes: &[u8]) -> Option<Pin> {
         let text = std::str::from_utf8(bytes).ok()?;
-        let mut parts = text.splitn(3, ' ');
+        let mut parts = text.splitn(4, ' ');
         Some(Pin {
             session: parts.next()?.parse().ok()?,
             window: parts.next()?.parse().ok()?,
+            used_ms: parts.next()?.parse().ok()?,
             value: parts.next()?.to_string(),
         })
+    }
+}
+
+/// The time a pin is looked up or written at, and the virtual model's idle TTL.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PinClock {
+    /// Now, milliseconds.
+    pub now_ms: u64,
+    /// `idle_ttl_seconds` in milliseconds; `None`: pins last their window.
+    pub idle_ms: Option<u64>,
+}
+
+/// What a lookup does with a pin last used at `used_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Freshness {
+    /// Unused for the idle TTL: forgotten.
+    Idle,
+    /// Kept as it is.
+    Keep,
+    /// Kept, its time rewritten (older than a quarter of the idle TTL).
+    Refresh,
+}
+
+impl PinClock {
+    /// What a lookup does with a pin last used at `used_ms`.
+    pub fn freshness(self, used_ms: u64) -> Freshness {
+        let Some(idle) = self.idle_ms else {
+            return Freshness::Keep;
+        };
+        let age = self.now_ms.saturating_sub(used_ms);
+        if age >= idle {
+            Freshness::Idle
+        } else if age >= idle / 4 {
+            Freshness::Refresh
+        } else {
+            Freshness::Keep
+        }
     }
 }
 
@@ -147,27 +198,38 @@ pub fn choose_slot(held: &[Option<(u64, u64)>], session: u64, window: u64) -> Op
     own.or_else(empty).or_else(oldest_expired)
 }
 
-/// The shared-data key of one slot of a virtual model.
+/// The shared-data key of one slot of a virtual model (`v2`: pins hold their last use).
 pub fn slot_key(virtual_model: &str, slot: u64) -> String {
-    format!("switchboard.sticky.v1.{virtual_model}.{slot}")
+    format!("switchboard.sticky.v2.{virtual_model}.{slot}")
 }
 
 /// The value `session` is pinned to for `window`, probing its slots (placed by `secret`) up to
-/// the first empty one.
+/// the first empty one; an idle pin is none, and a pin due a refresh gets its time rewritten
+/// (a failed rewrite only means the next lookup tries again).
 pub fn lookup(
     store: &dyn Store,
     secret: SlotSecret,
-    virtual_model: &str,
-    session: u64,
-    window: u64,
+    (virtual_model, session, window): (&str, u64, u64),
+    clock: PinClock,
 ) -> Option<String> {
     for slot in probe_slots(secret, session) {
-        let (bytes, _) = store.get(&slot_key(virtual_model, slot))?;
-        if let Some(pin) = Pin::decode(&bytes) {
-            if pin.session == session && pin.window == window {
-                return Some(pin.value);
+        let key = slot_key(virtual_model, slot);
+        let (bytes, cas) = store.get(&key)?;
+        let Some(mut pin) = Pin::decode(&bytes) else {
+            continue;
+        };
+        if pin.session != session || pin.window != window {
+            continue;
+        }
+        match clock.freshness(pin.used_ms) {
+            Freshness::Idle => return None,
+            Freshness::Keep => {}
+            Freshness::Refresh => {
+                pin.used_ms = clock.now_ms;
+                let _ = store.set(&key, pin.encode().as_bytes(), Some(cas));
             }
         }
+        return Some(pin.value);
     }
     None
 }
@@ -178,10 +240,9 @@ pub fn lookup(
 pub fn save(
     store: &dyn Store,
     secret: SlotSecret,
-    virtual_model: &str,
-    session: u64,
-    window: u64,
+    (virtual_model, session, window): (&str, u64, u64),
     value: &str,
+    clock: PinClock,
 ) -> bool {
     let mut probed: Vec<(String, Option<u32>)> = Vec::with_capacity(PIN_PROBES as usize);
     let mut held = Vec::with_capacity(PIN_PROBES as usize);
@@ -189,8 +250,14 @@ pub fn save(
         let key = slot_key(virtual_model, slot);
         match store.get(&key) {
             Some((bytes, cas)) => {
-                // An unreadable slot counts as the oldest expired pin of another session.
-                let h = Pin::decode(&bytes).map_or((!session, 0), |p| (p.session, p.window));
+                // An unreadable slot counts as the oldest expired pin of another session, an
+                // idle pin as expired.
+                let h = Pin::decode(&bytes).map_or((!session, 0), |p| {
+                    match clock.freshness(p.used_ms) {
+                        Freshness::Idle => (p.session, 0),
+                        _ => (p.session, p.window),
+                    }
+                });
                 held.push(Some(h));
                 probed.push((key, Some(cas)));
             }
@@ -208,6 +275,7 @@ pub fn save(
     let pin = Pin {
         session,
         window,
+        used_ms: clock.now_ms,
         value: value.to_string(),
     };
     store.set(key, pin.encode().as_bytes(), *cas).is_ok()
@@ -222,9 +290,10 @@ mod tests {
         let pin = Pin {
             session: 42,
             window: 7,
+            used_ms: 9,
             value: "azure east/gpt-4o".to_string(),
         };
-        assert_eq!(pin.encode(), "42 7 azure east/gpt-4o");
+        assert_eq!(pin.encode(), "42 7 9 azure east/gpt-4o");
         assert_eq!(Pin::decode(pin.encode().as_bytes()), Some(pin));
         assert_eq!(Pin::decode(b"42 x y"), None);
         assert_eq!(Pin::decode(b"\xff"), None);
@@ -291,10 +360,25 @@ mod tests {
         // Four live pins whose session hashes name the victim's hash's slots, in its window.
         for i in 0..PIN_PROBES {
             let aimed = (7 + i) + (i + 1) * PIN_SLOTS;
-            assert!(save(&store, SECRET, "vm", aimed, 10, "attacker"));
+            assert!(save(
+                &store,
+                SECRET,
+                ("vm", aimed, 10),
+                "attacker",
+                PinClock::default()
+            ));
         }
-        assert!(save(&store, SECRET, "vm", victim, 10, "t"));
-        assert_eq!(lookup(&store, SECRET, "vm", victim, 10), Some("t".into()));
+        assert!(save(
+            &store,
+            SECRET,
+            ("vm", victim, 10),
+            "t",
+            PinClock::default()
+        ));
+        assert_eq!(
+            lookup(&store, SECRET, ("vm", victim, 10), PinClock::default()),
+            Some("t".into())
+        );
     }
 
     #[test]
@@ -313,10 +397,16 @@ mod tests {
         assert_eq!(SlotSecret::from_bytes(&mine.to_bytes()), Some(mine));
         assert_eq!(SlotSecret::from_bytes(&[1; 15]), None);
         // What the other worker reads: the same slots, so the same pins.
-        assert!(save(&store, mine, "vm", 99, 1, "t"));
+        assert!(save(&store, mine, ("vm", 99, 1), "t", PinClock::default()));
         let read = shared_secret(&store, || None).unwrap();
-        assert_eq!(lookup(&store, read, "vm", 99, 1), Some("t".into()));
-        assert_eq!(lookup(&store, theirs, "vm", 99, 1), None);
+        assert_eq!(
+            lookup(&store, read, ("vm", 99, 1), PinClock::default()),
+            Some("t".into())
+        );
+        assert_eq!(
+            lookup(&store, theirs, ("vm", 99, 1), PinClock::default()),
+            None
+        );
     }
 
     #[test]
@@ -343,9 +433,18 @@ mod tests {
         let store = MemoryStore::default();
         // Six sessions that all start probing at the same slot.
         let sessions = colliding(SECRET, 6);
-        let save =
-            |session: u64, window, value: &str| save(&store, SECRET, "vm", session, window, value);
-        let lookup = |vm, session: u64, window| lookup(&store, SECRET, vm, session, window);
+        let save = |session: u64, window, value: &str| {
+            save(
+                &store,
+                SECRET,
+                ("vm", session, window),
+                value,
+                PinClock::default(),
+            )
+        };
+        let lookup = |vm, session: u64, window| {
+            lookup(&store, SECRET, (vm, session, window), PinClock::default())
+        };
         for (i, s) in sessions.iter().take(4).enumerate() {
             assert!(save(*s, 10, &format!("t{i}")));
         }
@@ -378,5 +477,68 @@ mod tests {
     fn an_unexpired_session_is_never_evicted() {
         let held = [Some((1, 5)), Some((2, 5)), Some((3, 6)), Some((4, 5))];
         assert_eq!(choose_slot(&held, 9, 5), None);
+    }
+
+    #[test]
+    fn an_idle_pin_is_forgotten_and_a_used_one_refreshed_only_after_a_quarter_of_the_idle_ttl() {
+        use crate::core::health::store::MemoryStore;
+        let store = MemoryStore::default();
+        let at = |now_ms| PinClock {
+            now_ms,
+            idle_ms: Some(400),
+        };
+        let key = ("vm", 5, 1);
+        let stored = || {
+            let slot = probe_slots(SECRET, 5).next().unwrap();
+            Pin::decode(&store.get(&slot_key("vm", slot)).unwrap().0).unwrap()
+        };
+        assert!(save(&store, SECRET, key, "t", at(1_000)));
+        // Used within a quarter of the idle TTL: no write.
+        assert_eq!(lookup(&store, SECRET, key, at(1_099)), Some("t".into()));
+        assert_eq!(stored().used_ms, 1_000);
+        // Older than a quarter: its time is rewritten, so it lives on.
+        assert_eq!(lookup(&store, SECRET, key, at(1_100)), Some("t".into()));
+        assert_eq!(stored().used_ms, 1_100);
+        assert_eq!(lookup(&store, SECRET, key, at(1_499)), Some("t".into()));
+        assert_eq!(stored().used_ms, 1_499);
+        // Idle the whole idle TTL: forgotten.
+        assert_eq!(lookup(&store, SECRET, key, at(1_899)), None);
+        // Without an idle TTL the same pin holds its window.
+        assert_eq!(
+            lookup(
+                &store,
+                SECRET,
+                key,
+                PinClock {
+                    now_ms: 9_999_999,
+                    idle_ms: None
+                }
+            ),
+            Some("t".into())
+        );
+        assert_eq!(Freshness::Keep, at(0).freshness(0));
+        assert_eq!(Freshness::Idle, at(400).freshness(0));
+    }
+
+    #[test]
+    fn an_idle_pin_gives_up_its_slot_inside_its_window() {
+        use crate::core::health::store::MemoryStore;
+        let store = MemoryStore::default();
+        let sessions = colliding(SECRET, 5);
+        let at = |now_ms| PinClock {
+            now_ms,
+            idle_ms: Some(1_000),
+        };
+        for s in sessions.iter().take(4) {
+            assert!(save(&store, SECRET, ("vm", *s, 10), "t", at(0)));
+        }
+        assert!(
+            !save(&store, SECRET, ("vm", sessions[4], 10), "t", at(500)),
+            "all live"
+        );
+        assert!(
+            save(&store, SECRET, ("vm", sessions[4], 10), "t", at(1_000)),
+            "all idle"
+        );
     }
 }

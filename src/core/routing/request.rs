@@ -33,8 +33,8 @@ pub struct Request<'a> {
 }
 
 impl<'a> Request<'a> {
-    /// The value a session or caller identifier names: a header, a metadata value, or a
-    /// claim of the verified JWT.
+    /// The value a session or caller identifier names: a header, a metadata value, a claim
+    /// of the verified JWT, a string member of the body or the coding agent's session.
     pub fn identifier(&self, id: &SessionIdentifier) -> Option<Cow<'a, [u8]>> {
         match id.source {
             StickySource::Headers => self.headers.get(&id.key).map(Cow::Borrowed),
@@ -46,6 +46,13 @@ impl<'a> Request<'a> {
                 .state
                 .verified_claim(&id.payload, &id.key)
                 .map(Cow::Owned),
+            StickySource::Body => {
+                match super::body_member::string_at(self.body, self.fields, &id.key)? {
+                    Cow::Borrowed(s) => Some(Cow::Borrowed(s.as_bytes())),
+                    Cow::Owned(s) => Some(Cow::Owned(s.into_bytes())),
+                }
+            }
+            StickySource::AgentSession => super::agent_session::session(self),
         }
     }
 

@@ -2,6 +2,7 @@
 //! cursors. The adapter backs it with shared data and per-worker counters; tests, benchmarks
 //! and the command line use [`LocalState`].
 
+use super::pins::{Freshness, PinClock};
 use super::round_robin::Cursors;
 use crate::core::caller::Caller;
 use std::cell::RefCell;
@@ -11,13 +12,20 @@ pub type CursorKey = (usize, Caller);
 
 /// State a routing decision may read.
 pub trait RoutingState {
-    /// The target a sticky session was moved to after a fallback, for this TTL window.
-    fn pinned(&self, virtual_model: &str, session: u64, window: u64) -> Option<String>;
+    /// The target a sticky session was moved to, for this TTL window, unless idle at `clock`.
+    fn pinned(
+        &self,
+        virtual_model: &str,
+        session: u64,
+        window: u64,
+        clock: PinClock,
+    ) -> Option<String>;
     /// The next round-robin position of `caller` in a virtual model with `len` targets; each
     /// worker keeps one per caller, started at a random point ([`super::round_robin`]).
     fn next_cursor(&self, whose: CursorKey, len: usize, rng: &mut fastrand::Rng) -> usize;
-    /// Pins a session to `value` (a target name, or `tier:<name>`) for a window.
-    fn pin(&self, virtual_model: &str, session: u64, window: u64, value: &str);
+    /// Pins a session to `value` (a target name, or `tier:<name>`) for a window, used at
+    /// `clock`.
+    fn pin(&self, virtual_model: &str, session: u64, window: u64, value: &str, clock: PinClock);
     /// A string claim of the JWT that Envoy's `jwt_authn` filter verified and stored under
     /// `payload` (its `payload_in_metadata`); `None` without one.
     fn verified_claim(&self, payload: &str, claim: &str) -> Option<Vec<u8>> {
@@ -26,11 +34,14 @@ pub trait RoutingState {
     }
 }
 
+/// A pin held in memory: (virtual model, session, window, value, last used).
+type LocalPin = (String, u64, u64, String, u64);
+
 /// In-memory state.
 #[derive(Debug, Default)]
 pub struct LocalState {
     cursors: RefCell<Cursors>,
-    pins: RefCell<Vec<(String, u64, u64, String)>>,
+    pins: RefCell<Vec<LocalPin>>,
     claims: Vec<(String, String, Vec<u8>)>,
 }
 
@@ -47,21 +58,33 @@ impl LocalState {
 }
 
 impl RoutingState for LocalState {
-    fn pinned(&self, virtual_model: &str, session: u64, window: u64) -> Option<String> {
-        self.pins
-            .borrow()
-            .iter()
+    fn pinned(
+        &self,
+        virtual_model: &str,
+        session: u64,
+        window: u64,
+        clock: PinClock,
+    ) -> Option<String> {
+        let mut pins = self.pins.borrow_mut();
+        let (_, _, _, value, used) = pins
+            .iter_mut()
             .rev()
-            .find(|(vm, s, w, _)| vm == virtual_model && *s == session && *w == window)
-            .map(|(_, _, _, t)| t.clone())
+            .find(|(vm, s, w, _, _)| vm == virtual_model && *s == session && *w == window)?;
+        match clock.freshness(*used) {
+            Freshness::Idle => return None,
+            Freshness::Refresh => *used = clock.now_ms,
+            Freshness::Keep => {}
+        }
+        Some(value.clone())
     }
 
-    fn pin(&self, virtual_model: &str, session: u64, window: u64, value: &str) {
+    fn pin(&self, virtual_model: &str, session: u64, window: u64, value: &str, clock: PinClock) {
         self.pins.borrow_mut().push((
             virtual_model.to_string(),
             session,
             window,
             value.to_string(),
+            clock.now_ms,
         ));
     }
 

@@ -7,8 +7,17 @@
 //! fallback succeeds, the session stays on the target that worked for the rest of the window
 //! (a pin the adapter keeps in shared data). Inside a session the fallback order is the other
 //! targets in config order, not by weight. Session keys are hashed at once and never stored.
+//!
+//! A session's target (its "home") is its pin, else the rendezvous winner over every target
+//! with weight, health aside. When health sends the request elsewhere (the home unhealthy or
+//! evicted) or a fallback answers, the target that answered becomes the session's pin: the
+//! session moves once and stays there for the rest of the window (or until idle,
+//! `idle_ttl_seconds`), even after its old target recovers, so its prompt cache (warm on the
+//! new target by then) is not thrown away by a move back. TrueFoundry virtual models, "Sticky
+//! routing", keeps a session where a fallback worked; the same rule covers a health move.
 
 use super::health_input::rank;
+use super::pins::PinClock;
 use super::rendezvous::{hash64, rendezvous_score};
 use super::request::Request;
 use crate::core::config::{Config, ModelId, Named, StickyRouting, WeightedTarget};
@@ -21,6 +30,17 @@ pub struct Session {
     pub hash: u64,
     /// `now / ttl`.
     pub window: u64,
+    /// The session's target: its pin, else its rendezvous winner health aside (`None` until
+    /// ordered, and for a complexity session, whose pin is a tier).
+    pub home: Option<ModelId>,
+}
+
+/// The clock a session's pin is read and written with: now and the rule's idle TTL.
+pub fn clock(sticky: &StickyRouting, now_ms: u64) -> PinClock {
+    PinClock {
+        now_ms,
+        idle_ms: sticky.idle_ms,
+    }
 }
 
 /// Whether the request carries any of the rule's identifiers (a non-empty value).
@@ -47,6 +67,7 @@ pub fn session(
     Session {
         hash: hash64(&[vm_name.as_bytes(), &key]),
         window: now_ms / sticky.ttl_ms.max(1),
+        home: None,
     }
 }
 
@@ -56,10 +77,11 @@ pub fn pinned_target(
     vm_name: &str,
     session: Session,
     request: &Request<'_>,
+    clock: PinClock,
 ) -> Option<ModelId> {
     request
         .state
-        .pinned(vm_name, session.hash, session.window)
+        .pinned(vm_name, session.hash, session.window, clock)
         .and_then(|name| match config.lookup(&name) {
             Some(Named::Catalog(id, _)) => Some(id),
             _ => None,
@@ -71,29 +93,21 @@ pub fn pinned_target(
 /// healthy ones by weight: TrueFoundry virtual models, "Routing Strategies", strategies pick
 /// "among healthy targets"), then the other targets in config order; health then moves the
 /// unhealthy and the evicted ones back, in that order, each target's standing computed once.
+/// Also the session's home (its pin, else its winner health aside).
 pub fn order(
     config: &Config,
     targets: &[WeightedTarget],
     session: Session,
     pinned: Option<ModelId>,
     standing: impl Fn(ModelId) -> Standing,
-) -> Vec<ModelId> {
-    let key = hash64(&[&session.hash.to_le_bytes(), &session.window.to_le_bytes()]);
-    let name = |m: ModelId| config.model(m).map_or("", |m| m.name.as_str());
+) -> (Vec<ModelId>, Option<ModelId>) {
     let ranks: Vec<u8> = targets.iter().map(|t| rank(standing(t.model))).collect();
-    let winner = pinned
-        .and_then(|p| targets.iter().position(|t| t.model == p))
-        .or_else(|| {
-            targets
-                .iter()
-                .zip(&ranks)
-                .enumerate()
-                .filter(|(_, (t, _))| t.weight > 0)
-                // Each score once: a hash and a logarithm per target.
-                .map(|(i, (t, r))| (*r, rendezvous_score(key, name(t.model), t.weight), i))
-                .max_by(|a, b| b.0.cmp(&a.0).then(a.1.total_cmp(&b.1)))
-                .map(|(_, _, i)| i)
-        });
+    let pin = pinned.and_then(|p| targets.iter().position(|t| t.model == p));
+    let (best, home) = match pin {
+        Some(i) => (Some(i), Some(i)),
+        None => winners(config, targets, session, &ranks),
+    };
+    let winner = best;
     let mut ordered: Vec<(u8, ModelId)> = winner
         .into_iter()
         .chain((0..targets.len()).filter(|i| Some(*i) != winner))
@@ -103,12 +117,42 @@ pub fn order(
     if ranks.iter().any(|r| *r != 0) {
         ordered.sort_by_key(|(r, _)| *r);
     }
-    ordered.into_iter().map(|(_, m)| m).collect()
+    let home = home.and_then(|i| targets.get(i)).map(|t| t.model);
+    (ordered.into_iter().map(|(_, m)| m).collect(), home)
+}
+
+/// The rendezvous winners among the targets with weight: in the best standing (`ranks`), and
+/// health aside; each score computed once (a hash and a logarithm per target).
+fn winners(
+    config: &Config,
+    targets: &[WeightedTarget],
+    session: Session,
+    ranks: &[u8],
+) -> (Option<usize>, Option<usize>) {
+    let key = hash64(&[&session.hash.to_le_bytes(), &session.window.to_le_bytes()]);
+    let name = |m: ModelId| config.model(m).map_or("", |m| m.name.as_str());
+    let scored: Vec<(u8, f64, usize)> = targets
+        .iter()
+        .zip(ranks)
+        .enumerate()
+        .filter(|(_, (t, _))| t.weight > 0)
+        .map(|(i, (t, r))| (*r, rendezvous_score(key, name(t.model), t.weight), i))
+        .collect();
+    let best = scored
+        .iter()
+        .max_by(|a, b| b.0.cmp(&a.0).then(a.1.total_cmp(&b.1)))
+        .map(|(_, _, i)| *i);
+    let home = scored
+        .iter()
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(_, _, i)| *i);
+    (best, home)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::config::Routing;
     use crate::core::endpoint::Endpoint;
     use crate::core::headers::Headers;
     use crate::core::headers::NO_HEADERS;
@@ -205,7 +249,13 @@ mod tests {
         let state = LocalState::default();
         let (order, session) = route(&config, &state, "pinned-user", 5_000);
         let other = if order[0] == ModelId(0) { "b" } else { "a" };
-        state.pin("vm", session.hash, session.window, other);
+        state.pin(
+            "vm",
+            session.hash,
+            session.window,
+            other,
+            PinClock::default(),
+        );
         let pinned = route(&config, &state, "pinned-user", 6_000).0;
         assert_eq!(config.model(pinned[0]).unwrap().name, other);
         assert_eq!(
@@ -300,5 +350,68 @@ mod tests {
         );
         let e = Config::parse(bad.as_bytes()).unwrap_err().to_string();
         assert!(e.contains("sticky_routing.missing_identifier"), "{e}");
+    }
+
+    #[test]
+    fn a_session_whose_home_is_evicted_goes_elsewhere_and_a_pin_there_outlives_the_recovery() {
+        let config = Config::parse(CONFIG.as_bytes()).unwrap();
+        let Routing::Weighted(targets) = &config.virtual_models[0].routing else {
+            panic!()
+        };
+        let session = Session {
+            hash: 7,
+            window: 3,
+            home: None,
+        };
+        let healthy = |_| Standing::Healthy;
+        let (first, home) = order(&config, targets, session, None, healthy);
+        assert_eq!(Some(first[0]), home, "healthy: the request goes home");
+        let gone = home.unwrap();
+        let evicted = |m| {
+            if m == gone {
+                Standing::Evicted
+            } else {
+                Standing::Healthy
+            }
+        };
+        let (moved, still) = order(&config, targets, session, None, evicted);
+        assert_ne!(moved[0], gone);
+        assert_eq!(
+            still,
+            Some(gone),
+            "the home is the same: the answer elsewhere pins"
+        );
+        assert_eq!(moved.last(), Some(&gone));
+        // Pinned where it answered, the session stays there after its home recovers.
+        let (after, new_home) = order(&config, targets, session, Some(moved[0]), healthy);
+        assert_eq!((after[0], new_home), (moved[0], Some(moved[0])));
+    }
+
+    #[test]
+    fn an_idle_pin_is_forgotten_and_the_session_goes_home() {
+        let json = CONFIG.replace(
+            r#""ttl_seconds": 60,"#,
+            r#""ttl_seconds": 60, "idle_ttl_seconds": 10,"#,
+        );
+        let config = Config::parse(json.as_bytes()).unwrap();
+        let state = LocalState::default();
+        let (order, session) = route(&config, &state, "idle-user", 1_000);
+        let other = if order[0] == ModelId(0) { "b" } else { "a" };
+        let clock = |now_ms| PinClock {
+            now_ms,
+            idle_ms: Some(10_000),
+        };
+        state.pin("vm", session.hash, session.window, other, clock(1_000));
+        let name = |m: ModelId| config.model(m).unwrap().name.clone();
+        // Used every 9 s (refreshed past 2.5 s), it holds well past 10 s after it was written.
+        for t in [9_000, 18_000, 27_000] {
+            assert_eq!(
+                name(route(&config, &state, "idle-user", t).0[0]),
+                other,
+                "{t}"
+            );
+        }
+        // Idle 10 s: forgotten, back to the rendezvous target.
+        assert_eq!(route(&config, &state, "idle-user", 37_000).0[0], order[0]);
     }
 }

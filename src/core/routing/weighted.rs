@@ -37,9 +37,11 @@ pub fn route(
     let standing = |m| health.standing(vm, m);
     match rule {
         Some(rule) => {
-            let session = sticky::session(&vm.name, rule, request, health.now_ms);
-            let pinned = sticky::pinned_target(config, &vm.name, session, request);
-            let order = sticky::order(config, targets, session, pinned, standing);
+            let mut session = sticky::session(&vm.name, rule, request, health.now_ms);
+            let clock = sticky::clock(rule, health.now_ms);
+            let pinned = sticky::pinned_target(config, &vm.name, session, request, clock);
+            let (order, home) = sticky::order(config, targets, session, pinned, standing);
+            session.home = home;
             (order, Some(session))
         }
         None => (order_by_health(targets, standing, rng), None),

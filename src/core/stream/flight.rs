@@ -14,6 +14,7 @@ use crate::core::overhead::Overhead;
 use crate::core::plugin::Plugin;
 use crate::core::report::{self, Report};
 use crate::core::router_path::RouterFlight;
+use crate::core::routing::pins::PinClock;
 use crate::core::trace::Trace;
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -91,7 +92,8 @@ impl Flight {
     ) -> Flight {
         let config = &plugin.config;
         let mut out = Effects::new();
-        let report = Report::new(start.virtual_model, trace, overhead);
+        let home = start.sticky.and_then(|s| s.home);
+        let report = Report::new(start.virtual_model, trace, overhead).with_sticky_home(home);
         let machine = Machine::start(config, start, replay, now_ms, &mut out);
         let mut flight = Flight {
             machine,
@@ -292,7 +294,14 @@ impl Flight {
                 session,
                 window,
                 target,
-            } => host.pin(virtual_model, session, window, target),
+                idle_ms,
+            } => {
+                let clock = PinClock {
+                    now_ms: host.now_ms(),
+                    idle_ms,
+                };
+                host.pin(virtual_model, session, window, target, clock)
+            }
             Effect::Deliver(delivery) => {
                 if delivery.drop_content_length {
                     host.remove_response_header("content-length");

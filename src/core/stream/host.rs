@@ -10,6 +10,7 @@ use crate::core::plugin::Plugin;
 use crate::core::report::Write;
 use crate::core::request::Edits;
 use crate::core::router_path::RouterFlight;
+use crate::core::routing::pins::PinClock;
 use crate::core::routing::HealthInput;
 use crate::core::routing::RoutingState;
 use std::cell::RefCell;
@@ -93,8 +94,15 @@ pub trait Host {
     /// Applies a [`Effect::Record`] or [`Effect::Samples`] to the shared health store; the
     /// target it evicted, if it did.
     fn record_health(&mut self, config: &Config, effect: &Effect<'_>) -> Option<ModelId>;
-    /// Keeps a sticky session on `target` for the rest of its window.
-    fn pin(&mut self, virtual_model: &str, session: u64, window: u64, target: &str);
+    /// Keeps a sticky session on `target` for the rest of its window (or until idle).
+    fn pin(
+        &mut self,
+        virtual_model: &str,
+        session: u64,
+        window: u64,
+        target: &str,
+        clock: PinClock,
+    );
     /// An attempt starts (the first through the router, or a call-out about to be made): for
     /// a host that watches them (the simulator); metrics and the debug line are the core's.
     fn on_attempt(&mut self, config: &Config, attempt: &Attempt<'_>) {

@@ -18,6 +18,7 @@ use crate::core::metrics::definitions;
 use crate::core::plugin::Plugin;
 use crate::core::report::Write;
 use crate::core::request::Edits;
+use crate::core::routing::pins::PinClock;
 use crate::core::routing::HealthInput;
 use crate::core::routing::{LocalState, RoutingState};
 use std::collections::{BTreeMap, HashMap};
@@ -631,8 +632,17 @@ impl Host for SimHost<'_> {
         apply_health(&mut self.sim.view, &self.sim.store, config, effect, || now)
     }
 
-    fn pin(&mut self, virtual_model: &str, session: u64, window: u64, target: &str) {
-        self.sim.state.pin(virtual_model, session, window, target);
+    fn pin(
+        &mut self,
+        virtual_model: &str,
+        session: u64,
+        window: u64,
+        target: &str,
+        clock: PinClock,
+    ) {
+        self.sim
+            .state
+            .pin(virtual_model, session, window, target, clock);
     }
 
     fn on_attempt(&mut self, config: &Config, attempt: &Attempt<'_>) {

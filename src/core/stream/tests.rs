@@ -9,6 +9,7 @@ use crate::core::flight::{CallAnswer, CallRequest, Effect};
 use crate::core::plugin::Plugin;
 use crate::core::report::Write;
 use crate::core::request::Edits;
+use crate::core::routing::pins::PinClock;
 use crate::core::routing::HealthInput;
 use crate::core::routing::{LocalState, RoutingState};
 
@@ -99,7 +100,7 @@ impl Host for Fake {
     fn record_health(&mut self, _: &Config, _: &Effect<'_>) -> Option<ModelId> {
         None
     }
-    fn pin(&mut self, _: &str, _: u64, _: u64, _: &str) {}
+    fn pin(&mut self, _: &str, _: u64, _: u64, _: &str, _: PinClock) {}
     fn answer_status(&mut self) -> u16 {
         self.status
     }

@@ -5,6 +5,7 @@ use crate::core::endpoint::Endpoint;
 use crate::core::headers::Headers;
 use crate::core::headers::NO_HEADERS;
 use crate::core::metadata::Metadata;
+use crate::core::routing::pins::PinClock;
 use crate::core::routing::{CursorKey, LocalState, RoutingState};
 
 static NO_STATE: NoState = NoState;
@@ -12,13 +13,13 @@ static NO_STATE: NoState = NoState;
 /// Routing state for tests that use neither pins nor cursors.
 struct NoState;
 impl RoutingState for NoState {
-    fn pinned(&self, _: &str, _: u64, _: u64) -> Option<String> {
+    fn pinned(&self, _: &str, _: u64, _: u64, _: PinClock) -> Option<String> {
         None
     }
     fn next_cursor(&self, _: CursorKey, _: usize, _: &mut fastrand::Rng) -> usize {
         0
     }
-    fn pin(&self, _: &str, _: u64, _: u64, _: &str) {}
+    fn pin(&self, _: &str, _: u64, _: u64, _: &str, _: PinClock) {}
 }
 
 const CONFIG: &str = r#"{
