@@ -91,6 +91,8 @@ def _matchers(toks, open_at: int) -> tuple[frozenset[str], int]:
 
 def read(expr: str) -> tuple[list[Selector], list[Grouping]]:
     toks = tokens(expr)
+    if _close([("op", "(")] + toks + [("op", ")")], 0) != len(toks) + 1:
+        raise ValueError(f"unbalanced brackets in {expr!r}")
     found: list[tuple[int, Selector]] = []
     by: list[tuple[frozenset[str], int, int]] = []  # labels, and the argument's token range
     i = 0

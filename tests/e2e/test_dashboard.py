@@ -201,3 +201,5 @@ def test_the_promql_reader_finds_names_matchers_and_groupings():
         read("sum without (le) (x)")
     with pytest.raises(ValueError):
         read('{__name__="x"}')
+    with pytest.raises(ValueError):
+        read("sum(rate(x[1m])")
