@@ -37,6 +37,8 @@ pub struct Decision<'c> {
     pub conversation: bool,
     /// The caller its answer's minted ids are bound to (`response_id_binding: "caller"`).
     pub caller: Option<Caller>,
+    /// Every candidate was evicted: the shortest eviction time left.
+    pub evicted_for_ms: Option<u64>,
 }
 
 impl<'c> Decision<'c> {
@@ -51,6 +53,7 @@ impl<'c> Decision<'c> {
     ) -> ((Start, Replay), (Outbound<'c>, ModelId)) {
         let start = Start {
             caller: self.caller,
+            evicted_for_ms: self.evicted_for_ms,
             ..Start::routed(endpoint, self.plan, self.stream, self.conversation)
         };
         let replay = Replay {
@@ -227,8 +230,10 @@ pub fn decide_with_tier<'c>(
         })?;
     let binds = config.bind_ids_to_caller && endpoint == Endpoint::Responses;
     let caller = binds.then(|| request.caller(&config.caller_identity));
+    let evicted_for_ms = health.evicted_for_ms(plan.virtual_model(config), &plan.candidates);
     Ok(Decision {
         caller,
+        evicted_for_ms,
         plan,
         target,
         outbound,

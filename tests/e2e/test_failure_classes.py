@@ -228,6 +228,22 @@ def test_the_clients_final_429_keeps_the_providers_retry_after(stack):
     assert r.json()["error"]["code"] == "rate_limit_exceeded"
 
 
+def test_when_every_target_is_evicted_the_final_429_carries_the_time_left(stack):
+    # Both targets' quotas are spent: the first request evicts both for an hour. The next is
+    # still tried on them (evicted targets are tried last, never refused), and its final 429,
+    # which has no Retry-After of its own, carries the evictions' time left.
+    for name in ("a", "b"):
+        stack.provider(name, strict="openai", host_name="api.openai.com", api_key="sk-gateway",
+                       fail_status=429, fail_body="quota")
+    envoy = stack.envoy(two_targets(openai_model("a"), openai_model("b")))
+    first = chat(envoy)
+    assert first.status_code == 429 and "retry-after" not in first.headers, first.headers
+    time.sleep(0.3)  # past health_view_ms: every worker sees both evictions
+    r = chat(envoy)
+    assert r.status_code == 429 and r.json()["error"]["code"] == "insufficient_quota", r.text
+    assert 3500 < int(r.headers["retry-after"]) <= 3600, r.headers
+
+
 def test_a_prompt_too_long_falls_back_without_counting_against_the_target(stack):
     a = stack.provider("a", strict="openai", host_name="api.openai.com", api_key="sk-gateway",
                        fail_status=400, fail_body="context_length")

@@ -49,7 +49,9 @@ impl Machine {
         let ending = self.end(answered_by, status, gave_up);
         out.push(Effect::Deliver(Delivery {
             ending,
-            headers: self.answer_headers(config, answered_by, gave_up),
+            headers: self
+                .answer_headers(config, answered_by, gave_up)
+                .with_retry_after(self.retry_after(status, self.answer_hinted)),
             // A watched stream may end with an error event Switchboard adds: its length is
             // not known either.
             drop_content_length: rewrite || translated || self.dialect.is_some(),
@@ -82,7 +84,19 @@ impl Machine {
                 .and_then(|t| config.model(t))
                 .map(|m| (names.resolved_model.as_str(), m.name.as_str())),
             attempts: (gave_up || total > 1).then(|| (names.attempts.as_str(), total.to_string())),
+            retry_after: None,
         }
+    }
+
+    /// The client's `Retry-After` for a final `status` answer: when every target was evicted
+    /// as the request was routed and the answer is a 429 or 503 without one of its own
+    /// (`hinted`), the shortest eviction's time left, in whole seconds rounded up. A client
+    /// that backs off by it comes back when a target is in service again.
+    pub(super) fn retry_after(&self, status: u16, hinted: bool) -> Option<String> {
+        let ms = self
+            .evicted_for_ms
+            .filter(|_| matches!(status, 429 | 503) && !hinted)?;
+        Some(ms.div_ceil(1000).max(1).to_string())
     }
 
     /// The provider headers hidden from an answer by `target`.
@@ -215,7 +229,11 @@ impl Machine {
         let ending = self.end(target, status, gave_up);
         out.push(Effect::Reply(Box::new(Reply {
             ending,
-            added: self.answer_headers(config, target, gave_up),
+            added: self
+                .answer_headers(config, target, gave_up)
+                .with_retry_after(
+                    self.retry_after(status, answer.headers.get("retry-after").is_some()),
+                ),
             hidden: self.hidden_headers(config, target),
             answer: answer.headers,
             body: translated.or(minted).unwrap_or(answer.body),
@@ -268,10 +286,13 @@ impl Machine {
         };
         self.state = State::Done;
         let ending = self.end(None, error.status, true);
+        let added = self
+            .answer_headers(config, None, true)
+            .with_retry_after(self.retry_after(error.status, false));
         out.push(Effect::Fail(Box::new(Failure {
             ending,
             error,
-            added: self.answer_headers(config, None, true),
+            added,
         })));
     }
 }

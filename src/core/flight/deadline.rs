@@ -182,7 +182,9 @@ impl Machine {
         let ending = self.end(target, status, true);
         out.push(Effect::Reply(Box::new(Reply {
             ending,
-            added: self.answer_headers(config, target, true),
+            added: self
+                .answer_headers(config, target, true)
+                .with_retry_after(self.retry_after(status, headers.get("retry-after").is_some())),
             hidden: self.hidden_headers(config, target),
             answer: headers,
             body: translated.unwrap_or(body),

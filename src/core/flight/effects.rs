@@ -164,14 +164,24 @@ pub struct AnswerHeaders<'c> {
     pub resolved_model: Option<(&'c str, &'c str)>,
     /// (`x-switchboard-attempts`, the count), when more than one or when all failed.
     pub attempts: Option<(&'c str, String)>,
+    /// `Retry-After` in seconds, when every target was evicted and the answer (a 429 or 503)
+    /// has none of its own.
+    pub retry_after: Option<String>,
 }
 
 impl<'c> AnswerHeaders<'c> {
+    /// With `Retry-After` (see [`AnswerHeaders::retry_after`]).
+    pub fn with_retry_after(mut self, retry_after: Option<String>) -> Self {
+        self.retry_after = retry_after;
+        self
+    }
+
     /// Each (name, value).
     pub fn pairs(&self) -> impl Iterator<Item = (&str, &str)> {
         let resolved = self.resolved_model;
         let attempts = self.attempts.as_ref().map(|(n, v)| (*n, v.as_str()));
-        resolved.into_iter().chain(attempts)
+        let retry_after = self.retry_after.as_deref().map(|v| ("retry-after", v));
+        resolved.into_iter().chain(attempts).chain(retry_after)
     }
 }
 

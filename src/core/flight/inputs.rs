@@ -66,6 +66,9 @@ pub struct Start {
     /// (`stream_options.include_usage`), which a translated stream must add; read from the
     /// request kept for replay when it is not set here (the router path keeps none).
     pub include_usage: bool,
+    /// Every candidate was evicted when it was routed: the shortest eviction time left, which
+    /// a final 429 or 503 without its own `Retry-After` carries.
+    pub evicted_for_ms: Option<u64>,
 }
 
 impl Start {
@@ -85,6 +88,7 @@ impl Start {
             streams_attempts: false,
             router_path: false,
             include_usage: false,
+            evicted_for_ms: None,
         }
     }
 
@@ -106,6 +110,7 @@ impl Start {
             streams_attempts: false,
             router_path: false,
             include_usage: false,
+            evicted_for_ms: None,
         }
     }
 }

@@ -183,6 +183,10 @@ pub struct Machine {
     endpoint: Endpoint,
     /// A translated stream to a Chat Completions client ends with a usage chunk.
     include_usage: bool,
+    /// Every candidate was evicted when it was routed: the shortest eviction time left.
+    evicted_for_ms: Option<u64>,
+    /// The router's answer brought its own `Retry-After` (read only with `evicted_for_ms`).
+    answer_hinted: bool,
     /// The delivered answer came from a translated attempt: it goes back into the client's
     /// API as it is delivered.
     translation: Option<Box<translation::Translation>>,
@@ -281,6 +285,8 @@ impl Machine {
             client_dialect: start.dialect,
             endpoint,
             include_usage,
+            evicted_for_ms: start.evicted_for_ms,
+            answer_hinted: false,
             translation: None,
             stream_rules: vm.map(|vm| vm.streams).unwrap_or_default(),
             commit: None,
@@ -401,6 +407,9 @@ impl Machine {
             State::Delivering | State::Done => return Flow::Continue,
         }
         self.seq += 1; // the answer started: the fallback timeout no longer applies
+        if self.evicted_for_ms.is_some() {
+            self.answer_hinted = facts.headers().get("retry-after").is_some();
+        }
         let outcome = router_outcome(status, || facts.code_details());
         let class = self.class_of(config, self.routed_target, outcome, &[]);
         let hint = (status == 429)

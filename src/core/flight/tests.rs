@@ -82,6 +82,7 @@ fn start_timed(
         streams_attempts: false,
         router_path: false,
         include_usage: false,
+        evicted_for_ms: None,
     };
     edit(&mut start);
     let replay = Replay {
@@ -227,6 +228,7 @@ fn a_plain_2xx_answer_is_delivered_without_reading_the_host_or_allocating() {
                 headers: AnswerHeaders {
                     resolved_model: Some(("x-switchboard-resolved-model", "one")),
                     attempts: None,
+                    retry_after: None,
                 },
                 drop_content_length: false,
                 hidden: &[],
@@ -717,6 +719,39 @@ fn envoys_own_503_for_an_unreachable_target_names_no_target_that_answered() {
         panic!()
     };
     assert_eq!((d.ending.target, d.headers.resolved_model), (None, None));
+}
+
+#[test]
+fn when_every_target_was_evicted_a_final_503_without_its_own_retry_after_carries_the_time_left() {
+    let config = config(TWO);
+    let delivered = |status: u16, headers: Vec<(&'static str, &'static str)>| {
+        let mut m = start_with(&config, &[0], |s| s.evicted_for_ms = Some(2_500));
+        let mut fx = Effects::new();
+        let mut facts = at(1100);
+        facts.headers = headers;
+        m.on_answer_headers(&config, status, &mut facts, &mut fx);
+        list(fx).into_iter().find_map(|e| match e {
+            Effect::Deliver(d) => Some(d.headers.retry_after),
+            _ => None,
+        })
+    };
+    // 2.5 s left, rounded up to whole seconds.
+    assert_eq!(delivered(503, vec![]), Some(Some("3".to_string())));
+    assert_eq!(
+        delivered(503, vec![("retry-after", "30")]),
+        Some(None),
+        "the provider's own"
+    );
+    assert_eq!(delivered(200, vec![]), Some(None), "only a 429 or 503");
+    // Not every target evicted: nothing added.
+    let mut m = start_with(&config, &[0], |_| {});
+    let mut fx = Effects::new();
+    m.on_answer_headers(&config, 503, &mut at(1100), &mut fx);
+    let headers = list(fx).into_iter().find_map(|e| match e {
+        Effect::Deliver(d) => Some(d.headers.retry_after),
+        _ => None,
+    });
+    assert_eq!(headers, Some(None));
 }
 
 #[test]

@@ -53,6 +53,28 @@ impl HealthInput<'_> {
         }
     }
 
+    /// When every one of `candidates` is evicted (as `vm` sees them; a catalog model called
+    /// directly by its own record): the shortest time left of their evictions, which the
+    /// client's final answer carries as `Retry-After` when it has none of its own. `None` as
+    /// soon as one candidate is not evicted, so a request with a healthy first choice reads
+    /// one record.
+    pub fn evicted_for_ms(&self, vm: Option<&VirtualModel>, candidates: &[ModelId]) -> Option<u64> {
+        let mut shortest: Option<u64> = None;
+        for &m in candidates {
+            let record = self.records.get(m.0)?;
+            let evicted = match vm {
+                Some(vm) => self.standing(vm, m) == Standing::Evicted,
+                None => self.now_ms < record.evicted_until_ms,
+            };
+            if !evicted {
+                return None;
+            }
+            let left = record.evicted_until_ms.saturating_sub(self.now_ms);
+            shortest = Some(shortest.map_or(left, |s| s.min(left)));
+        }
+        shortest
+    }
+
     /// An evicted target of a virtual model with `max_evicted_share`: it stays evicted only
     /// while fewer than the share's targets that failed more recently are evicted too; past
     /// that it counts as unhealthy, so something still serves when everything looks broken
@@ -218,6 +240,19 @@ mod tests {
         assert_eq!(
             standings(&four_targets("")),
             [Evicted, Evicted, Evicted, Healthy]
+        );
+        // The time left when every candidate is evicted, as each view sees them.
+        let ids = |i: &[usize]| i.iter().map(|i| ModelId(*i)).collect::<Vec<_>>();
+        let plain = four_targets("");
+        let vm = Some(&plain.virtual_models[0]);
+        assert_eq!(input.evicted_for_ms(vm, &ids(&[0, 1, 2])), Some(5_000));
+        assert_eq!(input.evicted_for_ms(vm, &ids(&[0, 3])), None);
+        assert_eq!(input.evicted_for_ms(None, &ids(&[1])), Some(5_000));
+        let capped_vm = Some(&capped.virtual_models[0]);
+        assert_eq!(
+            input.evicted_for_ms(capped_vm, &ids(&[0, 1, 2])),
+            None,
+            "m1 serves"
         );
     }
 

@@ -233,6 +233,7 @@ fn start_streamed(config: &Config) -> (Machine, Vec<Effect<'_>>) {
         streams_attempts: true,
         router_path: false,
         include_usage: false,
+        evicted_for_ms: None,
     };
     let replay = Replay {
         endpoint: Endpoint::ChatCompletions,

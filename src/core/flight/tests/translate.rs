@@ -60,6 +60,7 @@ fn begin<'c>(
         streams_attempts: false,
         router_path: false,
         include_usage: false,
+        evicted_for_ms: None,
     };
     let path = match endpoint {
         Endpoint::Messages => "/v1/messages",
@@ -448,6 +449,7 @@ fn a_streamed_call_out_or_a_router_path_answer_reads_in_its_own_targets_dialect(
         streams_attempts: true,
         router_path: false,
         include_usage: false,
+        evicted_for_ms: None,
     };
     let replay = Replay {
         endpoint: Endpoint::ChatCompletions,

@@ -44,6 +44,7 @@ fn begin_over<'c>(
         streams_attempts: false,
         router_path: false,
         include_usage: false,
+        evicted_for_ms: None,
     };
     let replay = Replay {
         endpoint,
