@@ -22,7 +22,8 @@ cluster) answers 503 to every request, which falls back to the stream. Every con
 `provider` cluster, the floors' included, is the port that answers the scenario's good answer.
 
 `INSTR_HISTOGRAMS=1` turns Switchboard's `request_histograms` on, to count what its own timing
-costs. `native` loads `libswitchboard.so` (and `native-calls` `libnoop_native.so`) from
+costs. `INSTR_BODY_KB=N` pads the scenario's request to N KiB (the bench chat's prompt, `messages`
+before `model`), for instructions per KB of prompt. `native` loads `libswitchboard.so` (and `native-calls` `libnoop_native.so`) from
 `INSTR_NATIVE_DIR` (default target/native); for attribution by function build it with symbols
 in its own directory and point there:
 `CARGO_PROFILE_NATIVE_DEBUG=1 CARGO_PROFILE_NATIVE_STRIP=none cargo build --profile native
@@ -42,6 +43,7 @@ work a change adds or removes, and they repeat to a fraction of a percent.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -70,6 +72,9 @@ NATIVE_SO_DIR = Path(os.environ.get("INSTR_NATIVE_DIR", str(NATIVE_DIR))).resolv
 # INSTR_HISTOGRAMS=1: Switchboard's per-request histograms on (`request_histograms`), to count
 # what measuring (attempts, decision_us, overhead_us) costs.
 HISTOGRAMS = os.environ.get("INSTR_HISTOGRAMS") == "1"
+# `INSTR_BODY_KB=100`: the scenario's request body padded to that many KiB (the prompt sizes
+# agents send), for instructions per KB of prompt.
+BODY_KB = int(os.environ.get("INSTR_BODY_KB", "0"))
 START_TIMEOUT_S = 900  # V8 compiles the module under valgrind: minutes on a busy machine
 # INSTR_SCENARIO's choices: the `make bench` scenario whose request and upstream are counted.
 SCENARIO_NAMES = {"chat": MAIN, "stream": STREAM, "stream-fallback": STREAM_FALLBACK,
@@ -240,6 +245,9 @@ def main() -> int:
     except ValueError as e:
         print(e, file=sys.stderr)
         return 1
+    if BODY_KB:
+        # The prompt padded to this size, the fields' order kept (`messages` before `model`).
+        scenario = dataclasses.replace(scenario, size=BODY_KB * 1024)
     names = sys.argv[1:] or ["plain", "no-op", "calls", "switchboard"]
     needed = [p for p, used in ((NOOP_WASM, {"no-op", "calls"}), (WASM, {"switchboard", "switchboard-router"}))
               if used & set(names)]
@@ -263,8 +271,9 @@ def main() -> int:
     finally:
         upstream.stop()
     kinds = sorted({k for r in results.values() for k in r})
+    sized = f", body {scenario.size:,} bytes" if BODY_KB else ""
     print(f"\nInstructions per request ({REQUESTS} requests after {WARMUP} of warm-up, scenario {choice}:"
-          f" {scenario.name}):\n")
+          f" {scenario.name}{sized}):\n")
     print("| code | " + " | ".join(results) + " |")
     print("|---|" + "---|" * len(results))
     for k in kinds + ["total"]:
