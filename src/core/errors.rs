@@ -396,7 +396,7 @@ impl ErrorReply {
     }
 
     /// 400: the request must be translated for the target routing picked (a virtual model's
-    /// `translate`, issue 28) and `field` has no equivalent in the target's API; `param` names
+    /// `translate`) and `field` has no equivalent in the target's API; `param` names
     /// it. The adapter puts it in Anthropic's shape for a `/v1/messages` client.
     pub fn untranslatable(field: &str, reason: &str) -> Self {
         let (field, reason) = (clip(field), clip(reason));

@@ -7,7 +7,7 @@
 //! call-out does not pass through Envoy's route table, so no route rewrite can fix it later:
 //! what is built here is what the provider sees.
 //!
-//! A translated attempt (issue 28: a virtual model's `translate`, [`translate::direction`])
+//! A translated attempt (a virtual model's `translate`, [`translate::direction`])
 //! is built here too, so the router's attempt, retries and fallbacks all get it: its body is
 //! the client's translated whole to the target's API, its path that API's, and the client's
 //! headers of the other API are not sent.

@@ -1,4 +1,4 @@
-"""`fallback_on` (issue 29, "Refusals and errors inside a 200"): a virtual model that opts in
+"""`fallback_on` (refusals and errors inside a 200): a virtual model that opts in
 moves a 200 that answers nothing to its next target. A refusal (content filter) falls back
 without counting against the target; an empty answer and an error object in a 200 count. A
 streamed answer is judged up to its first content only. Without `fallback_on` nothing is held

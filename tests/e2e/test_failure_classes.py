@@ -1,4 +1,4 @@
-"""Failures told apart (issue 29): Anthropic's 529 `overloaded_error` is retried and falls back
+"""Failures told apart: Anthropic's 529 `overloaded_error` is retried and falls back
 like a 503; a 401 answered to a client's own key, or a 400 for a client's bad request, is that
 client's failure, not the target's: one tenant never moves another tenant's traffic. A spent
 quota, a 429 with no Retry-After and a refused gateway key each evict for their own time; a

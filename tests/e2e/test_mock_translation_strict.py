@@ -1,4 +1,4 @@
-"""The strict mock providers as issue 28's translation meets them, without Envoy: a strict
+"""The strict mock providers as the translation meets them, without Envoy: a strict
 Anthropic refuses a Messages body the real API refuses (unknown fields, a `system` role in
 `messages`, no `max_tokens`, an orphan `tool_result`, a first turn not the user's, a content
 block of another API) and a strict OpenAI a Chat Completions body (unknown fields, a `tool`

@@ -1,4 +1,4 @@
-"""A budget for the whole request (issue 29, item 4): `request_deadline_ms` starts no attempt
+"""A budget for the whole request: `request_deadline_ms` starts no attempt
 after it is spent and abandons the one in flight (the client gets the last failed answer, else a
 504 `deadline_exceeded`, Anthropic's `timeout_error` on /v1/messages);
 `fallback_if_failed_within_ms` returns a slow failure instead of doubling the wait with another

@@ -1,4 +1,4 @@
-"""Mixed-vendor virtual models (issue 28): a request is translated for a target that does not
+"""Mixed-vendor virtual models: a request is translated for a target that does not
 serve the client's API (`translate`), and its answer back, streamed and not, tool calls included.
 
 The providers are the strict mocks: each validates the body it gets like the real API (unknown

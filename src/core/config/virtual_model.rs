@@ -42,7 +42,7 @@ impl Default for TargetPolicy {
             retry_backoff: 1,
             retry_no_answer: true,
             // 529 is Anthropic's `overloaded_error` (Anthropic API errors): an overloaded Claude
-            // is retried and falls back like a 503 (issue 29, "Overloaded").
+            // is retried and falls back like a 503.
             retry_on: StatusSet::of(&[429, 500, 502, 503, 529]),
             fallback_on: StatusSet::of(&[401, 403, 404, 408, 429, 500, 502, 503, 529]),
             fallback_candidate: true,

@@ -1,4 +1,4 @@
-//! A translated attempt's answer, back in the client's API (issue 28): a virtual model's
+//! A translated attempt's answer, back in the client's API: a virtual model's
 //! target that does not serve the client's API natively was sent the request translated
 //! ([`crate::core::translate::direction`]), so what it answers is in its own API.
 //!

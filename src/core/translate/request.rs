@@ -1,4 +1,5 @@
-//! Request translation between OpenAI Chat Completions and Anthropic Messages (issue 28).
+//! Request translation between OpenAI Chat Completions and Anthropic Messages (Zuplo model load
+//! balancing, "A list mixes vendors").
 //!
 //! Both APIs reject fields they do not know, so each client field is mapped, dropped or refused
 //! (an [`Untranslatable`] naming it, a 400 in the client's shape), never passed through; a field

@@ -294,7 +294,7 @@ fn explain_virtual(
     out
 }
 
-/// Which way a candidate's request and answer are translated (issue 28, `translate`).
+/// Which way a candidate's request and answer are translated (a virtual model's `translate`).
 fn translated(d: Direction) -> String {
     match d {
         Direction::ChatToMessages => {

@@ -1,4 +1,4 @@
-//! Answers of translated attempts (issue 28), event by event: each reaches the client in the
+//! Answers of translated attempts, event by event: each reaches the client in the
 //! client's API, while the commit point, the honest end and usage read the provider's events.
 
 use super::*;
