@@ -17,6 +17,7 @@ pub mod fallback;
 pub mod flight;
 pub mod headers;
 pub mod health;
+pub mod json_scan;
 pub mod metadata;
 pub mod metrics;
 pub mod multipart;

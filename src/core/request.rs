@@ -1,13 +1,15 @@
 //! Reading what routing needs from a request body, and rewriting it for a target by splicing
 //! bytes.
 //!
-//! The body is read with serde_json as a list of top-level keys with borrowed [`RawValue`]s: one
-//! pass that validates the whole document without building a tree. Each raw value is a slice of
-//! the original body, so its position is known and a rewrite (the `model`, a target's
+//! The body is read as a list of top-level keys with the spans of their values: one pass that
+//! validates the whole document without building a tree (a memchr scan that skips string
+//! contents, serde_json's borrowed [`RawValue`]s for what the scan leaves to it). Each value is a
+//! slice of the original body, so its position is known and a rewrite (the `model`, a target's
 //! `override_params`) is a splice: every other byte the client sent reaches the provider as is.
 
 use crate::core::errors::ErrorReply;
 use crate::core::headers::Headers;
+use crate::core::json_scan;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
@@ -133,9 +135,22 @@ pub fn inspect(body: &[u8]) -> Result<Inspected<'_>, ErrorReply> {
     })
 }
 
-/// The body as text and its top-level fields with their spans, in one pass; the 400 of a body
-/// that is not a UTF-8 JSON object.
+/// The body as text and its top-level fields with their spans; the 400 of a body that is not
+/// a UTF-8 JSON object.
+///
+/// The memchr scanner ([`json_scan`]) reads a valid object without decoding string contents;
+/// whatever it does not accept goes to serde_json, which accepts the same documents and gives
+/// the error, so every reply stays serde_json's by construction.
 fn top_level(body: &[u8]) -> Result<(&str, Fields<'_>), ErrorReply> {
+    let whole = object_text(body)?;
+    if let Some(fields) = json_scan::top_level_members(whole) {
+        return Ok((whole, fields));
+    }
+    Ok((whole, fields_by_serde(body, whole)?))
+}
+
+/// `body` as text when it looks like an object (first non-whitespace byte `{`) and is UTF-8.
+fn object_text(body: &[u8]) -> Result<&str, ErrorReply> {
     // serde would also read a struct from a JSON array; only an object is a request.
     if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
         return Err(
@@ -149,18 +164,25 @@ fn top_level(body: &[u8]) -> Result<(&str, Fields<'_>), ErrorReply> {
     // no key or raw value again (from bytes it checks each of them on its own). simdutf8 checks
     // 16 bytes a step (Wasm SIMD, or SSE/AVX natively) where the standard library checks 4 in
     // the .wasm: ~1.5k fewer instructions per 1.5 KB chat there (callgrind).
-    let whole = simdutf8::basic::from_utf8(body).map_err(|_| {
+    simdutf8::basic::from_utf8(body).map_err(|_| {
         // Only a bad body pays for the position of its first bad byte.
         let at = std::str::from_utf8(body)
             .err()
             .map_or(0, |e| e.valid_up_to());
         ErrorReply::invalid_json(&format!("the body is not UTF-8 (byte {at})"))
-    })?;
+    })
+}
+
+/// The top-level fields of `whole` (the text of `body`) read by serde_json as keys and borrowed
+/// raw values: the reference the scanner is tested against, and the error of a bad body.
+pub(crate) fn fields_by_serde<'b>(
+    body: &'b [u8],
+    whole: &'b str,
+) -> Result<Fields<'b>, ErrorReply> {
     let mut reader = serde_json::Deserializer::from_str(whole);
-    let fields = serde::de::DeserializeSeed::deserialize(TopLevel(body), &mut reader)
+    serde::de::DeserializeSeed::deserialize(TopLevel(body), &mut reader)
         .and_then(|fields| reader.end().map(|()| fields))
-        .map_err(|e| describe(&e))?;
-    Ok((whole, fields))
+        .map_err(|e| describe(&e))
 }
 
 /// The `model` value at `span` as a name: a JSON string, unescaped only when it has escapes.
@@ -494,6 +516,26 @@ mod tests {
             e.status,
             v["error"]["message"].as_str().unwrap().to_string(),
         )
+    }
+
+    #[test]
+    fn the_top_level_model_is_read_past_every_escape_and_a_model_inside_a_string() {
+        // Every JSON escape, multi-byte UTF-8 (2, 3 and 4 bytes, and as escapes with a
+        // surrogate pair and a lone surrogate) and `"model"` inside string values, before the
+        // real top-level `model`.
+        let prompt = r#"q \" \\ \/ \b \f \n \r \t \u0041 \u00e9 \ud83d\ude00 \ud800 é € 𝄞 \"model\": \"evil\""#;
+        let body = format!(
+            r#"{{"messages":[{{"role":"user","content":"{prompt}","model":"nested"}}],"x":"\"model\":\"no\"",
+               "model" : "gpt-4o" , "stream":true}}"#
+        );
+        let got = inspect(body.as_bytes()).unwrap();
+        assert_eq!(got.model, "gpt-4o");
+        assert_eq!(&body[got.model_span.clone()], "\"gpt-4o\"");
+        assert!(got.stream);
+        let keys: Vec<&str> = got.fields.iter().map(|(k, _)| k.as_ref()).collect();
+        assert_eq!(keys, ["messages", "x", "model", "stream"]);
+        // The scanner, not the fallback, read it.
+        assert!(json_scan::top_level_members(&body).is_some());
     }
 
     #[test]
