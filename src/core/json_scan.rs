@@ -146,17 +146,12 @@ fn skip_member_key(b: &[u8], at: usize) -> Option<usize> {
 }
 
 /// Just past the closing quote of the string whose contents start at `at`. A control byte
-/// (below 0x20) inside a string is an error in JSON; the check is a branch-free fold over each
-/// skipped run, which the compiler vectorises.
+/// (below 0x20) inside a string is an error in JSON (RFC 8259 §7).
 fn skip_string(b: &[u8], mut at: usize) -> Option<usize> {
     loop {
         let rest = b.get(at..)?;
         let n = memchr2(b'"', b'\\', rest)?;
-        if rest
-            .get(..n)?
-            .iter()
-            .fold(false, |bad, &c| bad | (c < 0x20))
-        {
+        if has_control_byte(rest.get(..n)?) {
             return None;
         }
         at += n;
@@ -165,6 +160,21 @@ fn skip_string(b: &[u8], mut at: usize) -> Option<usize> {
         }
         at = skip_escape(b, at + 1)?;
     }
+}
+
+/// Whether `run` holds a byte below 0x20, eight bytes a step with the word trick "has a byte
+/// less than n" (exact for n <= 128): LLVM vectorises a plain byte loop at opt-level 3 but not
+/// at the .wasm's `s`, where a byte loop cost ~6 instructions a byte (callgrind).
+fn has_control_byte(run: &[u8]) -> bool {
+    const ONES: u64 = u64::from_le_bytes([0x01; 8]);
+    const HIGH: u64 = u64::from_le_bytes([0x80; 8]);
+    let mut words = run.chunks_exact(8);
+    let mut seen = 0u64;
+    for word in &mut words {
+        let x = u64::from_le_bytes(<[u8; 8]>::try_from(word).unwrap_or_default());
+        seen |= x.wrapping_sub(ONES * 0x20) & !x & HIGH;
+    }
+    seen != 0 || words.remainder().iter().any(|&c| c < 0x20)
 }
 
 /// Just past the escape whose letter is at `at`: `\" \\ \/ \b \f \n \r \t`, or `\u` and four

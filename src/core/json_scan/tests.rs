@@ -282,3 +282,22 @@ fn refuses_what_json_refuses() {
         assert!(!agree(text), "{text:?}");
     }
 }
+
+#[test]
+fn the_control_byte_check_sees_every_byte_below_0x20_at_every_position() {
+    for len in 0..20 {
+        for pos in 0..len {
+            for c in 0..=255u8 {
+                let mut run = vec![b'a'; len];
+                if let Some(slot) = run.get_mut(pos) {
+                    *slot = c;
+                }
+                assert_eq!(
+                    super::has_control_byte(&run),
+                    c < 0x20,
+                    "{c} at {pos} of {len}"
+                );
+            }
+        }
+    }
+}
