@@ -32,9 +32,10 @@
 //! non-empty string: Claude Code's JSON-string `metadata.user_id` fails that character rule but
 //! still names one session.
 
-use super::body_member::string_at;
-use super::request::Request;
+use super::body_member::bytes_at;
+use crate::core::headers::Headers;
 use std::borrow::Cow;
+use std::ops::Range;
 
 /// The session headers, most specific first (see the table above).
 pub const HEADERS: [&str; 6] = [
@@ -52,22 +53,23 @@ pub const BODY_MEMBERS: [&str; 2] = ["prompt_cache_key", "metadata.user_id"];
 /// Shortest and longest session header value accepted.
 const VALUE_LEN: std::ops::RangeInclusive<usize> = 8..=256;
 
-/// The request's agent session, or `None` when it sends none.
-pub fn session<'a>(request: &Request<'a>) -> Option<Cow<'a, [u8]>> {
+/// The agent session of a request with `headers` and `body` (whose top-level members are
+/// `fields`), or `None` when it sends none.
+pub fn session<'a>(
+    headers: &'a Headers,
+    body: &'a [u8],
+    fields: &[(Cow<'_, str>, Range<usize>)],
+) -> Option<Cow<'a, [u8]>> {
     let header = HEADERS
         .iter()
-        .filter_map(|name| request.headers.get(name))
+        .filter_map(|name| headers.get(name))
         .find(|v| valid_header_value(v));
     if let Some(value) = header {
         return Some(Cow::Borrowed(value));
     }
-    BODY_MEMBERS.iter().find_map(|path| {
-        let value = string_at(request.body, request.fields, path).filter(|v| !v.is_empty())?;
-        Some(match value {
-            Cow::Borrowed(s) => Cow::Borrowed(s.as_bytes()),
-            Cow::Owned(s) => Cow::Owned(s.into_bytes()),
-        })
-    })
+    BODY_MEMBERS
+        .iter()
+        .find_map(|path| bytes_at(body, fields, path).filter(|v| !v.is_empty()))
 }
 
 /// 8 to 256 characters of `[A-Za-z0-9_-]`.
@@ -81,27 +83,13 @@ fn valid_header_value(value: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::endpoint::Endpoint;
-    use crate::core::headers::Headers;
-    use crate::core::metadata::Metadata;
     use crate::core::request::inspect;
-    use crate::core::routing::LocalState;
 
     fn agent_session(headers: &[(&str, &str)], body: &str) -> Option<String> {
         let headers = Headers::from_pairs(headers.iter().copied());
-        let (metadata, state) = (Metadata::default(), LocalState::default());
         let inspected = inspect(body.as_bytes()).unwrap();
-        let request = Request {
-            endpoint: Endpoint::ChatCompletions,
-            model: "m",
-            metadata: &metadata,
-            headers: &headers,
-            state: &state,
-            body: body.as_bytes(),
-            fields: &inspected.fields,
-            tier_hint: None,
-        };
-        session(&request).map(|v| String::from_utf8(v.into_owned()).unwrap())
+        session(&headers, body.as_bytes(), &inspected.fields)
+            .map(|v| String::from_utf8(v.into_owned()).unwrap())
     }
 
     const UUID: &str = "54c1eb09-bc4c-4d2f-98eb-6d2ab2d5e2fe";

@@ -13,6 +13,18 @@ use serde::Deserialize;
 use std::borrow::Cow;
 use std::ops::Range;
 
+/// [`string_at`] as bytes: a session key or caller identifier read from the body.
+pub fn bytes_at<'b>(
+    body: &'b [u8],
+    fields: &[(Cow<'_, str>, Range<usize>)],
+    path: &str,
+) -> Option<Cow<'b, [u8]>> {
+    Some(match string_at(body, fields, path)? {
+        Cow::Borrowed(s) => Cow::Borrowed(s.as_bytes()),
+        Cow::Owned(s) => Cow::Owned(s.into_bytes()),
+    })
+}
+
 /// The string at `path` (`field` or `parent.child`) of `body`, whose top-level members are
 /// `fields`; `None` when absent or not a string.
 pub fn string_at<'b>(

@@ -46,13 +46,10 @@ impl<'a> Request<'a> {
                 .state
                 .verified_claim(&id.payload, &id.key)
                 .map(Cow::Owned),
-            StickySource::Body => {
-                match super::body_member::string_at(self.body, self.fields, &id.key)? {
-                    Cow::Borrowed(s) => Some(Cow::Borrowed(s.as_bytes())),
-                    Cow::Owned(s) => Some(Cow::Owned(s.into_bytes())),
-                }
+            StickySource::Body => super::body_member::bytes_at(self.body, self.fields, &id.key),
+            StickySource::AgentSession => {
+                super::agent_session::session(self.headers, self.body, self.fields)
             }
-            StickySource::AgentSession => super::agent_session::session(self),
         }
     }
 
