@@ -77,9 +77,9 @@ def test_one_tenants_bad_requests_do_not_move_anothers_traffic(stack):
 def test_past_max_evicted_share_the_least_recently_failed_target_serves_first(stack):
     # Two virtual models over the same two targets, one with the cap. Each target is evicted by
     # a 429 with Retry-After, called directly: `b` first, then `a`, so `a` failed most recently.
-    a = stack.provider("a", fail_status=429, retry_after=60)
-    b = stack.provider("b", fail_status=429, retry_after=60)
-    models = [{"name": n, "cluster": n, "model": "gpt-4o", "visibility": "public"} for n in ("a", "b")]
+    a, b = (stack.provider(n, strict="openai", host_name="api.openai.com", api_key="sk-gateway",
+                           fail_status=429, retry_after=60) for n in ("a", "b"))
+    models = [openai_model(n, visibility="public") for n in ("a", "b")]
     vm = lambda name, extra: {"name": name, "model_types": ["chat"], **extra, "routing_config": {
         "type": "priority-based-routing", "load_balance_targets": [
             {"target": "a", "priority": 0}, {"target": "b", "priority": 1}]}}
@@ -106,9 +106,9 @@ def test_past_max_evicted_share_the_least_recently_failed_target_serves_first(st
 
 
 def test_a_413_a_422_or_a_client_hanging_up_leaves_the_target_healthy(stack):
-    a = stack.provider("a")
-    stack.provider("b")
-    models = [{"name": n, "cluster": n, "model": "gpt-4o", "visibility": "internal"} for n in ("a", "b")]
+    a, _ = (stack.provider(n, strict="openai", host_name="api.openai.com", api_key="sk-gateway")
+            for n in ("a", "b"))
+    models = [openai_model(n) for n in ("a", "b")]
     envoy = stack.envoy({"models": models, "virtual_models": [{
         "name": "vm", "model_types": ["chat"], "routing_config": {
             "type": "priority-based-routing", "load_balance_targets": [

@@ -83,14 +83,14 @@ impl HealthInput<'_> {
     /// when all of it is evicted, which a cap would prevent.
     fn capped(&self, vm: &VirtualModel, model: ModelId) -> Standing {
         let share = f64::from(vm.max_evicted_share.unwrap_or(1.0));
-        let targets: Vec<ModelId> = vm.targets.iter().map(|t| t.model).collect();
-        let distinct = |i: &usize, m: &ModelId| targets.iter().position(|t| t == m) == Some(*i);
-        let n = targets
+        // Each catalog model once, though a virtual model may list one in several places.
+        let targets = vm
+            .targets
             .iter()
             .enumerate()
-            .filter(|(i, m)| distinct(i, m))
-            .count();
-        let allowed = (share * n as f64).floor() as usize;
+            .filter(|(i, t)| vm.targets.iter().position(|u| u.model == t.model) == Some(*i))
+            .map(|(_, t)| t.model);
+        let allowed = (share * targets.clone().count() as f64).floor() as usize;
         // Most recently failed first; the model id breaks ties so every worker agrees.
         let key = |m: ModelId| {
             let last = self.records.get(m.0).and_then(|r| r.failures.last());
@@ -102,10 +102,7 @@ impl HealthInput<'_> {
                 .is_some_and(|r| self.now_ms < r.evicted_until_ms)
         };
         let ahead = targets
-            .iter()
-            .enumerate()
-            .filter(|(i, m)| distinct(i, m) && **m != model && evicted(**m))
-            .filter(|(_, m)| key(**m) > key(model))
+            .filter(|m| *m != model && evicted(*m) && key(*m) > key(model))
             .count();
         if ahead < allowed {
             Standing::Evicted
