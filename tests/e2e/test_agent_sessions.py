@@ -16,6 +16,8 @@ import requests
 
 from observability import sample, start, wait_for
 
+# Each target is a strict OpenAI mock that answers only its own Host and the gateway's key.
+STRICT = {"strict": "openai", "host_name": "api.openai.com", "api_key": "sk-gateway"}
 TARGETS = ["a", "b", "c"]
 AGENTS = "team/agents"
 RETRY_AFTER_S = 2
@@ -39,7 +41,8 @@ def weighted(name: str, identifiers: list[dict], **sticky) -> dict:
 def plugin() -> dict:
     body = {"source": "body"}
     return {
-        "models": [{"name": t, "cluster": t, "model": f"model-{t}"} for t in TARGETS],
+        "models": [{"name": t, "cluster": t, "model": f"model-{t}", "authority": "api.openai.com",
+                    "headers": {"authorization": "Bearer sk-gateway"}} for t in TARGETS],
         # Only a provider's Retry-After evicts: every count below is fixed.
         "failure_window": {"failures": 0},
         "virtual_models": [
@@ -76,7 +79,7 @@ def sessions() -> list[tuple[dict, dict]]:
 
 
 def test_agent_sessions_keep_their_target_and_an_evicted_one_moves_once(stack):
-    providers = {t: stack.provider(t) for t in TARGETS}
+    providers = {t: stack.provider(t, **STRICT) for t in TARGETS}
     envoy = start(stack, plugin())
     agents = sessions()
     homes = []
@@ -134,15 +137,16 @@ def spread(envoy, model: str, request_for) -> None:
 ])
 def test_each_new_key_source_keeps_a_key_on_one_target(stack, model, request_for):
     for t in TARGETS:
-        stack.provider(t)
+        stack.provider(t, **STRICT)
     envoy = stack.envoy(plugin())
     spread(envoy, model, request_for)
 
 
 def test_the_caller_identity_read_from_the_body_binds_response_ids(stack):
-    stack.provider("a")
+    stack.provider("a", **STRICT)
     envoy = stack.envoy({
-        "models": [{"name": "a", "cluster": "a", "model": "gpt-4o", "provider": "openai"}],
+        "models": [{"name": "a", "cluster": "a", "model": "gpt-4o", "provider": "openai",
+                    "authority": "api.openai.com", "headers": {"authorization": "Bearer sk-gateway"}}],
         "response_id_keys": ["agent-sessions-test-key"],
         "response_id_binding": "caller",
         "caller_identity": {"source": "body", "key": "prompt_cache_key"},
