@@ -18,7 +18,7 @@ WASM_MAX_BYTES := 1048576
 WASM_OPT := wasm-opt -O2 --enable-bulk-memory --enable-sign-ext --enable-mutable-globals \
   --enable-nontrapping-float-to-int --enable-reference-types --enable-multivalue --enable-simd
 
-.PHONY: run run-ecds test setup build wasm-opt lint unit e2e e2e-wasm e2e-native wasm-size resilience-report soak bench profile clean
+.PHONY: run run-ecds test setup build wasm-opt lint unit unit-wasm e2e e2e-wasm e2e-native wasm-size resilience-report soak bench profile clean
 
 run: build
 	$(PY) scripts/run_demo.py
@@ -27,7 +27,7 @@ run: build
 run-ecds: build
 	$(PY) scripts/run_demo.py envoy/ecds.yaml
 
-test: build lint unit wasm-size e2e
+test: build lint unit unit-wasm wasm-size e2e
 
 setup: $(VENV)/.installed
 	@rustup target list --installed | grep -qx wasm32-wasip1 || rustup target add wasm32-wasip1
@@ -62,6 +62,14 @@ lint: setup
 
 unit:
 	cargo test --workspace
+
+# The same unit tests built for the .wasm's target and run in V8 (Node's WASI): 32-bit usize
+# and the Wasm SIMD paths are tested as the .wasm runs them.
+unit-wasm: setup
+	@command -v node >/dev/null || (apt-get update -qq && apt-get install -y -qq nodejs)
+	@test=$$(cargo test --target wasm32-wasip1 --lib --no-run --message-format=json \
+	  | $(PY) -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable")][-1])') && \
+	  node --no-warnings --experimental-wasi-unstable-preview1 scripts/wasm_unit.mjs "$$test" --test-threads 1
 
 wasm-size: build
 	@size=$$(stat -c %s $(WASM)); echo "switchboard.wasm: $$size bytes (limit $(WASM_MAX_BYTES))"; \

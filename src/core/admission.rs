@@ -127,10 +127,12 @@ pub fn admit<'c>(config: &'c Config, headers: &Headers, end_of_stream: bool) -> 
     if let Err(error) = check_content_encoding(headers) {
         return refuse(error);
     }
+    // u64: a `usize` is 32 bits in the .wasm, where a length past 4 GiB would not parse and
+    // so would not be refused here.
     let declared = headers
         .get_str("content-length")
-        .and_then(|v| v.trim().parse::<usize>().ok());
-    if declared.is_some_and(|n| n > config.max_request_body_bytes) {
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > config.max_request_body_bytes as u64) {
         return refuse(ErrorReply::body_too_large(config.max_request_body_bytes));
     }
     Admission::Inspect(endpoint)
