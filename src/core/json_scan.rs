@@ -1,6 +1,9 @@
 //! A strict scan of a JSON object's top-level members that skips string contents without
-//! decoding them: `memchr` finds the next quote or backslash (SIMD on x86_64, aarch64 and
-//! wasm32 `simd128`), which is all a string skip needs.
+//! decoding them: one SIMD pass ([`string_run`]) finds the next quote, backslash, control byte
+//! or non-ASCII byte, which is all a string skip needs. The scan also checks the body is UTF-8:
+//! outside strings the grammar admits only ASCII, and inside them each run of non-ASCII bytes
+//! is validated where the pass stops at it (a UTF-8 sequence never holds an ASCII byte), so a
+//! body it accepts needs no separate UTF-8 pass.
 //!
 //! It accepts exactly what serde_json accepts when it reads the object as keys and borrowed
 //! `RawValue`s (RFC 8259 grammar as serde_json implements it): the same string escapes (a `\u`
@@ -11,7 +14,6 @@
 //! `None`, and the caller falls back to serde_json, which then gives its own error: a `None`
 //! costs time, never a different answer.
 
-use memchr::memchr2;
 use std::borrow::Cow;
 use std::ops::Range;
 
@@ -19,10 +21,11 @@ use std::ops::Range;
 /// its value, from its first byte to just after its last.
 pub type Members<'a> = Vec<(Cow<'a, str>, Range<usize>)>;
 
-/// The top-level members of `text`, a JSON object with nothing but whitespace around it, or
+mod string_run;
+
+/// The top-level members of `b`, a UTF-8 JSON object with nothing but whitespace around it, or
 /// `None` when it is not one (or holds a key only serde_json can judge).
-pub fn top_level_members(text: &str) -> Option<Members<'_>> {
-    let b = text.as_bytes();
+pub fn top_level_members(b: &[u8]) -> Option<Members<'_>> {
     let mut at = skip_ws(b, 0);
     if b.get(at) != Some(&b'{') {
         return None;
@@ -38,7 +41,7 @@ pub fn top_level_members(text: &str) -> Option<Members<'_>> {
             return None;
         }
         let key_end = skip_string(b, at + 1)?;
-        let key = decode_key(text, at..key_end)?;
+        let key = decode_key(b, at..key_end)?;
         at = skip_ws(b, key_end);
         if b.get(at) != Some(&b':') {
             return None;
@@ -57,12 +60,13 @@ pub fn top_level_members(text: &str) -> Option<Members<'_>> {
 
 /// The key at `span` (quotes included): the bytes between the quotes when there is no escape,
 /// else what serde_json decodes (it refuses what it cannot make a `str` of).
-fn decode_key(text: &str, span: Range<usize>) -> Option<Cow<'_, str>> {
-    let inner = text.get(span.start + 1..span.end - 1)?;
-    if memchr::memchr(b'\\', inner.as_bytes()).is_none() {
-        return Some(Cow::Borrowed(inner));
+fn decode_key(b: &[u8], span: Range<usize>) -> Option<Cow<'_, str>> {
+    let inner = b.get(span.start + 1..span.end - 1)?;
+    if memchr::memchr(b'\\', inner).is_none() {
+        // Already validated by the scan; a key is a few bytes to check again.
+        return std::str::from_utf8(inner).ok().map(Cow::Borrowed);
     }
-    serde_json::from_str::<String>(text.get(span)?)
+    serde_json::from_slice::<String>(b.get(span)?)
         .ok()
         .map(Cow::Owned)
 }
@@ -146,35 +150,26 @@ fn skip_member_key(b: &[u8], at: usize) -> Option<usize> {
 }
 
 /// Just past the closing quote of the string whose contents start at `at`. A control byte
-/// (below 0x20) inside a string is an error in JSON (RFC 8259 §7).
+/// (below 0x20) inside a string is an error in JSON (RFC 8259 §7), and so is text that is not
+/// UTF-8 (§8.1).
 fn skip_string(b: &[u8], mut at: usize) -> Option<usize> {
     loop {
-        let rest = b.get(at..)?;
-        let n = memchr2(b'"', b'\\', rest)?;
-        if has_control_byte(rest.get(..n)?) {
-            return None;
+        at += string_run::plain_run(b.get(at..)?);
+        match *b.get(at)? {
+            b'"' => return Some(at + 1),
+            b'\\' => at = skip_escape(b, at + 1)?,
+            0x80.. => at = skip_utf8(b, at)?,
+            _ => return None,
         }
-        at += n;
-        if b.get(at) == Some(&b'"') {
-            return Some(at + 1);
-        }
-        at = skip_escape(b, at + 1)?;
     }
 }
 
-/// Whether `run` holds a byte below 0x20, eight bytes a step with the word trick "has a byte
-/// less than n" (exact for n <= 128): LLVM vectorises a plain byte loop at opt-level 3 but not
-/// at the .wasm's `s`, where a byte loop cost ~6 instructions a byte (callgrind).
-fn has_control_byte(run: &[u8]) -> bool {
-    const ONES: u64 = u64::from_le_bytes([0x01; 8]);
-    const HIGH: u64 = u64::from_le_bytes([0x80; 8]);
-    let mut words = run.chunks_exact(8);
-    let mut seen = 0u64;
-    for word in &mut words {
-        let x = u64::from_le_bytes(<[u8; 8]>::try_from(word).unwrap_or_default());
-        seen |= x.wrapping_sub(ONES * 0x20) & !x & HIGH;
-    }
-    seen != 0 || words.remainder().iter().any(|&c| c < 0x20)
+/// Past the run of non-ASCII bytes at `at`, when it is whole UTF-8.
+fn skip_utf8(b: &[u8], at: usize) -> Option<usize> {
+    let rest = b.get(at..)?;
+    let n = rest.iter().position(u8::is_ascii).unwrap_or(rest.len());
+    simdutf8::basic::from_utf8(rest.get(..n)?).ok()?;
+    Some(at + n)
 }
 
 /// Just past the escape whose letter is at `at`: `\" \\ \/ \b \f \n \r \t`, or `\u` and four

@@ -4,11 +4,17 @@
 use super::top_level_members;
 use crate::core::request::fields_by_serde;
 
-/// Scanner `Some` must be serde Ok with the same members; scanner `None` must be serde Err
-/// (else it is only slower). Returns whether the scanner accepted.
-fn agree(text: &str) -> bool {
-    let scanned = top_level_members(text);
-    let reference = fields_by_serde(text.as_bytes(), text);
+/// Scanner `Some` must be serde Ok (on UTF-8 text) with the same members; scanner `None` must
+/// be serde Err or text that is not UTF-8 (else it is only slower). Returns whether the
+/// scanner accepted.
+fn agree(text: impl AsRef<[u8]>) -> bool {
+    let bytes = text.as_ref();
+    let scanned = top_level_members(bytes);
+    let reference = match std::str::from_utf8(bytes) {
+        Ok(text) => fields_by_serde(bytes, text),
+        Err(_) => Err(crate::core::errors::ErrorReply::invalid_json("not UTF-8")),
+    };
+    let text = String::from_utf8_lossy(bytes);
     match (&scanned, &reference) {
         (Some(s), Ok(r)) => assert_eq!(s, r, "members differ for {text:?}"),
         (None, Err(_)) => {}
@@ -30,8 +36,11 @@ const KEYS: [&str; 9] = [
     "",
     "m\u{e9}\u{20ac}\u{1d11e}",
 ];
-const PIECES: [&str; 22] = [
+const PIECES: [&str; 24] = [
     "a",
+    // Longer than the SIMD steps (16, 32 and 64 bytes), so the vector loops and their tails run.
+    "the plain run of a long prompt, longer than one 64-byte step of the scan",
+    "\u{e9}t\u{e9} \u{20ac}\u{1d11e} caf\u{e9} na\u{ef}ve \u{4e2d}\u{6587}\u{6587}\u{672c} plain words after them",
     "hello world",
     "model",
     "\\\"model\\\": \\\"x\\\"",
@@ -200,9 +209,7 @@ fn scanner_agrees_with_serde_json_on_every_input() {
     let mut rng = fastrand::Rng::with_seed(31);
     let (mut inputs, mut valid, mut valid_missed, mut accepted) = (0usize, 0usize, 0usize, 0usize);
     let check = |bytes: &[u8], accepted: &mut usize| {
-        if let Ok(text) = std::str::from_utf8(bytes) {
-            *accepted += usize::from(agree(text));
-        }
+        *accepted += usize::from(agree(bytes));
     };
     while inputs < 120_000 {
         let text = object(&mut rng);
@@ -283,21 +290,68 @@ fn refuses_what_json_refuses() {
     }
 }
 
+/// Every byte value at every position of runs around the SIMD step sizes: the run stops at
+/// the first `"`, `\`, control byte or non-ASCII byte, on each implementation this host has.
 #[test]
-fn the_control_byte_check_sees_every_byte_below_0x20_at_every_position() {
-    for len in 0..20 {
+fn the_plain_run_stops_at_every_stop_byte_at_every_position() {
+    use super::string_run::{plain_run, scalar};
+    type Run = fn(&[u8]) -> usize;
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
+    let mut runs: Vec<(&str, Run)> = vec![("dispatch", plain_run), ("scalar", scalar)];
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: SSE2 is part of x86_64; AVX2 only where the host has it.
+        runs.push(("sse2", |b| unsafe { super::string_run::x86::sse2(b) }));
+        if std::is_x86_feature_detected!("avx2") {
+            runs.push(("avx2", |b| unsafe { super::string_run::x86::avx2(b) }));
+        }
+    }
+    let lengths = (0..=40).chain([63, 64, 65, 95, 96, 97, 127, 128, 129, 200]);
+    for len in lengths {
+        let plain = vec![b'a'; len];
+        for (name, run) in &runs {
+            assert_eq!(run(&plain), len, "{name}: {len} plain bytes");
+        }
         for pos in 0..len {
             for c in 0..=255u8 {
-                let mut run = vec![b'a'; len];
-                if let Some(slot) = run.get_mut(pos) {
+                let mut b = plain.clone();
+                if let Some(slot) = b.get_mut(pos) {
                     *slot = c;
                 }
-                assert_eq!(
-                    super::has_control_byte(&run),
-                    c < 0x20,
-                    "{c} at {pos} of {len}"
-                );
+                let stop = c == b'"' || c == b'\\' || !(0x20..0x80).contains(&c);
+                let want = if stop { pos } else { len };
+                for (name, run) in &runs {
+                    assert_eq!(run(&b), want, "{name}: byte {c:#x} at {pos} of {len}");
+                }
             }
+        }
+    }
+}
+
+/// Multi-byte UTF-8 inside strings is accepted whole and refused when broken (a cut sequence,
+/// a stray continuation byte, an overlong form, a surrogate), short and past a SIMD step.
+#[test]
+fn non_ascii_runs_are_validated_where_the_scan_stops_at_them() {
+    let long = "x".repeat(70);
+    for text in ["é", "€𝄞中文", "aé", "é a", &format!("{long}é{long}€")] {
+        let body = format!(r#"{{"k":"{text}","model":"m"}}"#);
+        assert!(agree(&body), "{body}");
+        assert!(agree(format!(r#"{{"{text}":1}}"#)), "{text} as a key");
+    }
+    for bad in [
+        &b"\xc3"[..],
+        b"\x80",
+        b"\xc0\xaf",
+        b"\xed\xa0\x80",
+        b"\xf4\x90\x80\x80",
+        b"\xe2\x82",
+    ] {
+        for pad in [0, 70] {
+            let mut body = br#"{"k":""#.to_vec();
+            body.extend(std::iter::repeat_n(b'x', pad));
+            body.extend_from_slice(bad);
+            body.extend_from_slice(br#"x","model":"m"}"#);
+            assert!(!agree(&body), "{bad:?} after {pad}");
         }
     }
 }

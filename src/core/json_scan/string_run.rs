@@ -1,0 +1,159 @@
+//! The run of plain bytes at the start of a JSON string's contents: one SIMD pass that stops at
+//! the first byte a strict parser must look at, `"` (the end), `\` (an escape), a control byte
+//! below 0x20 (an error, RFC 8259 §7) or a byte of 0x80 and above (UTF-8 to validate).
+//!
+//! `memchr` finds one to three given bytes; this stop set has a range in it, so it is written
+//! here with the platforms' SIMD (the one hand-written SIMD in the crate). One pass over a
+//! 100 KB ASCII prompt replaces three: memchr for `"`/`\`, a word-at-a-time control check, and
+//! a whole-body UTF-8 check (non-ASCII bytes are validated where the run stops at them).
+//! A single signed compare `byte < 0x20` covers both the control bytes and every byte of 0x80
+//! and above (they are negative as `i8`).
+
+/// How many bytes at the start of `b` are neither `"`, `\`, below 0x20 nor 0x80 and above.
+pub fn plain_run(b: &[u8]) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::is_x86_feature_detected!("avx2") {
+            // SAFETY: AVX2 is present.
+            return unsafe { x86::avx2(b) };
+        }
+        // SAFETY: SSE2 is part of x86_64.
+        unsafe { x86::sse2(b) }
+    }
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    {
+        wasm::simd128(b)
+    }
+    #[cfg(not(any(
+        target_arch = "x86_64",
+        all(target_arch = "wasm32", target_feature = "simd128")
+    )))]
+    {
+        scalar(b)
+    }
+}
+
+/// Whether `c` ends a run of plain string bytes.
+fn stops(c: u8) -> bool {
+    c == b'"' || c == b'\\' || !(0x20..0x80).contains(&c)
+}
+
+/// The byte-at-a-time run: the tails shorter than a vector, and platforms without SIMD here.
+pub(super) fn scalar(b: &[u8]) -> usize {
+    b.iter().position(|&c| stops(c)).unwrap_or(b.len())
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(super) mod x86 {
+    use super::scalar;
+    use std::arch::x86_64::*;
+
+    /// 64 bytes a step in two 32-byte vectors, then 32, then bytes.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn avx2(b: &[u8]) -> usize {
+        let quote = _mm256_set1_epi8(b'"' as i8);
+        let slash = _mm256_set1_epi8(b'\\' as i8);
+        let space = _mm256_set1_epi8(0x20);
+        let stops = |at: usize| {
+            // SAFETY: the callers keep `at + 32 <= b.len()`.
+            let v = unsafe { _mm256_loadu_si256(b.as_ptr().add(at).cast()) };
+            let hit = _mm256_or_si256(
+                _mm256_or_si256(_mm256_cmpeq_epi8(v, quote), _mm256_cmpeq_epi8(v, slash)),
+                _mm256_cmpgt_epi8(space, v),
+            );
+            _mm256_movemask_epi8(hit) as u32
+        };
+        let mut at = 0;
+        while at + 64 <= b.len() {
+            let mask = u64::from(stops(at)) | u64::from(stops(at + 32)) << 32;
+            if mask != 0 {
+                return at + mask.trailing_zeros() as usize;
+            }
+            at += 64;
+        }
+        if at + 32 <= b.len() {
+            let mask = stops(at);
+            if mask != 0 {
+                return at + mask.trailing_zeros() as usize;
+            }
+            at += 32;
+        }
+        at + scalar(b.get(at..).unwrap_or_default())
+    }
+
+    /// 64 bytes a step in four 16-byte vectors, then 16, then bytes.
+    #[target_feature(enable = "sse2")]
+    pub unsafe fn sse2(b: &[u8]) -> usize {
+        let quote = _mm_set1_epi8(b'"' as i8);
+        let slash = _mm_set1_epi8(b'\\' as i8);
+        let space = _mm_set1_epi8(0x20);
+        let stops = |at: usize| {
+            // SAFETY: the callers keep `at + 16 <= b.len()`.
+            let v = unsafe { _mm_loadu_si128(b.as_ptr().add(at).cast()) };
+            let hit = _mm_or_si128(
+                _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, slash)),
+                _mm_cmplt_epi8(v, space),
+            );
+            _mm_movemask_epi8(hit) as u32 as u64
+        };
+        let mut at = 0;
+        while at + 64 <= b.len() {
+            let mask =
+                stops(at) | stops(at + 16) << 16 | stops(at + 32) << 32 | stops(at + 48) << 48;
+            if mask != 0 {
+                return at + mask.trailing_zeros() as usize;
+            }
+            at += 64;
+        }
+        while at + 16 <= b.len() {
+            let mask = stops(at);
+            if mask != 0 {
+                return at + mask.trailing_zeros() as usize;
+            }
+            at += 16;
+        }
+        at + scalar(b.get(at..).unwrap_or_default())
+    }
+}
+
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod wasm {
+    use super::scalar;
+    use core::arch::wasm32::*;
+
+    /// 64 bytes a step in four 16-byte vectors, then 16, then bytes.
+    pub fn simd128(b: &[u8]) -> usize {
+        let quote = u8x16_splat(b'"');
+        let slash = u8x16_splat(b'\\');
+        let space = i8x16_splat(0x20);
+        let stops = |at: usize| {
+            // SAFETY: the callers keep `at + 16 <= b.len()`; unaligned loads are allowed.
+            let v = unsafe { v128_load(b.as_ptr().add(at).cast()) };
+            v128_or(
+                v128_or(i8x16_eq(v, quote), i8x16_eq(v, slash)),
+                i8x16_lt(v, space),
+            )
+        };
+        let mut at = 0;
+        while at + 64 <= b.len() {
+            let (w, x, y, z) = (stops(at), stops(at + 16), stops(at + 32), stops(at + 48));
+            // One test for the usual case, the exact place only when a byte stops the run.
+            if v128_any_true(v128_or(v128_or(w, x), v128_or(y, z))) {
+                let mask = u64::from(u8x16_bitmask(w))
+                    | u64::from(u8x16_bitmask(x)) << 16
+                    | u64::from(u8x16_bitmask(y)) << 32
+                    | u64::from(u8x16_bitmask(z)) << 48;
+                return at + mask.trailing_zeros() as usize;
+            }
+            at += 64;
+        }
+        while at + 16 <= b.len() {
+            let mask = u8x16_bitmask(stops(at));
+            if mask != 0 {
+                return at + mask.trailing_zeros() as usize;
+            }
+            at += 16;
+        }
+        at + scalar(b.get(at..).unwrap_or_default())
+    }
+}
