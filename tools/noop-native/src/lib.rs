@@ -234,11 +234,15 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_request_body(
     }
     // SAFETY: plain calls on this hook's stream; every buffer lent outlives its call.
     unsafe {
-        let mut body = Vec::new();
+        // One allocation of the body's size, as Switchboard makes: growing by doubling would
+        // copy a 100 KB body about once more.
+        let size = |which| (api.get_body_size)(envoy, which);
+        let mut body =
+            Vec::with_capacity(size(BUFFERED_REQUEST_BODY) + size(RECEIVED_REQUEST_BODY));
         append_chunks(api, envoy, BUFFERED_REQUEST_BODY, &mut body);
         append_chunks(api, envoy, RECEIVED_REQUEST_BODY, &mut body);
         for which in [BUFFERED_REQUEST_BODY, RECEIVED_REQUEST_BODY] {
-            let size = (api.get_body_size)(envoy, which);
+            let size = size(which);
             if size > 0 {
                 (api.drain_body)(envoy, which, size);
             }
