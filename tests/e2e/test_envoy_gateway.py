@@ -7,7 +7,7 @@ repository; the validator is shown to reject wrong resources. The resources must
 each other as Envoy Gateway joins them (allow-list, cluster names, targets), with the images
 deploy/Dockerfile builds, and with deploy/istio's plugin config. An Envoy config in the shape
 Envoy Gateway generates from them (eg_envoy_config below) passes `envoy --mode validate` with
-the real module.
+the real module, and serves requests through it to strict mock providers over TLS.
 """
 
 from __future__ import annotations
@@ -20,14 +20,16 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import requests
 import yaml
 
 import crd_schema
 from dockerfile import stages
-from harness import ENVOY_BIN, NATIVE_MODULE, ROOT, require
+from harness import ENVOY_BIN, NATIVE_MODULE, ROOT, TestCA, free_ports, require, start_envoy
 from istio_model import manifests as istio_manifests
 from istio_model import native_manifests as istio_native_manifests
 from istio_model import parse_cluster_name, switchboard_config
+from test_real_providers import ANTHROPIC, AZURE, CHAT, OPENAI, accepted, assert_azure_shape, assert_openai_shape
 
 EG_DIR = ROOT / "deploy" / "envoy-gateway"
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
@@ -637,3 +639,67 @@ def test_the_config_envoy_gateway_would_generate_validates_with_the_module_loade
     _, result = validate_eg(tmp_path, eg_envoy_config(docs, module), plugin["env_keys"])
     assert result.returncode != 0
     assert "virtual_models[0].routing_config.load_balance_targets[0].priority" in result.stdout + result.stderr
+
+
+@pytest.mark.native_only(reason="runs libswitchboard.so the way Envoy Gateway configures it")
+def test_the_config_envoy_gateway_would_generate_serves_virtual_models(stack, tmp_path, monkeypatch):
+    """The modelled config run for real against strict mock providers over TLS: the filter,
+    disabled on the listener, is switched on by each route; the header rules reach the clusters
+    the module names; a fallback, Anthropic, and the passthrough rule work."""
+    docs = recipe()
+    ca = TestCA(tmp_path / "ca")
+
+    def strict(host: str, key: str, kind: str, **flags):
+        cert, pem_key = ca.issue(host)
+        return stack.provider(kind, tls_cert=cert, tls_key=pem_key, host_name=host, strict=kind,
+                              api_key=key, **flags)
+
+    mocks = {OPENAI[0]: strict(*OPENAI, "openai"),
+             AZURE[0]: strict(*AZURE, "azure", deployment="gpt-4o-prod", api_version="2024-10-21"),
+             ANTHROPIC[0]: strict(*ANTHROPIC, "anthropic")}
+    for name, value in {"OPENAI_API_KEY": OPENAI[1], "AZURE_OPENAI_API_KEY": AZURE[1],
+                        "ANTHROPIC_API_KEY": ANTHROPIC[1]}.items():
+        monkeypatch.setenv(name, value)
+    config = eg_envoy_config(docs, require(NATIVE_MODULE, "the native build"))
+    for cluster in config["static_resources"]["clusters"]:
+        socket = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]
+        socket.update(address="127.0.0.1", port_value=mocks[socket["address"]].port)
+        cluster["type"] = "STATIC"
+        cluster["transport_socket"]["typed_config"]["common_tls_context"]["validation_context"]["trusted_ca"] = {
+            "filename": str(ca.ca_path)}
+    listen, admin = free_ports(2)
+    [listener] = config["static_resources"]["listeners"]
+    listener["address"]["socket_address"].update(address="127.0.0.1", port_value=listen)
+    config["admin"] = {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin}}}
+    envoy = start_envoy(config)
+    stack.envoys.append(envoy)
+
+    # A client-sent cluster header does not steer the request: the filter overwrites it.
+    r = requests.post(f"{envoy.url}/v1/chat/completions", timeout=30,
+                      json={"model": "prod/chat", "messages": CHAT},
+                      headers={CLUSTER_HEADER: rule_cluster(one(docs, "HTTPRoute"), 2)})
+    assert r.status_code == 200, r.text
+    assert r.headers["x-switchboard-resolved-model"] == "openai/gpt-4o"
+    [seen] = accepted(mocks[OPENAI[0]])
+    assert_openai_shape(seen)
+    assert CLUSTER_HEADER not in seen["headers"]
+
+    mocks[OPENAI[0]].configure(fail_status=503, fail_rate=1.0)
+    r = requests.post(f"{envoy.url}/v1/chat/completions", timeout=30, json={"model": "prod/chat", "messages": CHAT})
+    assert (r.status_code, r.headers["x-switchboard-resolved-model"]) == (200, "azure/gpt-4o"), r.text
+    [seen] = accepted(mocks[AZURE[0]])
+    assert_azure_shape(seen)
+
+    r = requests.post(f"{envoy.url}/v1/messages", timeout=30,
+                      json={"model": "prod/claude", "max_tokens": 16, "messages": CHAT})
+    assert r.status_code == 200, r.text
+    [seen] = accepted(mocks[ANTHROPIC[0]])
+    assert (seen["sni"], seen["authority"], seen["headers"]["x-api-key"]) == (ANTHROPIC[0], ANTHROPIC[0], ANTHROPIC[1])
+
+    # Not Switchboard's: the passthrough rule, to OpenAI as the client sent it, Host rewritten.
+    mocks[OPENAI[0]].clear()
+    r = requests.get(f"{envoy.url}/v1/files", timeout=30, headers={"authorization": "Bearer client-own-key"})
+    assert (r.status_code, r.headers.get("x-mock-provider")) == (404, "openai"), r.text
+    [seen] = mocks[OPENAI[0]].requests()
+    assert (seen["sni"], seen["authority"], seen["path"]) == (OPENAI[0], OPENAI[0], "/v1/files")
+    assert seen["headers"]["authorization"] == "Bearer client-own-key"
