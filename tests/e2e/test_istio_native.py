@@ -37,11 +37,6 @@ def proxy_container(docs: list[dict]) -> dict:
     return container
 
 
-def search_path(docs: list[dict]) -> str:
-    [entry] = [e for e in proxy_container(docs)["env"] if e["name"] == "ENVOY_DYNAMIC_MODULES_SEARCH_PATH"]
-    return entry["value"]
-
-
 def validate_native(tmp_path: Path, docs: list[dict], ecds: bool = False) -> tuple[Path, subprocess.CompletedProcess]:
     """`envoy --mode validate` on the modelled gateway config, with the module where the
     Deployment's search path would find it (here: target/native) and the bootstrap override
