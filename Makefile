@@ -18,7 +18,7 @@ WASM_MAX_BYTES := 1048576
 WASM_OPT := wasm-opt -O2 --enable-bulk-memory --enable-sign-ext --enable-mutable-globals \
   --enable-nontrapping-float-to-int --enable-reference-types --enable-multivalue --enable-simd
 
-.PHONY: run run-ecds test setup build wasm-opt lint unit unit-wasm e2e e2e-wasm e2e-native wasm-size resilience-report soak bench profile clean
+.PHONY: run run-ecds test setup build image-native wasm-opt lint unit unit-wasm e2e e2e-wasm e2e-native wasm-size resilience-report soak bench profile clean
 
 run: build
 	$(PY) scripts/run_demo.py
@@ -46,6 +46,17 @@ build: setup
 	@$(MAKE) --no-print-directory wasm-opt
 	cargo build --profile native --lib
 	cargo build --release -p mock-provider -p switchboard-cli
+
+# The native module's images (deploy/Dockerfile; needs Docker, which `make test` does not):
+# Envoy 1.40.0 with libswitchboard.so for Envoy Gateway and plain Envoy, and the module alone for
+# an image volume beside an Envoy 1.40 (Istio, or Envoy Gateway's alternative). Push them to your
+# registry: IMAGE_REPO=your.registry/path make image-native. The tag is the crate's version.
+IMAGE_REPO ?= registry.example.com/switchboard
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
+
+image-native:
+	docker build -f deploy/Dockerfile --target envoy-native -t $(IMAGE_REPO)/switchboard-envoy:$(VERSION) .
+	docker build -f deploy/Dockerfile --target native-module -t $(IMAGE_REPO)/switchboard-native:$(VERSION) .
 
 # The .wasm is optimised in deps/, which cargo links to $(WASM) on every build, and only when
 # cargo wrote a new one (the stamp holds the hash of the optimised file): it takes ~20 s.

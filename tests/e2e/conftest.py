@@ -18,6 +18,10 @@ def pytest_configure(config):
         "markers", "wasm_only(reason): checks something only the Wasm build has; skipped, with "
         "the reason, when the suite runs against the native build (SWITCHBOARD_BUILD=native)")
     config.addinivalue_line(
+        "markers", "native_only(reason): loads the native module whatever the build under test "
+        "(a recipe only the native build has); skipped, with the reason, in the Wasm pass, so it "
+        "runs and counts once, in the native pass")
+    config.addinivalue_line(
         "markers", "native_gap(reason): a behaviour the native build cannot have with Envoy "
         "1.40's dynamic-modules ABI; expected to fail there (strict xfail: it is reported, and "
         "a pass would flag the marker as stale), never counted as a pass")
@@ -32,6 +36,10 @@ def pytest_report_header(config):
 
 def pytest_collection_modifyitems(config, items):
     if BUILD != "native":
+        for item in items:
+            if marker := item.get_closest_marker("native_only"):
+                reason = marker.kwargs.get("reason") or (marker.args[0] if marker.args else "")
+                item.add_marker(pytest.mark.skip(reason=f"native build only: {reason}"))
         return
     for item in items:
         if marker := item.get_closest_marker("wasm_only"):

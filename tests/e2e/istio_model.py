@@ -16,7 +16,9 @@ What the model does, and where Istio does it (Istio 1.28 sources):
   defines an extension config served over ECDS. A patch the model cannot place is an error,
   never skipped.
 - Istio's agent rewrites a remote Wasm code source (the oci:// image) to the local file it
-  pulled (pkg/wasm/convert.go); here the local file is the .wasm `make build` produced.
+  pulled (pkg/wasm/convert.go); here the local file is the .wasm `make build` produced. It
+  leaves other extension configs alone: the native module's (deploy/istio/native) reaches Envoy
+  as written, and Envoy loads libswitchboard.so from its search path.
 - The bootstrap override ConfigMap reaches Envoy as `--config-yaml` (pkg/envoy/proxy.go).
 
 What it does not model: Istio's own filters, stats rules, TLS certificates for mTLS, and the
@@ -34,7 +36,12 @@ import yaml
 from harness import ROOT
 
 ISTIO_DIR = ROOT / "deploy" / "istio"
+# The native module's recipe: native/ replaces envoyfilter.yaml and gateway.yaml, and shares
+# the other files (deploy/istio/native/README.md).
+NATIVE_DIR = ISTIO_DIR / "native"
+SHARED_FILES = ("providers.yaml", "routing.yaml", "bootstrap-override.yaml")
 WASM_TYPE = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"
+NATIVE_TYPE = "type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter"
 HCM = "envoy.filters.network.http_connection_manager"
 ROUTER = "envoy.filters.http.router"
 SYSTEM_CA = "/etc/ssl/certs/ca-certificates.crt"
@@ -44,6 +51,14 @@ def manifests(directory: Path = ISTIO_DIR) -> list[dict]:
     """Every Kubernetes object in the directory's YAML files."""
     docs = []
     for path in sorted(directory.glob("*.yaml")):
+        docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
+    return docs
+
+
+def native_manifests() -> list[dict]:
+    """The objects of the native module's recipe: the shared files, then native/."""
+    docs = []
+    for path in [ISTIO_DIR / name for name in SHARED_FILES] + sorted(NATIVE_DIR.glob("*.yaml")):
         docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
     return docs
 
@@ -77,8 +92,18 @@ def wasm_plugin_config(docs: list[dict]) -> dict:
     return typed["config"]
 
 
+def native_filter_config(docs: list[dict]) -> dict:
+    """The DynamicModuleFilter of the native module's extension config."""
+    typed = extension_config(docs)["typed_config"]
+    assert typed["@type"] == NATIVE_TYPE
+    return typed
+
+
 def switchboard_config(docs: list[dict]) -> dict:
-    """The Switchboard plugin config (the JSON in the filter's `configuration`)."""
+    """The Switchboard plugin config (the JSON in the Wasm filter's `configuration`, or in the
+    native filter's `filter_config`)."""
+    if extension_config(docs)["typed_config"]["@type"] == NATIVE_TYPE:
+        return json.loads(native_filter_config(docs)["filter_config"]["value"])
     return json.loads(wasm_plugin_config(docs)["configuration"]["value"])
 
 
@@ -234,10 +259,14 @@ def gateway_listener(docs: list[dict]) -> dict:
     return listener
 
 
-def agent_rewrite(ext: dict, wasm_path: Path) -> dict:
+def agent_rewrite(ext: dict, wasm_path: Path | None) -> dict:
     """The extension config as Istio's agent hands it to Envoy: the remote code source (the
-    image it pulled) replaced by the local file."""
+    image it pulled) replaced by the local file. The agent rewrites only Wasm configs: the
+    native module's reaches Envoy as written, and Envoy loads the module from its own disk."""
     ext = copy.deepcopy(ext)
+    if ext["typed_config"]["@type"] == NATIVE_TYPE:
+        return ext
+    assert wasm_path is not None, "a Wasm extension config needs the .wasm to hand over"
     vm = ext["typed_config"]["config"]["vm_config"]
     assert "remote" in vm["code"], "the module is meant to come from an image"
     vm["code"] = {"local": {"filename": str(wasm_path)}}
@@ -249,7 +278,7 @@ def http_filters(bootstrap: dict) -> list[dict]:
     return listener["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"]
 
 
-def bootstrap(docs: list[dict], wasm_path: Path, ca_file: str = SYSTEM_CA,
+def bootstrap(docs: list[dict], wasm_path: Path | None = None, ca_file: str = SYSTEM_CA,
               ecds_file: Path | None = None) -> dict:
     """The gateway's Envoy config. The Switchboard filter's config is put inline (then
     validate mode starts the VM on it) or, with `ecds_file`, written there and fetched the way

@@ -23,7 +23,9 @@ import yaml
 from dockerfile import IMAGE_REF, Stage, ignore_patterns, ignored, stages, workdir
 from harness import MOCK_PROVIDER, ROOT, WASM
 
-pytestmark = pytest.mark.wasm_only(reason="the Docker images package the .wasm build")
+# Static checks that load no build: they run once, in the Wasm pass (the native module's
+# images are checked here and in test_envoy_gateway.py).
+pytestmark = pytest.mark.wasm_only(reason="static checks of the Dockerfile, run once")
 
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
 COMPOSE_ENVOY = ROOT / "deploy" / "compose" / "envoy.yaml"
@@ -145,14 +147,15 @@ def copy_as_docker_does(source: Path, into: Path, dest: str, several: bool, patt
         shutil.copy(source, target)
 
 
-def test_the_build_stage_copies_every_file_the_workspace_needs(tmp_path: Path):
+@pytest.mark.parametrize("build_stage", ["build", "build-native"])
+def test_the_build_stage_copies_every_file_the_workspace_needs(tmp_path: Path, build_stage: str):
     """The build context as the build stage sees it: only what its COPYs bring. cargo finds
     there every target the build needs (it silently drops one whose file is missing, and
     `cargo build` then fails), and every file a source includes is there."""
     context = tmp_path / "src"
     context.mkdir()
     patterns = ignore_patterns(ROOT)
-    for copy in stage("build").copies():
+    for copy in stage(build_stage).copies():
         assert copy.from_stage is None and not copy.dest.startswith("/"), "dest relative to WORKDIR"
         for source in copy.sources:
             copy_as_docker_does(ROOT / source, context, copy.dest, len(copy.sources) > 1, patterns)

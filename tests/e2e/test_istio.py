@@ -75,6 +75,13 @@ def test_the_gateway_serves_virtual_models_through_the_istio_config(stack, tmp_p
     """The modelled config run for real: the filter's config arrives over (file) ECDS, the
     cluster_header route reaches Istio's cluster names, TLS carries each host's SNI, the keys
     come from the environment, and the VirtualService's route passes other traffic to OpenAI."""
+    serve_virtual_models(stack, tmp_path, monkeypatch, manifests(), WASM)
+
+
+def serve_virtual_models(stack, tmp_path: Path, monkeypatch, docs: list[dict], wasm_path: Path | None) -> None:
+    """Runs the gateway config Istio would give from `docs` against strict mock providers and
+    checks routing, fallback, keys, SNI and the passthrough (test_istio_native.py runs it on the
+    native module's recipe)."""
     ca = TestCA(tmp_path / "ca")
 
     def strict(host: str, key: str, kind: str, **flags):
@@ -87,7 +94,7 @@ def test_the_gateway_serves_virtual_models_through_the_istio_config(stack, tmp_p
              ANTHROPIC[0]: strict(*ANTHROPIC, "anthropic")}
     for name, value in KEYS.items():
         monkeypatch.setenv(name, value)
-    config = bootstrap(manifests(), WASM, ca_file=str(ca.ca_path), ecds_file=tmp_path / "ecds.json")
+    config = bootstrap(docs, wasm_path, ca_file=str(ca.ca_path), ecds_file=tmp_path / "ecds.json")
     for cluster in config["static_resources"]["clusters"]:
         host, _ = parse_cluster_name(cluster["name"])
         cluster.update(type="STATIC")
