@@ -191,7 +191,12 @@ def kind(obj: str, fn: str) -> str:
     return "other"
 
 
-def measure(name: str, upstream: Upstream, s: Scenario = SCENARIOS[0]) -> dict[str, float]:
+def measure(name: str, upstream: Upstream, s: Scenario = SCENARIOS[0], requests_n: int | None = None,
+            warmup: int | None = None, vector_copies: bool = VECTOR_COPIES) -> dict[str, float]:
+    """Instructions per request of configuration `name` by kind of code, over `requests_n`
+    requests (default INSTR_REQUESTS) after `warmup` (default INSTR_WARMUP)."""
+    requests_n = REQUESTS if requests_n is None else requests_n
+    warmup = WARMUP if warmup is None else warmup
     listen, admin = free_ports(2)
     config = bootstrap(listen, admin, upstream.clusters(s), filters_for(name, s), passthrough="provider")
     work = Path(tempfile.mkdtemp(prefix="switchboard-instr-"))
@@ -205,7 +210,7 @@ def measure(name: str, upstream: Upstream, s: Scenario = SCENARIOS[0]) -> dict[s
     (work / "envoy.json").write_text(json.dumps(config))
     out = work / "callgrind.out"
     env = {**os.environ, "ENVOY_DYNAMIC_MODULES_SEARCH_PATH": str(NATIVE_SO_DIR)}
-    if VECTOR_COPIES:
+    if vector_copies:
         env["GLIBC_TUNABLES"] = "glibc.cpu.x86_rep_movsb_threshold=4294967295"
     proc = subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no", "--smc-check=all-non-file",
                              f"--callgrind-out-file={out}", real_envoy(), "-c", str(work / "envoy.json"),
@@ -237,14 +242,14 @@ def measure(name: str, upstream: Upstream, s: Scenario = SCENARIOS[0]) -> dict[s
                 problem = answer_problem(r, s, switchboard=routed, fallback=routed and s.falls_back)
                 if problem:
                     raise RuntimeError(f"{name}: {problem}")
-        send(WARMUP)
+        send(warmup)
         subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], capture_output=True, check=True,
                        timeout=300)
-        send(REQUESTS)
+        send(requests_n)
         subprocess.run(["callgrind_control", "-d", str(proc.pid)], capture_output=True, check=True, timeout=300)
         dumps = sorted(work.glob("callgrind.out*"), key=lambda p: p.stat().st_mtime)
         print(f"  callgrind output: {dumps[-1]}", flush=True)
-        return {k: ir / REQUESTS for k, ir in self_cost_by_object(dumps[-1]).items()}
+        return {k: ir / requests_n for k, ir in self_cost_by_object(dumps[-1]).items()}
     finally:
         stop_process(proc)
 

@@ -2,7 +2,7 @@
 //! bytes.
 //!
 //! The body is read as a list of top-level keys with the spans of their values: one pass that
-//! validates the whole document without building a tree (a memchr scan that skips string
+//! validates the whole document without building a tree (a SIMD scan that skips string
 //! contents, serde_json's borrowed [`RawValue`]s for what the scan leaves to it). Each value is a
 //! slice of the original body, so its position is known and a rewrite (the `model`, a target's
 //! `override_params`) is a splice: every other byte the client sent reaches the provider as is.
