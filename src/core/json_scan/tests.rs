@@ -294,10 +294,14 @@ fn refuses_what_json_refuses() {
 /// the first `"`, `\`, control byte or non-ASCII byte, on each implementation this host has.
 #[test]
 fn the_plain_run_stops_at_every_stop_byte_at_every_position() {
-    use super::string_run::{plain_run, scalar};
+    use super::string_run::{plain_run, scalar, words};
     type Run = fn(&[u8]) -> usize;
     #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
-    let mut runs: Vec<(&str, Run)> = vec![("dispatch", plain_run), ("scalar", scalar)];
+    let mut runs: Vec<(&str, Run)> = vec![
+        ("dispatch", plain_run),
+        ("scalar", scalar),
+        ("words", words),
+    ];
     #[cfg(target_arch = "x86_64")]
     {
         // SAFETY: SSE2 is part of x86_64; AVX2 only where the host has it.
@@ -323,6 +327,40 @@ fn the_plain_run_stops_at_every_stop_byte_at_every_position() {
                 for (name, run) in &runs {
                     assert_eq!(run(&b), want, "{name}: byte {c:#x} at {pos} of {len}");
                 }
+            }
+        }
+    }
+}
+
+/// Random runs of bytes at the edges of the stop set (and borrows between neighbours, which the
+/// word-at-a-time test must not mistake for a stop): every implementation agrees with the
+/// byte-at-a-time one.
+#[test]
+fn every_plain_run_implementation_agrees_on_random_runs() {
+    use super::string_run::{plain_run, scalar, words};
+    const EDGES: [u8; 16] = [
+        0x00, 0x01, 0x1f, 0x20, 0x21, 0x22, 0x23, 0x5b, 0x5c, 0x5d, 0x7f, 0x80, 0xbf, 0xff, b'a',
+        b'a',
+    ];
+    let mut rng = fastrand::Rng::with_seed(32);
+    for _ in 0..40_000 {
+        let len = rng.usize(0..150);
+        // Mostly plain bytes, so runs reach past the SIMD steps.
+        let b: Vec<u8> = (0..len)
+            .map(|_| match rng.usize(0..24) {
+                0..=3 => EDGES[rng.usize(..EDGES.len())],
+                _ => rng.u8(0x23..0x5c),
+            })
+            .collect();
+        let want = scalar(&b);
+        assert_eq!(plain_run(&b), want, "{b:?}");
+        assert_eq!(words(&b), want, "{b:?}");
+        #[cfg(target_arch = "x86_64")]
+        {
+            // SAFETY: SSE2 is part of x86_64; AVX2 only where the host has it.
+            assert_eq!(unsafe { super::string_run::x86::sse2(&b) }, want, "{b:?}");
+            if std::is_x86_feature_detected!("avx2") {
+                assert_eq!(unsafe { super::string_run::x86::avx2(&b) }, want, "{b:?}");
             }
         }
     }
