@@ -10,10 +10,13 @@ import re
 import requests
 
 QUESTION = [{"role": "user", "content": "hello"}]
+# Each target is a strict OpenAI mock that answers only its own Host and the gateway's key.
+STRICT = {"strict": "openai", "host_name": "api.openai.com", "api_key": "sk-gateway"}
 
 
 def model(name: str) -> dict:
-    return {"name": name, "cluster": name, "model": f"{name}-upstream", "visibility": "internal"}
+    return {"name": name, "cluster": name, "model": f"{name}-upstream", "visibility": "internal",
+            "authority": "api.openai.com", "headers": {"authorization": "Bearer sk-gateway"}}
 
 
 def config(fallback_on: list[str] | None) -> dict:
@@ -53,8 +56,8 @@ ALL = ["content_filter", "empty", "error_body"]
 
 
 def test_a_refusal_falls_back_and_never_counts_against_the_target(stack):
-    a = stack.provider("a", answer_fault="refusal")
-    b = stack.provider("b")
+    a = stack.provider("a", answer_fault="refusal", **STRICT)
+    b = stack.provider("b", **STRICT)
     envoy = stack.envoy(config(ALL))
     for _ in range(4):  # more than the two failures that make a target unhealthy
         r = ask(envoy)
@@ -66,8 +69,8 @@ def test_a_refusal_falls_back_and_never_counts_against_the_target(stack):
 
 
 def test_an_error_object_in_a_200_falls_back_and_counts_against_the_target(stack):
-    a = stack.provider("a", error_body_on_200=True)
-    stack.provider("b")
+    a = stack.provider("a", error_body_on_200=True, **STRICT)
+    stack.provider("b", **STRICT)
     envoy = stack.envoy(config(["error_body"]))
     for _ in range(4):
         answered_by_b(ask(envoy))
@@ -76,8 +79,8 @@ def test_an_error_object_in_a_200_falls_back_and_counts_against_the_target(stack
 
 
 def test_an_empty_answer_falls_back_and_counts_against_the_target(stack):
-    a = stack.provider("a", answer_fault="empty")
-    stack.provider("b")
+    a = stack.provider("a", answer_fault="empty", **STRICT)
+    stack.provider("b", **STRICT)
     envoy = stack.envoy(config(["empty"]))
     for _ in range(4):
         answered_by_b(ask(envoy))
@@ -86,8 +89,8 @@ def test_an_empty_answer_falls_back_and_counts_against_the_target(stack):
 
 
 def test_a_stream_refused_before_its_first_content_falls_back(stack):
-    stack.provider("a", answer_fault="refusal")
-    stack.provider("b")
+    stack.provider("a", answer_fault="refusal", **STRICT)
+    stack.provider("b", **STRICT)
     envoy = stack.envoy(config(ALL))
     r = ask(envoy, stream=True)
     assert r.status_code == 200 and r.headers["x-switchboard-resolved-model"] == "b", r.text
@@ -100,8 +103,8 @@ def test_a_stream_refused_before_its_first_content_falls_back(stack):
 
 
 def test_without_fallback_on_the_refusal_reaches_the_client_as_it_came(stack):
-    a = stack.provider("a", answer_fault="refusal")
-    b = stack.provider("b")
+    a = stack.provider("a", answer_fault="refusal", **STRICT)
+    b = stack.provider("b", **STRICT)
     envoy = stack.envoy(config(None))
     r = ask(envoy)
     assert r.status_code == 200 and r.headers["x-switchboard-resolved-model"] == "a"

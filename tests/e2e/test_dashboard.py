@@ -26,6 +26,9 @@ A = "prov-a/gpt-4.1:latest"
 B = "prov-b/model.v2"
 CHAT = "team/chat-prod"
 STICKY = "team/sticky"
+# Each target is a strict OpenAI mock that answers only its own Host and the gateway's key.
+STRICT = {"strict": "openai", "host_name": "api.openai.com", "api_key": "sk-gateway"}
+UPSTREAM = {"authority": "api.openai.com", "headers": {"authorization": "Bearer sk-gateway"}}
 
 
 def prefix() -> str:
@@ -45,7 +48,8 @@ def concrete(query: str) -> str:
 def plugin() -> dict:
     retry = {"attempts": 1, "delay": 1, "on_status_codes": [503]}
     return {
-        "models": [{"name": A, "cluster": "a", "model": "gpt-a"}, {"name": B, "cluster": "b", "model": "gpt-b"}],
+        "models": [{"name": A, "cluster": "a", "model": "gpt-a", **UPSTREAM},
+                   {"name": B, "cluster": "b", "model": "gpt-b", **UPSTREAM}],
         "failure_window": {"failures": 0},  # only a Retry-After evicts: the order stays fixed
         "usage_metrics": True,
         "request_histograms": True,
@@ -105,8 +109,8 @@ def scrape_series(text: str) -> dict[str, list[frozenset[str]]]:
 def exported():
     stack = Stack()
     try:
-        a = stack.provider("a")
-        stack.provider("b")
+        a = stack.provider("a", **STRICT)
+        stack.provider("b", **STRICT)
         envoy = start(stack, plugin())
         sent = traffic(envoy, a)
         # Histograms show after a stats flush (1 s here): wait for this one, then scrape all.
