@@ -33,3 +33,8 @@ def model_swapped(body: bytes, old: str, new: str) -> bytes:
     name is followed by spaces, so the body keeps its length and its content-length."""
     old_json, new_json = f'"{old}"'.encode(), f'"{new}"'.encode()
     return body.replace(old_json, new_json + b" " * max(0, len(old_json) - len(new_json)))
+
+
+# A strict OpenAI mock (`stack.provider(name, **STRICT)`): it answers only its own Host and the
+# gateway's key, as a real provider would, so a wrong Host or credential fails the test.
+STRICT = {"strict": "openai", "host_name": "api.openai.com", "api_key": "sk-gateway"}

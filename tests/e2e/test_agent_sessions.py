@@ -14,10 +14,9 @@ import uuid
 import pytest
 import requests
 
+from configs import STRICT
 from observability import sample, start, wait_for
 
-# Each target is a strict OpenAI mock that answers only its own Host and the gateway's key.
-STRICT = {"strict": "openai", "host_name": "api.openai.com", "api_key": "sk-gateway"}
 TARGETS = ["a", "b", "c"]
 AGENTS = "team/agents"
 RETRY_AFTER_S = 2

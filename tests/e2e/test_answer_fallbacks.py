@@ -9,9 +9,9 @@ import re
 
 import requests
 
+from configs import STRICT
+
 QUESTION = [{"role": "user", "content": "hello"}]
-# Each target is a strict OpenAI mock that answers only its own Host and the gateway's key.
-STRICT = {"strict": "openai", "host_name": "api.openai.com", "api_key": "sk-gateway"}
 
 
 def model(name: str) -> dict:

@@ -15,10 +15,8 @@ import json
 import pytest
 import requests
 
-from configs import model_swapped
+from configs import STRICT, model_swapped
 
-# Each target is a strict OpenAI mock that answers only its own Host and the gateway's key.
-STRICT = {"strict": "openai", "host_name": "api.openai.com", "api_key": "sk-gateway"}
 VIRTUAL = "team/scan"
 LONG = "plain words of a long prompt, longer than one 64-byte step of the scan, "
 ESCAPES = r'\" \\ \/ \b \f \n \r \t \u0000 \u001f \u00e9 \u20AC \ud83d\ude00 \uD83D\uDE00'

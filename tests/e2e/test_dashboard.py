@@ -13,6 +13,7 @@ import time
 import pytest
 import requests
 
+from configs import STRICT
 from harness import BUILD, ROOT, Stack
 from observability import _LABEL, _SAMPLE, prometheus_text, start
 from promql import read
@@ -26,8 +27,6 @@ A = "prov-a/gpt-4.1:latest"
 B = "prov-b/model.v2"
 CHAT = "team/chat-prod"
 STICKY = "team/sticky"
-# Each target is a strict OpenAI mock that answers only its own Host and the gateway's key.
-STRICT = {"strict": "openai", "host_name": "api.openai.com", "api_key": "sk-gateway"}
 UPSTREAM = {"authority": "api.openai.com", "headers": {"authorization": "Bearer sk-gateway"}}
 
 

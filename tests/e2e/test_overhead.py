@@ -9,13 +9,12 @@ import time
 
 import requests
 
+from configs import STRICT
 from harness import bootstrap, free_ports, start_envoy
 from observability import sample, start, wait_for
 
 A, B, VM = "prov-a/m", "prov-b/m", "team/chat"
 DELAY_MS = 200
-# Each target is a strict OpenAI mock that answers only its own Host and the gateway's key.
-STRICT = {"strict": "openai", "host_name": "api.openai.com", "api_key": "sk-gateway"}
 UPSTREAM = {"authority": "api.openai.com", "headers": {"authorization": "Bearer sk-gateway"}}
 
 
