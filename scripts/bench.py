@@ -79,14 +79,21 @@ class Scenario:
     targets: int = 2
     sticky: bool = False
     # chat | stream | fallback | stream-fallback | memory | stream-memory | translated |
-    # translated-stream
+    # translated-stream | responses-stream
     kind: str = "chat"
     quick: bool = False  # part of BENCH_QUICK's default set
 
     @property
     def streamed(self) -> bool:
         """The request asks for a stream and the good upstream answers one."""
-        return self.kind in ("stream", "stream-fallback", "stream-memory", "translated-stream")
+        return self.kind in ("stream", "stream-fallback", "stream-memory", "translated-stream",
+                             "responses-stream")
+
+    @property
+    def responses(self) -> bool:
+        """A Responses API request (streamed) to a virtual model whose targets serve it: the
+        answer's response ids go through Switchboard's id rewriter."""
+        return self.kind == "responses-stream"
 
     @property
     def translated(self) -> bool:
@@ -97,9 +104,11 @@ class Scenario:
 
     @property
     def path(self) -> str:
-        return "/v1/messages" if self.translated else "/v1/chat/completions"
+        return "/v1/messages" if self.translated else "/v1/responses" if self.responses else "/v1/chat/completions"
 
     def body(self) -> bytes:
+        if self.responses:
+            return responses_body(self.size)
         return messages_body(self.size, self.streamed) if self.translated else chat_body(self.size, self.streamed)
 
     @property
@@ -117,6 +126,9 @@ STREAM_FALLBACK = "1.5 KB chat streamed, 16 connections, every request falls bac
 STREAM_MEMORY = "Memory per in-flight streamed fallback (128 streams held open)"
 TRANSLATED = "1.5 KB Messages request translated to Chat Completions, 16 connections"
 TRANSLATED_STREAM = "1.5 KB Messages request translated, streamed, 16 connections"
+# Not part of `make bench`'s runs: counted by scripts/instructions.py (`INSTR_SCENARIO=responses-stream`).
+RESPONSES_STREAM = "1.5 KB Responses request streamed, its ids rewritten, 16 connections"
+RESPONSES_STREAM_SCENARIO = Scenario(RESPONSES_STREAM, 1536, 16, kind="responses-stream")
 SCENARIOS = [
     Scenario(MAIN, 1536, 16, quick=True),
     Scenario(ONE_CONN, 1536, 1, quick=True),
@@ -159,12 +171,29 @@ def messages_body(size: int, stream: bool = False) -> bytes:
     return json.dumps(body).encode()
 
 
-def plugin_config(targets: int, sticky: bool = False, fallback: bool = False, translate: bool = False) -> dict:
+def responses_body(size: int) -> bytes:
+    """A streamed Responses API request of `chat_body`'s size and prompt."""
+    chat = json.loads(chat_body(size))
+    return json.dumps({"input": chat["messages"][1]["content"], "instructions": chat["messages"][0]["content"],
+                       "model": "bench/chat", "stream": True}).encode()
+
+
+# The key response ids are minted with in the Responses scenario (any 16 bytes or more).
+RESPONSE_ID_KEY = "bench-response-id-key-0001"
+
+
+def plugin_config(targets: int, sticky: bool = False, fallback: bool = False, translate: bool = False,
+                  responses: bool = False) -> dict:
     """`targets` weighted targets with an `authorization` header each. With `fallback`, two
     targets: the first (weight 100) on the cluster that answers 503, whose failures are not
-    counted against its health (so every request tries it, then falls back to the second)."""
+    counted against its health (so every request tries it, then falls back to the second).
+    With `responses`, the targets are OpenAI's (they serve /v1/responses natively) and the
+    virtual model serves Responses requests too: its answers' ids are minted."""
     models = [{"name": f"provider-{i}/gpt-4o", "cluster": "provider", "model": f"gpt-4o-{i}",
                "headers": {"authorization": f"Bearer sk-bench-{i}"}} for i in range(targets)]
+    if responses:
+        for m in models:
+            m["provider"] = "openai"
     weights = [100 // targets + (1 if i < 100 % targets else 0) for i in range(targets)]
     if fallback:
         models[0].update(cluster="failing", health={"unhealthy_status_codes": []})
@@ -177,6 +206,9 @@ def plugin_config(targets: int, sticky: bool = False, fallback: bool = False, tr
     vm = {"name": "bench/chat", "model_types": ["chat"], "routing_config": routing}
     if translate:
         vm["translate"] = ["chat_completions", "messages"]
+    if responses:
+        vm["model_types"] = ["chat", "responses"]
+        return {"models": models, "virtual_models": [vm], "response_id_keys": [RESPONSE_ID_KEY]}
     return {"models": models, "virtual_models": [vm]}
 
 
@@ -277,12 +309,17 @@ def start_pinned_envoy(config: dict):
 
 
 class Upstream:
-    """`lean-upstream chat stream slow-stream fail` on the load CPU: one port per answer."""
+    """`lean-upstream chat stream slow-stream fail responses-stream` on the load CPU: one port per
+    answer; `answer_kb` pads the two streams to that many KiB of content events."""
 
-    def __init__(self) -> None:
+    MODES = {"chat", "stream", "slow-stream", "fail", "responses-stream"}
+
+    def __init__(self, answer_kb: int = 0) -> None:
+        self.answer_kb = answer_kb
         lifetime = str(int(3 * 3600))  # a bound even if this script dies without stopping it
-        self.proc = subprocess.Popen(["taskset", "-c", str(LOAD_CPU), str(LEAN_UPSTREAM), "chat", "stream",
-                                      "slow-stream", "fail", "--hold-ms", str(HOLD_MS), "--lifetime-s", lifetime],
+        self.proc = subprocess.Popen(["taskset", "-c", str(LOAD_CPU), str(LEAN_UPSTREAM), *sorted(self.MODES),
+                                      "--hold-ms", str(HOLD_MS), "--lifetime-s", lifetime,
+                                      "--answer-kb", str(answer_kb)],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.ports: dict[str, int] = {}
         for line in self.proc.stdout:
@@ -290,7 +327,7 @@ class Upstream:
                 break
             mode, port = line.split()
             self.ports[mode] = int(port)
-        if set(self.ports) != {"chat", "stream", "slow-stream", "fail"}:
+        if set(self.ports) != self.MODES:
             stop_process(self.proc)
             raise RuntimeError(f"lean-upstream did not start: {self.proc.stderr.read()}")
 
@@ -298,7 +335,8 @@ class Upstream:
         """`provider` answers well (with a stream in the stream scenarios, held open in the
         stream memory one: the no-op filter's host calls name that cluster too); `failing`
         answers 503."""
-        good = self.ports["slow-stream" if s.kind == "stream-memory" else "stream" if s.streamed else "chat"]
+        good = self.ports["slow-stream" if s.kind == "stream-memory" else "responses-stream" if s.responses
+                          else "stream" if s.streamed else "chat"]
         return {"provider": good, "failing": self.ports["fail"]}
 
     def stop(self) -> None:
@@ -398,9 +436,10 @@ def check_answer(url: str, body: bytes, label: str, s: Scenario) -> None:
         raise RuntimeError(f"{s.name}, {label}: {problem}")
 
 
-def answer_problem(r: requests.Response, s: Scenario, switchboard: bool, fallback: bool) -> str | None:
+def answer_problem(r: requests.Response, s: Scenario, switchboard: bool, fallback: bool,
+                   answer_kb: int = 0) -> str | None:
     """What is wrong with one answer in scenario `s`: `switchboard` if Switchboard routed it,
-    `fallback` if it should have fallen back."""
+    `fallback` if it should have fallen back; `answer_kb` the lean upstream's `--answer-kb`."""
     if r.status_code != 200:
         return f"status {r.status_code}: {r.text[:200]}"
     if switchboard and not r.headers.get("x-switchboard-resolved-model"):
@@ -409,7 +448,9 @@ def answer_problem(r: requests.Response, s: Scenario, switchboard: bool, fallbac
         return f"expected a fallback (attempts 2), got {r.headers.get('x-switchboard-attempts')}"
     if switchboard and s.translated:
         return translated_problem(r, s)
-    return stream_problem(r) if s.streamed else None
+    if s.responses:
+        return responses_stream_problem(r, answer_kb, minted=switchboard)
+    return stream_problem(r, answer_kb) if s.streamed else None
 
 
 def translated_problem(r: requests.Response, s: Scenario) -> str | None:
@@ -424,16 +465,75 @@ def translated_problem(r: requests.Response, s: Scenario) -> str | None:
 
 # The lean upstream's stream: five events, the last `data: [DONE]`.
 STREAM_EVENTS = 5
+# Its padded streams (`--answer-kb`, tools/lean-upstream): every content delta is this text.
+DELTA_TEXT = "lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor incididunt ut labore "
+PADDED_CONTENT_EVENT = ('data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1700000000,'
+                        '"model":"gpt-4o","choices":[{"index":0,"delta":{"content":"' + DELTA_TEXT +
+                        '"},"finish_reason":null}]}')
+# The Responses stream's events before its deltas, and after them.
+RESPONSES_HEAD_EVENTS, RESPONSES_TAIL_EVENTS = 4, 4
 
 
-def stream_problem(r: requests.Response) -> str | None:
-    """What is wrong with a streamed answer, read whole: not SSE, or not every event of the
-    lean upstream's stream through to its end."""
+def padded_count(kb: int, event_len: int) -> int:
+    """How many content events of `event_len` bytes (framed `EVENT\\n\\n`) hold `kb` KiB, as
+    lean-upstream counts them."""
+    return -(-kb * 1024 // (event_len + 2))
+
+
+def sse_events(r: requests.Response) -> list[str] | str:
+    """The answer's events, or what is wrong: not SSE."""
     if "text/event-stream" not in r.headers.get("content-type", ""):
         return f"not a stream: {r.headers.get('content-type')}"
-    events = [e for e in r.text.split("\n\n") if e.strip()]
-    if len(events) != STREAM_EVENTS or events[-1].strip() != "data: [DONE]":
-        return f"the stream did not arrive whole: {len(events)} events, ending {r.text[-80:]!r}"
+    return [e for e in r.text.split("\n\n") if e.strip()]
+
+
+def stream_problem(r: requests.Response, answer_kb: int = 0) -> str | None:
+    """What is wrong with a streamed answer, read whole: not SSE, or not every event of the
+    lean upstream's stream through to its end (padded: each content event as sent)."""
+    events = sse_events(r)
+    if isinstance(events, str):
+        return events
+    content = padded_count(answer_kb, len(PADDED_CONTENT_EVENT)) if answer_kb else 0
+    expected = STREAM_EVENTS + content - 2 if answer_kb else STREAM_EVENTS
+    if len(events) != expected or events[-1].strip() != "data: [DONE]":
+        return f"the stream did not arrive whole: {len(events)} events of {expected}, ending {r.text[-80:]!r}"
+    if answer_kb and any(e.strip() != PADDED_CONTENT_EVENT for e in events[1:1 + content]):
+        return "a padded content event arrived changed"
+    return None
+
+
+def responses_stream_problem(r: requests.Response, answer_kb: int, minted: bool) -> str | None:
+    """What is wrong with the lean upstream's Responses stream, read whole: every event's data a
+    JSON object of the type its `event:` line names, in sequence; the deltas' text as sent
+    (`answer_kb` KiB of it, or the short stream's); `response.completed` last; and the response
+    id Switchboard's own (`minted`) in every event that carries one."""
+    events = sse_events(r)
+    if isinstance(events, str):
+        return events
+    datas = []
+    for i, e in enumerate(events):
+        name, _, data = e.strip().partition("\ndata: ")
+        try:
+            event = json.loads(data)
+        except ValueError:
+            return f"event {i} is not JSON: {e[:120]!r}"
+        if name != f"event: {event.get('type')}" or event.get("sequence_number") != i:
+            return f"event {i} out of place: {e[:120]!r}"
+        datas.append(event)
+    deltas = [d["delta"] for d in datas if d["type"] == "response.output_text.delta"]
+    if answer_kb:
+        one = ('event: response.output_text.delta\ndata: {"type":"response.output_text.delta","sequence_number":'
+               f'{RESPONSES_HEAD_EVENTS},"item_id":"msg_bench","output_index":0,"content_index":0,"delta":"{DELTA_TEXT}"}}')
+        expected = [DELTA_TEXT] * padded_count(answer_kb, len(one))
+    else:
+        expected = ["Hello", " from the bench upstream."]
+    if deltas != expected or len(datas) != RESPONSES_HEAD_EVENTS + len(expected) + RESPONSES_TAIL_EVENTS:
+        return f"the stream did not arrive whole: {len(datas)} events, {len(deltas)} deltas"
+    if datas[-1]["type"] != "response.completed":
+        return f"the stream did not end with response.completed: {r.text[-120:]!r}"
+    ids = {d["response"]["id"] for d in datas if "response" in d}
+    if len(ids) != 1 or next(iter(ids)).startswith("resp_sb1-") != minted:
+        return f"response ids {ids} (minted expected: {minted})"
     return None
 
 

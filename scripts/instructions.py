@@ -21,8 +21,15 @@ translated); `stream-fallback` that stream after a 503: Switchboard's first targ
 cluster) answers 503 to every request, which falls back to the stream. Every configuration's
 `provider` cluster, the floors' included, is the port that answers the scenario's good answer.
 
+`responses-stream` is a streamed Responses API request to a virtual model whose targets serve it
+(OpenAI's), so the answer's response ids go through Switchboard's id rewriter, answered by the
+lean upstream's Responses event stream.
+
 `INSTR_HISTOGRAMS=1` turns Switchboard's `request_histograms` on, to count what its own timing
-costs. `INSTR_BODY_KB=N` pads the scenario's request to N KiB (the bench chat's prompt, `messages`
+costs; `INSTR_USAGE=1` its `usage_metrics` (every good answer's usage read as it passes).
+`INSTR_ANSWER_KB=N` pads the lean upstream's two streams (`stream`, `responses-stream`) to N KiB of
+~100-byte content deltas, one per SSE event, for instructions per KB of answer (lean-upstream
+`--answer-kb`); every answer is still checked whole, each content event as sent. `INSTR_BODY_KB=N` pads the scenario's request to N KiB (the bench chat's prompt, `messages`
 before `model`), for instructions per KB of prompt. `native` loads `libswitchboard.so` (and `native-calls` `libnoop_native.so`) from
 `INSTR_NATIVE_DIR` (default target/native); for attribution by function build it with symbols
 in its own directory and point there:
@@ -60,8 +67,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
-from bench import (MAIN, NOOP_WASM, SCENARIOS, STREAM, STREAM_FALLBACK, TRANSLATED,  # noqa: E402
-                   TRANSLATED_STREAM, Scenario, Upstream,
+from bench import (MAIN, NOOP_WASM, RESPONSES_STREAM_SCENARIO, SCENARIOS, STREAM,  # noqa: E402
+                   STREAM_FALLBACK, TRANSLATED, TRANSLATED_STREAM, Scenario, Upstream,
                    answer_problem, native_filter, native_noop, plugin_config)
 from harness import (ENVOY_BIN, NATIVE_DIR, WASM, bootstrap, envoy_config, free_ports,  # noqa: E402
                      plugin_config_of, stop_process, wasm_filter, with_router_fallbacks)
@@ -72,6 +79,10 @@ NATIVE_SO_DIR = Path(os.environ.get("INSTR_NATIVE_DIR", str(NATIVE_DIR))).resolv
 # INSTR_HISTOGRAMS=1: Switchboard's per-request histograms on (`request_histograms`), to count
 # what measuring (attempts, decision_us, overhead_us) costs.
 HISTOGRAMS = os.environ.get("INSTR_HISTOGRAMS") == "1"
+# INSTR_USAGE=1: `usage_metrics` on (every good answer's usage read as it streams).
+USAGE = os.environ.get("INSTR_USAGE") == "1"
+# `INSTR_ANSWER_KB=100`: the streamed answers padded to that many KiB of content events.
+ANSWER_KB = int(os.environ.get("INSTR_ANSWER_KB", "0"))
 # `INSTR_BODY_KB=100`: the scenario's request body padded to that many KiB (the prompt sizes
 # agents send), for instructions per KB of prompt.
 BODY_KB = int(os.environ.get("INSTR_BODY_KB", "0"))
@@ -83,7 +94,8 @@ VECTOR_COPIES = os.environ.get("INSTR_VECTOR_COPIES") == "1"
 START_TIMEOUT_S = 900  # V8 compiles the module under valgrind: minutes on a busy machine
 # INSTR_SCENARIO's choices: the `make bench` scenario whose request and upstream are counted.
 SCENARIO_NAMES = {"chat": MAIN, "stream": STREAM, "stream-fallback": STREAM_FALLBACK,
-                  "translated": TRANSLATED, "translated-stream": TRANSLATED_STREAM}
+                  "translated": TRANSLATED, "translated-stream": TRANSLATED_STREAM,
+                  "responses-stream": RESPONSES_STREAM_SCENARIO.name}
 # The configurations without Switchboard: they neither route nor fall back.
 FLOORS = {"plain", "no-op", "held", "calls", "native-calls"}
 
@@ -91,7 +103,7 @@ FLOORS = {"plain", "no-op", "held", "calls", "native-calls"}
 def scenario_of(choice: str) -> Scenario:
     if choice not in SCENARIO_NAMES:
         raise ValueError(f"INSTR_SCENARIO={choice}: one of {', '.join(SCENARIO_NAMES)}")
-    return next(s for s in SCENARIOS if s.name == SCENARIO_NAMES[choice])
+    return next(s for s in [*SCENARIOS, RESPONSES_STREAM_SCENARIO] if s.name == SCENARIO_NAMES[choice])
 
 
 def real_envoy() -> str:
@@ -118,9 +130,12 @@ def filters_for(name: str, s: Scenario) -> list[dict]:
     # Under valgrind a request takes 100 ms or more, so the worker's health view (kept 100 ms
     # by default) would be re-read from shared data on every request instead of once per
     # thousand or so: keep it for the run, as a fast Envoy effectively does.
-    config = {**plugin_config(2, fallback=s.falls_back, translate=s.translated), "health_view_ms": 10_000}
+    config = {**plugin_config(2, fallback=s.falls_back, translate=s.translated, responses=s.responses),
+              "health_view_ms": 10_000}
     if HISTOGRAMS:
         config["request_histograms"] = True
+    if USAGE:
+        config["usage_metrics"] = True
     if name == "switchboard":
         return [wasm_filter(config)]
     if name == "switchboard-router":
@@ -239,7 +254,8 @@ def measure(name: str, upstream: Upstream, s: Scenario = SCENARIOS[0], requests_
                 r = session.post(f"http://127.0.0.1:{listen}{s.path}", data=body, timeout=120,
                                  headers={"content-type": "application/json", "x-user-id": "bench-user-42"})
                 routed = name not in FLOORS
-                problem = answer_problem(r, s, switchboard=routed, fallback=routed and s.falls_back)
+                problem = answer_problem(r, s, switchboard=routed, fallback=routed and s.falls_back,
+                                         answer_kb=ANSWER_KB)
                 if problem:
                     raise RuntimeError(f"{name}: {problem}")
         send(warmup)
@@ -276,7 +292,7 @@ def main() -> int:
         if not path.exists():
             print(f"missing {path}: run `make bench` first", file=sys.stderr)
             return 1
-    upstream = Upstream()
+    upstream = Upstream(ANSWER_KB)
     results = {}
     try:
         for name in names:
@@ -289,6 +305,8 @@ def main() -> int:
     kinds = sorted({k for r in results.values() for k in r})
     sized = f", body {scenario.size:,} bytes" if BODY_KB else ""
     sized += ", copies as vector loops (INSTR_VECTOR_COPIES=1)" if VECTOR_COPIES else ""
+    sized += f", answer {ANSWER_KB} KiB of content events" if ANSWER_KB else ""
+    sized += ", usage_metrics on" if USAGE else ""
     print(f"\nInstructions per request ({REQUESTS} requests after {WARMUP} of warm-up, scenario {choice}:"
           f" {scenario.name}{sized}):\n")
     print("| code | " + " | ".join(results) + " |")

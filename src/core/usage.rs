@@ -9,40 +9,203 @@
 //! kept.
 
 /// Scans response body chunks for the output token count.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+///
+/// Two byte searches (`memchr::memmem`) find the few places that matter: `_tokens":`, the
+/// common end of the four usage keys, and `t":"`, the common end of the two content markers;
+/// the bytes around each hit tell which key it ends. A key, its number or a marker's first
+/// byte may be split across chunks: the last bytes of the stream are carried to the next
+/// chunk, so the counts do not depend on where the chunks end.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UsageScanner {
     reported: Option<u64>,
     prompt: Option<u64>,
     content_chunks: u64,
+    /// The stream's last bytes (at most `CARRY`), for hits that straddle two chunks.
+    carry: [u8; CARRY],
+    carry_len: usize,
+    /// Per needle (usage keys, markers): hits in `carry` before this offset were handled;
+    /// later ones are not yet.
+    from: [usize; 2],
+    /// The marker waiting at `from[1]` was counted as content already (as if the answer
+    /// ended after it): taken back if its string turns out empty.
+    counted: bool,
 }
 
-const USAGE_KEYS: [&[u8]; 2] = [b"\"completion_tokens\":", b"\"output_tokens\":"];
-const PROMPT_KEYS: [&[u8]; 2] = [b"\"prompt_tokens\":", b"\"input_tokens\":"];
-/// A non-empty string value after one of these is one streamed content chunk (chat delta,
-/// completion text, Anthropic text delta).
-const CONTENT_MARKERS: [&[u8]; 2] = [b"\"content\":\"", b"\"text\":\""];
+impl Default for UsageScanner {
+    fn default() -> Self {
+        UsageScanner {
+            reported: None,
+            prompt: None,
+            content_chunks: 0,
+            carry: [0; CARRY],
+            carry_len: 0,
+            from: [0; 2],
+            counted: false,
+        }
+    }
+}
+
+/// The end of every usage key: `"completion_tokens":` and `"output_tokens":` (output),
+/// `"prompt_tokens":` and `"input_tokens":` (prompt).
+const TOKENS: &[u8] = b"_tokens\":";
+const OUTPUT_KEYS: [&[u8]; 2] = [b"\"completion", b"\"output"];
+const PROMPT_KEYS: [&[u8]; 2] = [b"\"prompt", b"\"input"];
+/// The end of both content markers: a non-empty string value after `"content":"` or
+/// `"text":"` is one streamed content chunk (chat delta, completion text, Anthropic text
+/// delta).
+const MARKER: &[u8] = b"t\":\"";
+const MARKER_KEYS: [&[u8]; 2] = [b"\"conten", b"\"tex"];
+/// The longest key part before a hit (`"completion`).
+const BEHIND: usize = 11;
+/// How far past a usage key its number is looked for (whitespace, then digits): a value
+/// that runs on further is read as far as this.
+const AHEAD: usize = 40;
+/// Bytes carried between chunks: the longest hit with what it reads before and after.
+const CARRY: usize = 64;
+
+fn finders() -> &'static (
+    memchr::memmem::Finder<'static>,
+    memchr::memmem::Finder<'static>,
+) {
+    static FINDERS: std::sync::OnceLock<(
+        memchr::memmem::Finder<'static>,
+        memchr::memmem::Finder<'static>,
+    )> = std::sync::OnceLock::new();
+    FINDERS.get_or_init(|| {
+        (
+            memchr::memmem::Finder::new(TOKENS),
+            memchr::memmem::Finder::new(MARKER),
+        )
+    })
+}
+
+/// What the bytes after a usage key hold, as far as they go.
+enum Number {
+    /// The value (`None`: no whole number there).
+    Read(Option<u64>),
+    /// The bytes ran out inside the value: these digits so far.
+    Cut(Option<u64>),
+}
 
 impl UsageScanner {
     /// Feeds one chunk of the response body.
     pub fn feed(&mut self, chunk: &[u8]) {
-        for key in USAGE_KEYS {
-            // The last report wins: Anthropic streams a running total.
-            last_number(chunk, key, &mut self.reported);
+        // The carried bytes and the chunk's first bytes: hits that start in the carry, or
+        // close enough to it to read behind into it.
+        let head = chunk.get(..CARRY).unwrap_or(chunk);
+        let carried = self.carry_len;
+        let mut joint = [0u8; 2 * CARRY];
+        if let (Some(dst), Some(src)) = (joint.get_mut(..carried), self.carry.get(..carried)) {
+            dst.copy_from_slice(src);
         }
-        for key in PROMPT_KEYS {
-            last_number(chunk, key, &mut self.prompt);
+        let joint_len = carried + head.len();
+        if let Some(dst) = joint.get_mut(carried..joint_len) {
+            dst.copy_from_slice(head);
         }
-        for marker in CONTENT_MARKERS {
-            let mut rest = chunk;
-            while let Some(at) = find(rest, marker) {
-                let tail = rest.get(at + marker.len()..).unwrap_or_default();
-                // An empty string (`"content":""`) carries no token.
-                if tail.first() != Some(&b'"') {
-                    self.content_chunks += 1;
-                }
-                rest = tail;
+        let joint = joint.get(..joint_len).unwrap_or_default();
+        let whole = head.len() == chunk.len();
+        // In the joint: hits from `from` up to BEHIND bytes into the chunk (all of them when
+        // the chunk is in it whole); in the chunk: the rest. Offsets in joint coordinates.
+        let waiting = if whole {
+            self.scan(joint, self.from, joint.len(), true)
+        } else {
+            // No hit there runs past the joint's end: none waits.
+            self.scan(joint, self.from, [carried + BEHIND; 2], false);
+            let [t, m] = self.scan(chunk, [BEHIND; 2], chunk.len(), true);
+            [t.map(|at| at + carried), m.map(|at| at + carried)]
+        };
+        // The new carry: the stream's last CARRY bytes, and where in them each needle's hits
+        // are not yet handled (left waiting, or not yet found whole).
+        let (tail, tail_start) = match whole {
+            true => (joint, 0),
+            false => (chunk, carried),
+        };
+        let keep = tail.len().min(CARRY);
+        let dropped = tail_start + tail.len() - keep;
+        let stream_end = tail_start + tail.len();
+        for (i, needle) in [TOKENS, MARKER].iter().enumerate() {
+            let unseen = stream_end.saturating_sub(needle.len() - 1);
+            let next = waiting
+                .get(i)
+                .copied()
+                .flatten()
+                .map_or(unseen, |w| w.min(unseen));
+            if let Some(from) = self.from.get_mut(i) {
+                *from = next.saturating_sub(dropped);
             }
         }
+        if let Some(src) = tail.get(tail.len() - keep..) {
+            self.carry_len = src.len();
+            if let Some(dst) = self.carry.get_mut(..src.len()) {
+                dst.copy_from_slice(src);
+            }
+        }
+    }
+
+    /// Handles the hits in `buf` that start from `lo` (per needle: usage keys, markers) up to
+    /// `hi`; `at_end`: `buf` ends where the stream so far does, so a hit whose value runs to
+    /// its end waits for more. Returns, per needle, the first hit left waiting.
+    fn scan(
+        &mut self,
+        buf: &[u8],
+        lo: [usize; 2],
+        hi: impl Into<Bounds>,
+        at_end: bool,
+    ) -> [Option<usize>; 2] {
+        let hi = hi.into().0;
+        let (tokens, marker) = finders();
+        let mut waiting = [None, None];
+        for at in hits(tokens, buf, lo[0], hi[0]) {
+            let before = buf.get(at.saturating_sub(BEHIND)..at).unwrap_or_default();
+            let slot = if OUTPUT_KEYS.iter().any(|k| before.ends_with(k)) {
+                &mut self.reported
+            } else if PROMPT_KEYS.iter().any(|k| before.ends_with(k)) {
+                &mut self.prompt
+            } else {
+                continue;
+            };
+            let after = buf.get(at + TOKENS.len()..).unwrap_or_default();
+            let (n, cut) = match number(after) {
+                Number::Read(n) => (n, false),
+                Number::Cut(n) => (n, true),
+            };
+            // The last report wins: Anthropic streams a running total. A value cut by the
+            // chunk's end is read as far as it goes (as if the answer ended there), then
+            // again whole.
+            if let Some(n) = n {
+                *slot = Some(n);
+            }
+            if cut && at_end {
+                waiting[0] = waiting[0].or(Some(at));
+            }
+        }
+        let counted = std::mem::take(&mut self.counted);
+        for at in hits(marker, buf, lo[1], hi[1]) {
+            let before = buf.get(at.saturating_sub(BEHIND)..at).unwrap_or_default();
+            if !MARKER_KEYS.iter().any(|k| before.ends_with(k)) {
+                continue;
+            }
+            let seen = counted && at == lo[1];
+            match buf.get(at + MARKER.len()) {
+                // An empty string (`"content":""`) carries no token.
+                Some(b'"') if seen => self.content_chunks = self.content_chunks.saturating_sub(1),
+                Some(b'"') => {}
+                Some(_) if seen => {}
+                Some(_) => self.content_chunks += 1,
+                // The answer so far ends here: counted as it stands, read again with the
+                // next chunk.
+                None => {
+                    if !seen {
+                        self.content_chunks += 1;
+                    }
+                    if at_end {
+                        waiting[1] = waiting[1].or(Some(at));
+                        self.counted = true;
+                    }
+                }
+            }
+        }
+        waiting
     }
 
     /// Whether a content chunk has been seen: the first token has arrived.
@@ -61,32 +224,51 @@ impl UsageScanner {
     }
 }
 
-/// Sets `slot` to the number after each `key` in `chunk`, so the last one stays.
-fn last_number(chunk: &[u8], key: &[u8], slot: &mut Option<u64>) {
-    let mut rest = chunk;
-    while let Some(at) = find(rest, key) {
-        let tail = rest.get(at + key.len()..).unwrap_or_default();
-        if let Some(n) = leading_number(tail) {
-            *slot = Some(n);
-        }
-        rest = tail;
+/// Upper bounds of hit starts, per needle (one for both, or each its own).
+struct Bounds([usize; 2]);
+
+impl From<usize> for Bounds {
+    fn from(hi: usize) -> Bounds {
+        Bounds([hi; 2])
     }
 }
 
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
+impl From<[usize; 2]> for Bounds {
+    fn from(hi: [usize; 2]) -> Bounds {
+        Bounds(hi)
+    }
 }
 
-fn leading_number(bytes: &[u8]) -> Option<u64> {
-    let trimmed = bytes
-        .iter()
-        .position(|b| !b.is_ascii_whitespace())
-        .and_then(|i| bytes.get(i..))?;
-    let digits = trimmed.iter().take_while(|b| b.is_ascii_digit()).count();
-    std::str::from_utf8(trimmed.get(..digits)?)
-        .ok()?
-        .parse()
+/// Where `finder`'s needle starts in `buf`, at offsets `lo..hi`.
+fn hits<'a>(
+    finder: &'a memchr::memmem::Finder<'static>,
+    buf: &'a [u8],
+    lo: usize,
+    hi: usize,
+) -> impl Iterator<Item = usize> + 'a {
+    let end = hi.saturating_add(finder.needle().len() - 1).min(buf.len());
+    let window = buf.get(lo..end).unwrap_or_default();
+    finder.find_iter(window).map(move |at| at + lo)
+}
+
+/// The whole number at the start of `bytes` (after whitespace), at most `AHEAD` bytes in.
+fn number(bytes: &[u8]) -> Number {
+    let bounded = bytes.get(..AHEAD).unwrap_or(bytes);
+    let Some(start) = bounded.iter().position(|b| !b.is_ascii_whitespace()) else {
+        return match bounded.len() < AHEAD {
+            true => Number::Cut(None),
+            false => Number::Read(None),
+        };
+    };
+    let rest = bounded.get(start..).unwrap_or_default();
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    let value = std::str::from_utf8(rest.get(..digits).unwrap_or_default())
         .ok()
+        .and_then(|d| d.parse().ok());
+    match digits == rest.len() && bounded.len() < AHEAD {
+        true => Number::Cut(value),
+        false => Number::Read(value),
+    }
 }
 
 #[cfg(test)]
@@ -142,5 +324,126 @@ mod tests {
             (None, None),
             "a chunk count is not usage"
         );
+    }
+
+    /// The scanner before it searched with memmem: every window compared with every key.
+    /// Fed one whole answer, the new one must agree with it.
+    fn reference(body: &[u8]) -> (Option<u64>, Option<u64>, u64) {
+        fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+            haystack.windows(needle.len()).position(|w| w == needle)
+        }
+        fn last(body: &[u8], key: &[u8], slot: &mut Option<u64>) {
+            let mut rest = body;
+            while let Some(at) = find(rest, key) {
+                let tail = rest.get(at + key.len()..).unwrap_or_default();
+                let trimmed = tail.trim_ascii_start();
+                let digits = trimmed.iter().take_while(|b| b.is_ascii_digit()).count();
+                if let Some(n) = std::str::from_utf8(&trimmed[..digits])
+                    .ok()
+                    .and_then(|d| d.parse().ok())
+                {
+                    *slot = Some(n);
+                }
+                rest = tail;
+            }
+        }
+        let (mut reported, mut prompt, mut chunks) = (None, None, 0);
+        for key in [&b"\"completion_tokens\":"[..], b"\"output_tokens\":"] {
+            last(body, key, &mut reported);
+        }
+        for key in [&b"\"prompt_tokens\":"[..], b"\"input_tokens\":"] {
+            last(body, key, &mut prompt);
+        }
+        for marker in [&b"\"content\":\""[..], b"\"text\":\""] {
+            let mut rest = body;
+            while let Some(at) = find(rest, marker) {
+                let tail = rest.get(at + marker.len()..).unwrap_or_default();
+                if tail.first() != Some(&b'"') {
+                    chunks += 1;
+                }
+                rest = tail;
+            }
+        }
+        (prompt, reported, chunks)
+    }
+
+    fn scanned(chunks: &[&[u8]]) -> (Option<u64>, Option<u64>, u64) {
+        let mut s = UsageScanner::default();
+        for c in chunks {
+            s.feed(c);
+        }
+        let (prompt, reported) = s.reported();
+        (prompt, reported, s.content_chunks)
+    }
+
+    /// Answers with keys, numbers and markers in many places: chat and Anthropic streams,
+    /// whole JSON, keys near each other, empty strings, whitespace before numbers.
+    const FIXTURES: &[&[u8]] = &[
+        b"data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: {\"object\":\"chat\",\"choices\":[{\"delta\":{\"content\":\"bc\"}}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":31,\"total_tokens\":43}}\n\ndata: [DONE]\n\n",
+        b"event: message_start\ndata: {\"message\":{\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\n\nevent: content_block_start\ndata: {\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\nevent: content_block_delta\ndata: {\"delta\":{\"type\":\"text_delta\",\"text\":\"x\"}}\n\nevent: message_delta\ndata: {\"usage\":{\"output_tokens\":   57}}\n\n",
+        br#"{"choices":[{"message":{"content":"hi there"}}],"usage":{"prompt_tokens":5,"completion_tokens": 42,"total_tokens":47,"prompt_tokens_details":{"cached_tokens":3}}}"#,
+        br#""content":"t":"text":"x""completion_tokens":1"output_tokens":22"input_tokens":"prompt_tokens":4"#,
+        br#"{"usage":{"completion_tokens":18446744073709551616,"output_tokens":7}}"#,
+        b"\"completion_tokens\":123456",
+        b"\"content\":\"",
+    ];
+
+    #[test]
+    fn one_chunk_agrees_with_the_window_by_window_scan() {
+        for body in FIXTURES {
+            assert_eq!(
+                scanned(&[body]),
+                reference(body),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+    }
+
+    #[test]
+    fn every_single_split_gives_the_one_chunk_counts() {
+        for body in FIXTURES {
+            let whole = scanned(&[body]);
+            for at in 0..=body.len() {
+                let (a, b) = body.split_at(at);
+                assert_eq!(
+                    scanned(&[a, b]),
+                    whole,
+                    "split at {at}: {}",
+                    String::from_utf8_lossy(body)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn byte_by_byte_and_random_splits_give_the_one_chunk_counts() {
+        // Long answers too: splits far from the start, carried more than once.
+        let mut long = Vec::new();
+        for i in 0..40 {
+            long.extend_from_slice(FIXTURES[i % 3]);
+            long.extend_from_slice(&b"lorem ipsum dolor sit amet "[..i % 27]);
+        }
+        let mut rng = fastrand::Rng::with_seed(7);
+        for body in FIXTURES.iter().copied().chain([long.as_slice()]) {
+            let whole = scanned(&[body]);
+            let bytes: Vec<&[u8]> = body.chunks(1).collect();
+            assert_eq!(scanned(&bytes), whole);
+            for _ in 0..200 {
+                let mut parts = Vec::new();
+                let mut rest = body;
+                while !rest.is_empty() {
+                    let n = rng.usize(0..=rest.len().min(150));
+                    let (a, b) = rest.split_at(n);
+                    parts.push(a);
+                    rest = b;
+                }
+                assert_eq!(scanned(&parts), whole, "{parts:?}");
+            }
+        }
+        // Where one answer mixes the APIs' keys the last in the answer wins (the window by
+        // window scan let every `output_tokens` win over every `completion_tokens`); the last
+        // usage in `long` is FIXTURES[0]'s.
+        assert_eq!(scanned(&[&long]), (Some(12), Some(31), reference(&long).2));
     }
 }

@@ -135,14 +135,15 @@ impl Machine {
         let answered_by = self.ending.and_then(|e| e.target);
         let mut minter = answered_by.and_then(|t| self.minter(config, t))?;
         let mut with = Vec::with_capacity(chunk.len() + 128);
-        rewriter.feed(chunk, &mut minter, &mut with);
+        // Most chunks of a long answer pass unchanged, as the rewriter tells: not compared.
+        let changed = rewriter.feed(chunk, &mut minter, &mut with);
         if end {
             rewriter.finish(&mut with);
         }
         if !end {
             self.rewriter = Some(rewriter);
         }
-        (with != chunk).then_some(with)
+        (changed && with != chunk).then_some(with)
     }
 
     /// The TTFT and TPOT samples and the token usage of a successful answer by `target`,

@@ -255,23 +255,30 @@ impl AnswerRewriter {
     }
 
     /// Rewrites the next chunk of the answer into `out` (appends); bytes that might belong to a
-    /// value still being read are held back.
-    pub fn feed(&mut self, chunk: &[u8], minter: &mut impl Minter, out: &mut Vec<u8>) {
+    /// value still being read are held back. Returns whether what it appended may differ from
+    /// `chunk`: `false` means it is `chunk` itself, so the caller need not compare them.
+    pub fn feed(&mut self, chunk: &[u8], minter: &mut impl Minter, out: &mut Vec<u8>) -> bool {
         out.reserve(chunk.len());
+        let start = out.len();
+        let held_before = !self.held.is_empty();
+        let rewrote_before = self.rewrote;
         let mut rest = chunk;
         while let Some((&b, tail)) = rest.split_first() {
             // Plain string bytes (text deltas, reasoning blobs) are copied as whole runs.
             // Measured on the SSE fixture repeated to 40 MB (release build): 40 MB/s byte by
             // byte, 110-145 MB/s with runs; text deltas alone went from 46 to 200-400 MB/s.
-            // Runs outside strings made no measurable difference: the bytes between two strings
-            // are few (`":"`, `",`). Tracking the path cost nothing measurable either (callgrind,
-            // 4 MB in 16 KiB chunks, instructions against the tokenizer without it: SSE fixture
-            // 242M vs 243M, JSON fixture 245M vs 256M, text deltas 200M vs 195M).
+            // Tracking the path cost nothing measurable (callgrind, 4 MB in 16 KiB chunks,
+            // instructions against the tokenizer without it: SSE fixture 242M vs 243M, JSON
+            // fixture 245M vs 256M, text deltas 200M vs 195M). Bytes outside strings go as runs
+            // too once the line is known not to start with `data:`: an SSE `event:` line and
+            // the numbers between strings (callgrind, a 100 KiB Responses stream: most of what
+            // was left per byte).
             let run = match self.state {
                 State::Passing { escaped: false, .. } => plain_run(rest, rest.len()),
                 State::Encrypted { escaped: false } => {
                     plain_run(rest, MAX_ENCRYPTED.saturating_sub(self.held.len()))
                 }
+                State::Outside if self.line.is_none() => outside_run(rest),
                 _ => 0,
             };
             if let Some((plain, after)) = rest.split_at_checked(run).filter(|_| run > 0) {
@@ -282,6 +289,7 @@ impl AnswerRewriter {
                         }
                         out.extend_from_slice(plain);
                     }
+                    State::Outside => out.extend_from_slice(plain),
                     _ => self.held.extend_from_slice(plain),
                 }
                 rest = after;
@@ -289,6 +297,11 @@ impl AnswerRewriter {
                 rest = tail;
             }
         }
+        // Nothing held across either end and nothing replaced: every byte went out as it came.
+        held_before
+            || !self.held.is_empty()
+            || self.rewrote != rewrote_before
+            || out.len() - start != chunk.len()
     }
 
     /// The answer ended: appends whatever is still held (unchanged if incomplete).
@@ -486,11 +499,21 @@ fn extends_id(id: &[u8], b: u8) -> bool {
 
 /// How many bytes (at most `limit`) from the start of `bytes` cannot end or escape a string.
 fn plain_run(bytes: &[u8], limit: usize) -> usize {
+    let bytes = bytes.get(..limit).unwrap_or(bytes);
+    // A raw `\r` in a string is rare: found apart, in what the first search leaves.
+    let end = memchr::memchr3(b'"', b'\\', b'\n', bytes).unwrap_or(bytes.len());
+    let head = bytes.get(..end).unwrap_or(bytes);
+    memchr::memchr(b'\r', head).unwrap_or(end)
+}
+
+/// How many bytes from the start of `bytes`, outside strings on a line that is not a `data:`
+/// line's start, change nothing but go out.
+fn outside_run(bytes: &[u8]) -> usize {
     bytes
         .iter()
-        .take(limit)
-        .position(|b| matches!(b, b'"' | b'\\' | b'\n' | b'\r'))
-        .unwrap_or(limit.min(bytes.len()))
+        // The bytes that mean something outside a string: containers, members, strings, lines.
+        .position(|b| matches!(b, b'{' | b'}' | b'[' | b']' | b',' | b'"' | b'\n' | b'\r'))
+        .unwrap_or(bytes.len())
 }
 
 #[cfg(test)]
@@ -534,10 +557,45 @@ mod tests {
         let mut rewriter = AnswerRewriter::new();
         let mut out = Vec::new();
         for chunk in chunks {
-            rewriter.feed(chunk, minter, &mut out);
+            let start = out.len();
+            if !rewriter.feed(chunk, minter, &mut out) {
+                // Told unchanged: it must be.
+                assert_eq!(&out[start..], *chunk, "a chunk told unchanged was changed");
+            }
         }
         rewriter.finish(&mut out);
         (out, rewriter.rewrote())
+    }
+
+    #[test]
+    fn a_text_delta_event_passes_as_it_came_and_says_so() {
+        let mut rewriter = AnswerRewriter::new();
+        let mut out = Vec::new();
+        let first = "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_abc\"}}\n\n";
+        assert!(rewriter.feed(first.as_bytes(), &mut Marks::default(), &mut out));
+        for delta in [
+            "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":4,\"delta\":\"lorem, [ipsum] {dolor}\"}\n\n",
+            "data: {\"delta\":\"a\\\"b\\\\\",\"n\":[1, 2.5e3, true, null]}\r\n\r\n",
+            "id: 7\r: comment { [ \"resp_x\"\r\n",
+        ] {
+            let mut out = Vec::new();
+            let changed = rewriter.feed(delta.as_bytes(), &mut Marks::default(), &mut out);
+            assert!(!changed, "{delta}");
+            assert_eq!(out, delta.as_bytes());
+        }
+        // A raw carriage return in a string ends it: the next `"` opens a key again.
+        let (out, marks) = rewrite("data: {\"a\":\"x\ry\",\"id\":\"resp_q\"}\n");
+        assert_eq!(out, "data: {\"a\":\"x\ry\",\"id\":\"resp_q\"}\n");
+        assert!(
+            marks.ids.is_empty(),
+            "the broken line's id is no longer at its path"
+        );
+        let (out, marks) = rewrite("data: {\"a\":\"x\\ry\",\"id\":\"resp_q\"}\n");
+        assert_eq!(
+            out,
+            "data: {\"a\":\"x\\ry\",\"id\":\"resp_sb1-T-resp_q\"}\n"
+        );
+        assert_eq!(marks.ids, ["resp_q"]);
     }
 
     fn rewrite(input: &str) -> (String, Marks) {

@@ -10,7 +10,16 @@
 //! - `slow-stream`: the same stream, its first content event sent at once and the rest only
 //!   after `--hold-ms` (default 2000, at most 60000): streams held open past their commit point,
 //!   for the memory an in-flight stream costs;
-//! - `fail`: `503` with an OpenAI-shaped error, for the fallback scenario.
+//! - `fail`: `503` with an OpenAI-shaped error, for the fallback scenario;
+//! - `responses-stream`: a fixed short Responses API stream (`200`, SSE, chunked; named
+//!   events, the response id `resp_...` that Switchboard's id rewriter replaces).
+//!
+//! `--answer-kb N` (at most 16384) pads `stream` and `responses-stream` to N KiB of content
+//! events, for instructions per KB of a long answer: ~100-byte text deltas, one per SSE event
+//! and HTTP chunk as a provider flushes them, until the content events hold N KiB, then the
+//! final usage event and the end (`[DONE]`, `response.completed`). Every content event of a
+//! padded chat stream is the same bytes ([`padded_content_event`]); the benchmark scripts
+//! rebuild them to check every answer whole.
 //!
 //! The request body is read and discarded as it arrives (content-length or chunked), never kept.
 
@@ -31,6 +40,11 @@ use std::time::{Duration, Instant};
 const MAX_HOLD: Duration = Duration::from_secs(60);
 /// The slow stream's first part: the head and the events up to its first content.
 const SLOW_STREAM_FIRST_EVENTS: usize = 2;
+/// The largest `--answer-kb`: 16 MiB answers keep every run bounded in memory and time.
+const MAX_ANSWER_KB: usize = 16 * 1024;
+/// The text of every padded content delta: 100 bytes, no JSON escapes.
+const DELTA_TEXT: &str =
+    "lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor incididunt ut labore ";
 
 const CHAT_BODY: &str = concat!(
     r#"{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"gpt-4o","#,
@@ -46,6 +60,88 @@ const STREAM_EVENTS: &[&str] = &[
     "data: [DONE]",
 ];
 
+/// The Responses API stream (OpenAI API reference, Responses "Streaming events"): the response
+/// created, its message item and text part opened, content deltas (`{deltas}` is replaced by
+/// them), then the part, the item and the response done.
+const RESPONSES_HEAD: &[&str] = &[
+    "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_bench0123456789abcdef\",\"object\":\"response\",\"created_at\":1700000000,\"status\":\"in_progress\",\"model\":\"gpt-4o\",\"output\":[],\"usage\":null}}",
+    "event: response.in_progress\ndata: {\"type\":\"response.in_progress\",\"sequence_number\":1,\"response\":{\"id\":\"resp_bench0123456789abcdef\",\"object\":\"response\",\"created_at\":1700000000,\"status\":\"in_progress\",\"model\":\"gpt-4o\",\"output\":[],\"usage\":null}}",
+    "event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"sequence_number\":2,\"output_index\":0,\"item\":{\"id\":\"msg_bench\",\"type\":\"message\",\"status\":\"in_progress\",\"role\":\"assistant\",\"content\":[]}}",
+    "event: response.content_part.added\ndata: {\"type\":\"response.content_part.added\",\"sequence_number\":3,\"item_id\":\"msg_bench\",\"output_index\":0,\"content_index\":0,\"part\":{\"type\":\"output_text\",\"text\":\"\",\"annotations\":[]}}",
+];
+
+/// A Responses text delta with its sequence number.
+fn responses_delta(sequence: usize, text: &str) -> String {
+    format!(
+        "event: response.output_text.delta\ndata: {{\"type\":\"response.output_text.delta\",\"sequence_number\":{sequence},\"item_id\":\"msg_bench\",\"output_index\":0,\"content_index\":0,\"delta\":\"{text}\"}}"
+    )
+}
+
+/// The events after the deltas, from sequence number `first`. The done events name the text
+/// briefly rather than repeating it whole: the answer's size is its deltas'.
+fn responses_tail(first: usize, output_tokens: usize) -> Vec<String> {
+    let text = "(the deltas' text)";
+    vec![
+        format!("event: response.output_text.done\ndata: {{\"type\":\"response.output_text.done\",\"sequence_number\":{first},\"item_id\":\"msg_bench\",\"output_index\":0,\"content_index\":0,\"text\":\"{text}\"}}"),
+        format!("event: response.content_part.done\ndata: {{\"type\":\"response.content_part.done\",\"sequence_number\":{},\"item_id\":\"msg_bench\",\"output_index\":0,\"content_index\":0,\"part\":{{\"type\":\"output_text\",\"text\":\"{text}\",\"annotations\":[]}}}}", first + 1),
+        format!("event: response.output_item.done\ndata: {{\"type\":\"response.output_item.done\",\"sequence_number\":{},\"output_index\":0,\"item\":{{\"id\":\"msg_bench\",\"type\":\"message\",\"status\":\"completed\",\"role\":\"assistant\",\"content\":[{{\"type\":\"output_text\",\"text\":\"{text}\",\"annotations\":[]}}]}}}}", first + 2),
+        format!("event: response.completed\ndata: {{\"type\":\"response.completed\",\"sequence_number\":{},\"response\":{{\"id\":\"resp_bench0123456789abcdef\",\"object\":\"response\",\"created_at\":1700000000,\"status\":\"completed\",\"model\":\"gpt-4o\",\"output\":[{{\"id\":\"msg_bench\",\"type\":\"message\",\"status\":\"completed\",\"role\":\"assistant\",\"content\":[{{\"type\":\"output_text\",\"text\":\"{text}\",\"annotations\":[]}}]}}],\"usage\":{{\"input_tokens\":12,\"output_tokens\":{output_tokens},\"total_tokens\":{}}}}}}}", first + 3, 12 + output_tokens),
+    ]
+}
+
+/// One padded chat content event: a 100-byte delta.
+fn padded_content_event() -> String {
+    format!(
+        r#"data: {{"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1700000000,"model":"gpt-4o","choices":[{{"index":0,"delta":{{"content":"{DELTA_TEXT}"}},"finish_reason":null}}]}}"#
+    )
+}
+
+/// How many content events of `event_len` bytes (each framed as `EVENT\n\n`) hold `kb` KiB.
+fn padded_count(kb: usize, event_len: usize) -> usize {
+    (kb * 1024).div_ceil(event_len + 2)
+}
+
+/// The chat stream's events: the fixed five, or with `kb` KiB of content events in place of
+/// its two content events.
+fn chat_events(kb: usize) -> Vec<String> {
+    let fixed = |e: &[&str]| e.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    if kb == 0 {
+        return fixed(STREAM_EVENTS);
+    }
+    let event = padded_content_event();
+    let n = padded_count(kb, event.len());
+    let mut events = fixed(&STREAM_EVENTS[..1]);
+    events.extend(std::iter::repeat_n(event, n));
+    let usage = STREAM_EVENTS[3].replace(
+        r#""completion_tokens":7,"total_tokens":19"#,
+        &format!(r#""completion_tokens":{n},"total_tokens":{}"#, 12 + n),
+    );
+    events.push(usage);
+    events.push(STREAM_EVENTS[4].to_string());
+    events
+}
+
+/// The Responses stream's events: two deltas, or `kb` KiB of delta events.
+fn responses_events(kb: usize) -> Vec<String> {
+    let mut events: Vec<String> = RESPONSES_HEAD.iter().map(|s| s.to_string()).collect();
+    let first = events.len();
+    let n = if kb == 0 {
+        2
+    } else {
+        padded_count(kb, responses_delta(first, DELTA_TEXT).len())
+    };
+    for i in 0..n {
+        let text = if kb == 0 {
+            ["Hello", " from the bench upstream."][i]
+        } else {
+            DELTA_TEXT
+        };
+        events.push(responses_delta(first + i, text));
+    }
+    events.extend(responses_tail(first + n, n));
+    events
+}
+
 const FAIL_BODY: &str = r#"{"error":{"message":"overloaded (bench upstream)","type":"server_error","code":"unavailable"}}"#;
 
 /// What a listener answers.
@@ -55,6 +151,7 @@ enum Mode {
     Stream,
     SlowStream,
     Fail,
+    ResponsesStream,
 }
 
 impl Mode {
@@ -64,6 +161,7 @@ impl Mode {
             "stream" => Some(Mode::Stream),
             "slow-stream" => Some(Mode::SlowStream),
             "fail" => Some(Mode::Fail),
+            "responses-stream" => Some(Mode::ResponsesStream),
             _ => None,
         }
     }
@@ -74,12 +172,14 @@ impl Mode {
             Mode::Stream => "stream",
             Mode::SlowStream => "slow-stream",
             Mode::Fail => "fail",
+            Mode::ResponsesStream => "responses-stream",
         }
     }
 
     /// The response, status line to last byte, in two parts: the first is sent at once, the
-    /// second (empty but for a slow stream) after the hold.
-    fn response(self) -> (String, String) {
+    /// second (empty but for a slow stream) after the hold. `answer_kb` pads the `stream` and
+    /// `responses-stream` answers.
+    fn response(self, answer_kb: usize) -> (String, String) {
         let fixed = |status: &str, body: &str| {
             format!(
                 "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
@@ -90,7 +190,17 @@ impl Mode {
             Mode::Chat => (fixed("200 OK", CHAT_BODY), String::new()),
             Mode::Fail => (fixed("503 Service Unavailable", FAIL_BODY), String::new()),
             Mode::Stream => (
-                format!("{STREAM_HEAD}{}{LAST_CHUNK}", chunks(STREAM_EVENTS)),
+                format!(
+                    "{STREAM_HEAD}{}{LAST_CHUNK}",
+                    chunks(&chat_events(answer_kb))
+                ),
+                String::new(),
+            ),
+            Mode::ResponsesStream => (
+                format!(
+                    "{STREAM_HEAD}{}{LAST_CHUNK}",
+                    chunks(&responses_events(answer_kb))
+                ),
                 String::new(),
             ),
             Mode::SlowStream => {
@@ -109,11 +219,11 @@ const STREAM_HEAD: &str = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\
 const LAST_CHUNK: &str = "0\r\n\r\n";
 
 /// One HTTP chunk per SSE event, as a provider flushes them.
-fn chunks(events: &[&str]) -> String {
+fn chunks<S: AsRef<str>>(events: &[S]) -> String {
     events
         .iter()
         .map(|event| {
-            let chunk = format!("{event}\n\n");
+            let chunk = format!("{}\n\n", event.as_ref());
             format!("{:x}\r\n{chunk}\r\n", chunk.len())
         })
         .collect()
@@ -135,6 +245,7 @@ fn main() -> ExitCode {
     let mut modes = Vec::new();
     let mut lifetime = Duration::from_secs(3600);
     let mut hold = Duration::from_secs(2);
+    let mut answer_kb = 0;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         if arg == "--lifetime-s" {
@@ -151,6 +262,11 @@ fn main() -> ExitCode {
                 Some(ms) if ms <= MAX_HOLD => hold = ms,
                 _ => return usage("--hold-ms needs a number of milliseconds up to 60000"),
             }
+        } else if arg == "--answer-kb" {
+            match args.next().and_then(|v| v.parse().ok()) {
+                Some(kb) if kb <= MAX_ANSWER_KB => answer_kb = kb,
+                _ => return usage("--answer-kb needs a number of KiB up to 16384"),
+            }
         } else if let Some(mode) = Mode::parse(&arg) {
             modes.push(mode);
         } else {
@@ -160,7 +276,7 @@ fn main() -> ExitCode {
     if modes.is_empty() {
         modes.push(Mode::Chat);
     }
-    match serve(&modes, lifetime, hold) {
+    match serve(&modes, lifetime, hold, answer_kb) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("lean-upstream: {e}");
@@ -171,13 +287,13 @@ fn main() -> ExitCode {
 
 fn usage(problem: &str) -> ExitCode {
     eprintln!(
-        "lean-upstream: {problem}\nusage: lean-upstream [chat|stream|slow-stream|fail]... \
-         [--lifetime-s N] [--hold-ms N]"
+        "lean-upstream: {problem}\nusage: lean-upstream [chat|stream|slow-stream|fail|responses-stream]... \
+         [--lifetime-s N] [--hold-ms N] [--answer-kb N]"
     );
     ExitCode::from(2)
 }
 
-fn serve(modes: &[Mode], lifetime: Duration, hold: Duration) -> io::Result<()> {
+fn serve(modes: &[Mode], lifetime: Duration, hold: Duration, answer_kb: usize) -> io::Result<()> {
     let mut poll = Poll::new()?;
     let mut listeners = Vec::new();
     let mut stdout = io::stdout().lock();
@@ -187,7 +303,7 @@ fn serve(modes: &[Mode], lifetime: Duration, hold: Duration) -> io::Result<()> {
             .register(&mut listener, Token(i), Interest::READABLE)?;
         writeln!(stdout, "{} {}", mode.name(), listener.local_addr()?.port())?;
         // Leaked once per listener: the answers live as long as the process.
-        let (first, rest) = mode.response();
+        let (first, rest) = mode.response(answer_kb);
         let leak = |s: String| -> &'static [u8] { Box::leak(s.into_bytes().into_boxed_slice()) };
         let answer = Answer {
             first: leak(first),
