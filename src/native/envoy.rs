@@ -246,11 +246,11 @@ impl Host for Envoy<'_> {
         self.s.remove_header(Side::Response, name);
     }
 
-    fn replace_answer_body(&mut self, with: &[u8]) {
+    fn replace_answer_body(&mut self, with: Vec<u8>) {
         if let Some(held) = self.held_answer() {
             return held.replace_body(with);
         }
         self.s
-            .replace_body(Side::Response, BodyAt::BufferAndChunk, [with]);
+            .replace_body(Side::Response, BodyAt::BufferAndChunk, [with.as_slice()]);
     }
 }

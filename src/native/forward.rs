@@ -166,8 +166,8 @@ impl Held {
     }
 
     /// Replaces the bytes held with `with`.
-    pub fn replace_body(&mut self, with: &[u8]) {
-        self.body = with.to_vec();
+    pub fn replace_body(&mut self, with: Vec<u8>) {
+        self.body = with;
     }
 
     /// Queues what is held for the client: the headers the first time, then the bytes, which
@@ -354,7 +354,7 @@ mod tests {
         assert_eq!(headers.get_str("x-b"), Some("3"));
         held.remove_header("x-a");
         assert_eq!(held.headers().get("x-a"), None);
-        held.replace_body(b"new");
+        held.replace_body(b"new".to_vec());
         assert_eq!(held.body(), b"new");
     }
 }

@@ -181,8 +181,8 @@ impl Host for Wasm<'_> {
         host::remove_response_header(name);
     }
 
-    fn replace_answer_body(&mut self, with: &[u8]) {
-        host::replace_response_body(self.body_size, with);
+    fn replace_answer_body(&mut self, with: Vec<u8>) {
+        host::replace_response_body(self.body_size, &with);
     }
 }
 

@@ -327,7 +327,7 @@ impl Flight {
                     failure.error.body.as_bytes(),
                 );
             }
-            Effect::ReplaceBody { with, .. } => host.replace_answer_body(&with),
+            Effect::ReplaceBody { with, .. } => host.replace_answer_body(with),
             Effect::EndAnswer { tail } => host.end_answer(&tail),
         }
     }

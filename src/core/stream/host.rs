@@ -126,8 +126,9 @@ pub trait Host {
     fn set_response_header(&mut self, name: &str, value: &str);
     /// Removes a header of the router's answer.
     fn remove_response_header(&mut self, name: &str);
-    /// Replaces the answer's bytes in hand (every byte [`Host::answer_body`] read) with `with`.
-    fn replace_answer_body(&mut self, with: &[u8]);
+    /// Replaces the answer's bytes in hand (every byte [`Host::answer_body`] read) with `with`
+    /// (given, so a host that holds the answer itself keeps it without a copy).
+    fn replace_answer_body(&mut self, with: Vec<u8>);
     /// Ends the client's answer now, after what it got and `tail`, and resets the streamed
     /// call-out in flight. A host that cannot end it early does nothing.
     fn end_answer(&mut self, tail: &[u8]) {

@@ -689,8 +689,8 @@ impl Host for SimHost<'_> {
         }
     }
 
-    fn replace_answer_body(&mut self, with: &[u8]) {
-        self.flight.in_hand = with.to_vec();
+    fn replace_answer_body(&mut self, with: Vec<u8>) {
+        self.flight.in_hand = with;
     }
 }
 

@@ -119,7 +119,7 @@ impl Host for Fake {
     fn remove_response_header(&mut self, name: &str) {
         self.calls.push(Call::RemoveAnswer(name.into()));
     }
-    fn replace_answer_body(&mut self, _: &[u8]) {}
+    fn replace_answer_body(&mut self, _: Vec<u8>) {}
 }
 
 const CONFIG: &str = r#"{
