@@ -14,9 +14,10 @@ calls a body-routing filter cannot avoid (the host-call floor). `native-calls` i
 build's floor: the no-op dynamic module (tools/noop-native) making the same calls.
 `calls:LIST` and `native-calls:LIST` make only the calls LIST names (comma separated: `headers`,
 `body-read`, `body-set`, `credential`, `cluster`, `status`, `response-header`, and natively
-`clear-route-cache`; an empty LIST holds the body and makes none); `native-held` is the native
-module holding the body with no call, as `held` is for the `.wasm`. Adding one call at a time
-prices each (docs/benchmarks.md, "What each floor is made of").
+`clear-route-cache`; an empty LIST holds the body and makes none; beyond the floor, what
+Switchboard also calls: `remove-absent` on both, `clock` and `counters` on the `.wasm`);
+`native-held` is the native module holding the body with no call, as `held` is for the `.wasm`.
+Adding one call at a time prices each (docs/benchmarks.md, "What each floor is made of").
 
 `INSTR_SCENARIO` picks the request and the upstream: `chat` (default) the 1.5 KB chat;
 `stream` the same chat with `"stream": true`, answered by the lean upstream's five-event SSE
