@@ -4,7 +4,7 @@
 request (valgrind's callgrind, instrumentation switched on only after a warm-up), the same on a
 quiet or a loaded machine, so an A/B of a change can be read while other work runs:
 
-    .venv/bin/python scripts/instructions.py [plain] [no-op] [held] [calls] [switchboard] [switchboard-router] [native-calls] [native] [PATH.wasm ...]
+    .venv/bin/python scripts/instructions.py [plain] [no-op] [held] [calls] [calls:LIST] [switchboard] [switchboard-router] [native-held] [native-calls] [native-calls:LIST] [native] [PATH.wasm ...]
 
 `switchboard-router` is the `.wasm` with `"stream_fallbacks": "router"` and the Envoy config
 `switchboard envoy-config` adds for it (the router path: a pass of the `.wasm` per attempt, and
@@ -12,6 +12,12 @@ one after `header_to_metadata`); it differs from `switchboard` only on a streami
 `held` is the no-op filter holding the request until its body is in; `calls` also makes the host
 calls a body-routing filter cannot avoid (the host-call floor). `native-calls` is the native
 build's floor: the no-op dynamic module (tools/noop-native) making the same calls.
+`calls:LIST` and `native-calls:LIST` make only the calls LIST names (comma separated: `headers`,
+`body-read`, `body-set`, `credential`, `cluster`, `status`, `response-header`, and natively
+`clear-route-cache`; an empty LIST holds the body and makes none; beyond the floor, what
+Switchboard also calls: `remove-absent` on both, `clock` and `counters` on the `.wasm`);
+`native-held` is the native module holding the body with no call, as `held` is for the `.wasm`.
+Adding one call at a time prices each (docs/benchmarks.md, "What each floor is made of").
 
 `INSTR_SCENARIO` picks the request and the upstream: `chat` (default) the 1.5 KB chat;
 `stream` the same chat with `"stream": true`, answered by the lean upstream's five-event SSE
@@ -97,7 +103,11 @@ SCENARIO_NAMES = {"chat": MAIN, "stream": STREAM, "stream-fallback": STREAM_FALL
                   "translated": TRANSLATED, "translated-stream": TRANSLATED_STREAM,
                   "responses-stream": RESPONSES_STREAM_SCENARIO.name}
 # The configurations without Switchboard: they neither route nor fall back.
-FLOORS = {"plain", "no-op", "held", "calls", "native-calls"}
+FLOORS = {"plain", "no-op", "held", "calls", "native-calls", "native-held"}
+
+
+def is_floor(name: str) -> bool:
+    return name in FLOORS or name.startswith(("calls:", "native-calls:"))
 
 
 def scenario_of(choice: str) -> Scenario:
@@ -125,8 +135,14 @@ def filters_for(name: str, s: Scenario) -> list[dict]:
         return [noop("buffer")]
     if name == "calls":
         return [noop("calls")]
+    if name.startswith("calls:"):
+        return [noop(name)]
     if name == "native-calls":
         return [native_noop("calls")]
+    if name == "native-held":
+        return [native_noop("held")]
+    if name.startswith("native-calls:"):
+        return [native_noop(name.removeprefix("native-"))]
     # Under valgrind a request takes 100 ms or more, so the worker's health view (kept 100 ms
     # by default) would be re-read from shared data on every request instead of once per
     # thousand or so: keep it for the run, as a fast Envoy effectively does.
@@ -253,7 +269,7 @@ def measure(name: str, upstream: Upstream, s: Scenario = SCENARIOS[0], requests_
             for _ in range(n):
                 r = session.post(f"http://127.0.0.1:{listen}{s.path}", data=body, timeout=120,
                                  headers={"content-type": "application/json", "x-user-id": "bench-user-42"})
-                routed = name not in FLOORS
+                routed = not is_floor(name)
                 problem = answer_problem(r, s, switchboard=routed, fallback=routed and s.falls_back,
                                          answer_kb=ANSWER_KB)
                 if problem:
@@ -281,11 +297,13 @@ def main() -> int:
         # The prompt padded to this size, the fields' order kept (`messages` before `model`).
         scenario = dataclasses.replace(scenario, size=BODY_KB * 1024)
     names = sys.argv[1:] or ["plain", "no-op", "calls", "switchboard"]
-    needed = [p for p, used in ((NOOP_WASM, {"no-op", "calls"}), (WASM, {"switchboard", "switchboard-router"}))
+    needed = [p for p, used in ((NOOP_WASM, {"no-op", "held", "calls"}), (WASM, {"switchboard", "switchboard-router"}))
               if used & set(names)]
+    if any(n.startswith("calls:") for n in names):
+        needed.append(NOOP_WASM)
     if "native" in names:
         needed.append(NATIVE_SO_DIR / "libswitchboard.so")
-    if "native-calls" in names:
+    if any(n in ("native-calls", "native-held") or n.startswith("native-calls:") for n in names):
         needed.append(NATIVE_SO_DIR / "libnoop_native.so")
     needed += [Path(n) for n in names if n.endswith(".wasm")]
     for path in needed:

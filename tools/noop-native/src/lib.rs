@@ -8,7 +8,14 @@
 //!   cannot avoid, with no logic between them: read the headers and the body, replace the body
 //!   with a copy (the ABI can only drain from the front and append, so a model rewrite
 //!   re-sends the whole body), set a credential and the cluster header, clear the cached route,
-//!   read the answer's status and set one header on it.
+//!   read the answer's status and set one header on it;
+//! - `calls:LIST`: hold the request as `calls` does and make only the calls LIST names (comma
+//!   separated, any order): `headers`, `body-read`, `body-set` (needs `body-read`: it appends
+//!   the copy read), `credential`, `cluster`, `clear-route-cache`, `status`, `response-header`;
+//!   `held` (or `calls:`) makes none. `scripts/instructions.py` adds them one at a time to
+//!   price each call. One more, not in `calls`: `remove-absent` removes three response headers
+//!   the answer does not have (Switchboard's default `account_headers.response`, removed from
+//!   every answer on the gateway's key). Any other config fails the filter's configuration.
 //!
 //! The ABI declarations are the few this needs, by hand, against Envoy 1.40.0's dynamic
 //! modules ABI ("v0.2.0"); callbacks are looked up in the process with `dlsym`, as
@@ -138,10 +145,66 @@ pub extern "C" fn envoy_dynamic_module_on_program_init() -> *const c_char {
     }
 }
 
-/// The floor is chosen per config, and a filter is its config's address: `&CALLS` or
-/// `&NOTHING` (never freed, never written).
-static NOTHING: bool = false;
-static CALLS: bool = true;
+/// Response headers the lean upstream never sends (Switchboard's default
+/// `account_headers.response`, which it removes from every answer on the gateway's key).
+const ABSENT: [&[u8]; 3] = [
+    b"openai-organization",
+    b"openai-project",
+    b"anthropic-organization-id",
+];
+
+/// Which calls a stream makes; all false holds the body and makes none.
+#[derive(Clone, Copy, Default)]
+struct Calls {
+    headers: bool,
+    body_read: bool,
+    body_set: bool,
+    credential: bool,
+    cluster: bool,
+    clear_route_cache: bool,
+    status: bool,
+    response_header: bool,
+    remove_absent: bool,
+}
+
+impl Calls {
+    const ALL: Calls = Calls {
+        headers: true,
+        body_read: true,
+        body_set: true,
+        credential: true,
+        cluster: true,
+        clear_route_cache: true,
+        status: true,
+        response_header: true,
+        remove_absent: false,
+    };
+
+    /// `headers,body-read,...`; None for a name it does not know, or `body-set` alone.
+    fn parse(list: &[u8]) -> Option<Calls> {
+        let mut calls = Calls::default();
+        for name in list.split(|&b| b == b',').filter(|n| !n.is_empty()) {
+            let flag = match name {
+                b"headers" => &mut calls.headers,
+                b"body-read" => &mut calls.body_read,
+                b"body-set" => &mut calls.body_set,
+                b"credential" => &mut calls.credential,
+                b"cluster" => &mut calls.cluster,
+                b"clear-route-cache" => &mut calls.clear_route_cache,
+                b"status" => &mut calls.status,
+                b"response-header" => &mut calls.response_header,
+                b"remove-absent" => &mut calls.remove_absent,
+                _ => return None,
+            };
+            *flag = true;
+        }
+        (!calls.body_set || calls.body_read).then_some(calls)
+    }
+}
+
+/// A config: None does nothing; Some holds the request and makes those calls. A filter is its
+/// config's address (boxed here, freed by `config_destroy`, never written).
+type Floor = Option<Calls>;
 
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
@@ -150,12 +213,24 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
     config: Buffer,
 ) -> *const c_void {
     // SAFETY: Envoy's buffer, valid during this hook.
-    let calls = unsafe { config.bytes() } == b"calls";
-    (if calls { &CALLS } else { &NOTHING } as *const bool).cast()
+    let floor: Floor = match unsafe { config.bytes() } {
+        b"" => None,
+        b"calls" => Some(Calls::ALL),
+        b"held" => Some(Calls::default()),
+        other => match other.strip_prefix(b"calls:").and_then(Calls::parse) {
+            Some(calls) => Some(calls),
+            // Null fails the configuration, rather than measure less than was asked.
+            None => return std::ptr::null(),
+        },
+    };
+    Box::into_raw(Box::new(floor)).cast_const().cast()
 }
 
 #[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(_config: *const c_void) {}
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(config: *const c_void) {
+    // SAFETY: a `config_new` box, which Envoy destroys once, after its last stream.
+    drop(unsafe { Box::from_raw(config.cast_mut().cast::<Floor>()) });
+}
 
 /// A stream's filter is its config: no per-stream state.
 #[no_mangle]
@@ -166,14 +241,12 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_new(
     config
 }
 
-/// Whether `filter` (a config's address) makes the calls; and Envoy's callbacks if so.
-fn calls(filter: *const c_void) -> Option<&'static Api> {
-    // SAFETY: `filter` is `&CALLS` or `&NOTHING`.
-    if unsafe { *filter.cast::<bool>() } {
-        API.get()
-    } else {
-        None
-    }
+/// The calls `filter` (a config's address) makes, if it holds the request; and Envoy's
+/// callbacks.
+fn calls(filter: *const c_void) -> Option<(&'static Api, Calls)> {
+    // SAFETY: `filter` is a live config's `Floor`.
+    let floor = unsafe { *filter.cast::<Floor>() };
+    Some((API.get()?, floor?))
 }
 
 #[no_mangle]
@@ -182,9 +255,25 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
     filter: *const c_void,
     end_of_stream: bool,
 ) -> u32 {
-    let Some(api) = calls(filter) else {
+    let Some((api, calls)) = calls(filter) else {
         return CONTINUE;
     };
+    if calls.headers {
+        // SAFETY: the array has the size Envoy reported.
+        unsafe { get_headers(api, envoy) };
+    }
+    if end_of_stream {
+        CONTINUE
+    } else {
+        STOP
+    }
+}
+
+/// Every request header, as a module that reads them all gets them.
+///
+/// # Safety
+/// In a request hook of `envoy`'s stream.
+unsafe fn get_headers(api: &Api, envoy: Ptr) {
     // SAFETY: the array has the size Envoy reported.
     unsafe {
         let n = (api.get_headers_size)(envoy, REQUEST_HEADERS);
@@ -197,11 +286,6 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
         ];
         (api.get_headers)(envoy, REQUEST_HEADERS, headers.as_mut_ptr());
         std::hint::black_box(&headers);
-    }
-    if end_of_stream {
-        CONTINUE
-    } else {
-        STOP
     }
 }
 
@@ -226,7 +310,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_request_body(
     filter: *const c_void,
     end_of_stream: bool,
 ) -> u32 {
-    let Some(api) = calls(filter) else {
+    let Some((api, calls)) = calls(filter) else {
         return CONTINUE;
     };
     if !end_of_stream {
@@ -234,26 +318,36 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_request_body(
     }
     // SAFETY: plain calls on this hook's stream; every buffer lent outlives its call.
     unsafe {
-        // One allocation of the body's size, as Switchboard makes: growing by doubling would
-        // copy a 100 KB body about once more.
         let size = |which| (api.get_body_size)(envoy, which);
-        let mut body =
-            Vec::with_capacity(size(BUFFERED_REQUEST_BODY) + size(RECEIVED_REQUEST_BODY));
-        append_chunks(api, envoy, BUFFERED_REQUEST_BODY, &mut body);
-        append_chunks(api, envoy, RECEIVED_REQUEST_BODY, &mut body);
-        for which in [BUFFERED_REQUEST_BODY, RECEIVED_REQUEST_BODY] {
-            let size = size(which);
-            if size > 0 {
-                (api.drain_body)(envoy, which, size);
+        if calls.body_read {
+            // One allocation of the body's size, as Switchboard makes: growing by doubling
+            // would copy a 100 KB body about once more.
+            let mut body =
+                Vec::with_capacity(size(BUFFERED_REQUEST_BODY) + size(RECEIVED_REQUEST_BODY));
+            append_chunks(api, envoy, BUFFERED_REQUEST_BODY, &mut body);
+            append_chunks(api, envoy, RECEIVED_REQUEST_BODY, &mut body);
+            if calls.body_set {
+                for which in [BUFFERED_REQUEST_BODY, RECEIVED_REQUEST_BODY] {
+                    let size = size(which);
+                    if size > 0 {
+                        (api.drain_body)(envoy, which, size);
+                    }
+                }
+                (api.append_body)(envoy, RECEIVED_REQUEST_BODY, Buffer::of(&body));
             }
         }
-        (api.append_body)(envoy, RECEIVED_REQUEST_BODY, Buffer::of(&body));
         let set = |name: &[u8], value: &[u8]| {
             (api.set_header)(envoy, REQUEST_HEADERS, Buffer::of(name), Buffer::of(value))
         };
-        set(b"authorization", b"Bearer floor");
-        set(b"x-switchboard-cluster", b"provider");
-        (api.clear_route_cache)(envoy);
+        if calls.credential {
+            set(b"authorization", b"Bearer floor");
+        }
+        if calls.cluster {
+            set(b"x-switchboard-cluster", b"provider");
+        }
+        if calls.clear_route_cache {
+            (api.clear_route_cache)(envoy);
+        }
     }
     CONTINUE
 }
@@ -264,17 +358,27 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_response_headers(
     filter: *const c_void,
     _end_of_stream: bool,
 ) -> u32 {
-    let Some(api) = calls(filter) else {
+    let Some((api, calls)) = calls(filter) else {
         return CONTINUE;
     };
     // SAFETY: plain calls on this hook's stream.
     unsafe {
-        let (mut status, mut count) = (Buffer::NULL, 0);
-        let key = Buffer::of(b":status");
-        (api.get_header)(envoy, RESPONSE_HEADERS, key, &mut status, 0, &mut count);
-        std::hint::black_box(status.bytes());
-        let name = Buffer::of(b"x-switchboard-resolved-model");
-        (api.set_header)(envoy, RESPONSE_HEADERS, name, Buffer::of(b"floor"));
+        if calls.status {
+            let (mut status, mut count) = (Buffer::NULL, 0);
+            let key = Buffer::of(b":status");
+            (api.get_header)(envoy, RESPONSE_HEADERS, key, &mut status, 0, &mut count);
+            std::hint::black_box(status.bytes());
+        }
+        if calls.remove_absent {
+            for name in ABSENT {
+                // A null value removes the header.
+                (api.set_header)(envoy, RESPONSE_HEADERS, Buffer::of(name), Buffer::NULL);
+            }
+        }
+        if calls.response_header {
+            let name = Buffer::of(b"x-switchboard-resolved-model");
+            (api.set_header)(envoy, RESPONSE_HEADERS, name, Buffer::of(b"floor"));
+        }
     }
     CONTINUE
 }
@@ -309,4 +413,48 @@ nothing! {
         Ptr, *const c_void);
     envoy_dynamic_module_on_http_filter_downstream_below_write_buffer_low_watermark(
         Ptr, *const c_void);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_list_names_its_calls_and_nothing_else() {
+        let calls = Calls::parse(b"headers,body-read,status").unwrap();
+        assert!(calls.headers && calls.body_read && calls.status);
+        assert!(!calls.body_set && !calls.credential && !calls.cluster);
+        assert!(!calls.clear_route_cache && !calls.response_header && !calls.remove_absent);
+    }
+
+    #[test]
+    fn an_empty_list_holds_without_calls() {
+        let calls = Calls::parse(b"").unwrap();
+        assert!(!calls.headers && !calls.body_read && !calls.status && !calls.response_header);
+    }
+
+    #[test]
+    fn an_unknown_name_or_a_body_set_without_its_read_is_refused() {
+        assert!(Calls::parse(b"headers,bogus").is_none());
+        assert!(Calls::parse(b"body-set").is_none());
+        assert!(Calls::parse(b"body-set,body-read").is_some());
+    }
+
+    #[test]
+    fn a_config_that_names_no_floor_fails() {
+        let config = |text: &[u8]| {
+            envoy_dynamic_module_on_http_filter_config_new(
+                std::ptr::null_mut(),
+                Buffer::NULL,
+                Buffer::of(text),
+            )
+        };
+        assert!(config(b"calls:nope").is_null());
+        assert!(config(b"whatever").is_null());
+        for ok in [&b""[..], b"calls", b"held", b"calls:", b"calls:headers"] {
+            let made = config(ok);
+            assert!(!made.is_null());
+            envoy_dynamic_module_on_http_filter_config_destroy(made);
+        }
+    }
 }
