@@ -25,11 +25,12 @@ import yaml
 
 import crd_schema
 from dockerfile import stages
-from harness import ENVOY_BIN, NATIVE_MODULE, ROOT, TestCA, free_ports, require, start_envoy
+from harness import ENVOY_BIN, NATIVE_MODULE, ROOT, TestCA, require
 from istio_model import manifests as istio_manifests
 from istio_model import native_manifests as istio_native_manifests
 from istio_model import parse_cluster_name, switchboard_config
-from test_real_providers import ANTHROPIC, AZURE, CHAT, OPENAI, accepted, assert_azure_shape, assert_openai_shape
+from test_real_providers import (ANTHROPIC, AZURE, CHAT, OPENAI, accepted, assert_azure_shape, assert_openai_shape,
+                                 start_on_loopback, strict_tls_mocks)
 
 EG_DIR = ROOT / "deploy" / "envoy-gateway"
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
@@ -648,18 +649,7 @@ def test_the_config_envoy_gateway_would_generate_serves_virtual_models(stack, tm
     the module names; a fallback, Anthropic, and the passthrough rule work."""
     docs = recipe()
     ca = TestCA(tmp_path / "ca")
-
-    def strict(host: str, key: str, kind: str, **flags):
-        cert, pem_key = ca.issue(host)
-        return stack.provider(kind, tls_cert=cert, tls_key=pem_key, host_name=host, strict=kind,
-                              api_key=key, **flags)
-
-    mocks = {OPENAI[0]: strict(*OPENAI, "openai"),
-             AZURE[0]: strict(*AZURE, "azure", deployment="gpt-4o-prod", api_version="2024-10-21"),
-             ANTHROPIC[0]: strict(*ANTHROPIC, "anthropic")}
-    for name, value in {"OPENAI_API_KEY": OPENAI[1], "AZURE_OPENAI_API_KEY": AZURE[1],
-                        "ANTHROPIC_API_KEY": ANTHROPIC[1]}.items():
-        monkeypatch.setenv(name, value)
+    mocks = strict_tls_mocks(stack, ca, monkeypatch)
     config = eg_envoy_config(docs, require(NATIVE_MODULE, "the native build"))
     for cluster in config["static_resources"]["clusters"]:
         socket = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]
@@ -667,12 +657,7 @@ def test_the_config_envoy_gateway_would_generate_serves_virtual_models(stack, tm
         cluster["type"] = "STATIC"
         cluster["transport_socket"]["typed_config"]["common_tls_context"]["validation_context"]["trusted_ca"] = {
             "filename": str(ca.ca_path)}
-    listen, admin = free_ports(2)
-    [listener] = config["static_resources"]["listeners"]
-    listener["address"]["socket_address"].update(address="127.0.0.1", port_value=listen)
-    config["admin"] = {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin}}}
-    envoy = start_envoy(config)
-    stack.envoys.append(envoy)
+    envoy = start_on_loopback(stack, config)
 
     # A client-sent cluster header does not steer the request: the filter overwrites it.
     r = requests.post(f"{envoy.url}/v1/chat/completions", timeout=30,

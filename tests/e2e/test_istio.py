@@ -22,16 +22,17 @@ import pytest
 import yaml
 
 import providers_config
-from harness import ROOT, WASM, TestCA, free_ports, start_envoy
+from harness import ROOT, WASM, TestCA
 from istio_model import (WASM_TYPE, bootstrap, bootstrap_override, config_patches, extension_config,
                          gateway_port, http_filters, manifests, of_kind, one, parse_cluster_name,
                          patched_clusters, switchboard_config, wasm_plugin_config)
 from test_envoy_configs import assert_valid, validate
 from test_real_providers import (ANTHROPIC, AZURE, CHAT, OPENAI, accepted, assert_azure_shape,
-                                 assert_openai_shape)
+                                 assert_openai_shape, start_on_loopback, strict_tls_mocks)
 
 pytestmark = pytest.mark.wasm_only(
-    reason="Istio installs the .wasm (WasmPlugin, EnvoyFilter); the native module is not for Istio")
+    reason="Istio's Wasm recipe installs the .wasm (WasmPlugin, EnvoyFilter); test_istio_native.py checks the"
+    " native module's")
 
 KEYS = {"OPENAI_API_KEY": OPENAI[1], "AZURE_OPENAI_API_KEY": AZURE[1], "ANTHROPIC_API_KEY": ANTHROPIC[1]}
 
@@ -83,17 +84,7 @@ def serve_virtual_models(stack, tmp_path: Path, monkeypatch, docs: list[dict], w
     checks routing, fallback, keys, SNI and the passthrough (test_istio_native.py runs it on the
     native module's recipe)."""
     ca = TestCA(tmp_path / "ca")
-
-    def strict(host: str, key: str, kind: str, **flags):
-        cert, pem_key = ca.issue(host)
-        return stack.provider(kind, tls_cert=cert, tls_key=pem_key, host_name=host, strict=kind,
-                              api_key=key, **flags)
-
-    mocks = {OPENAI[0]: strict(*OPENAI, "openai"),
-             AZURE[0]: strict(*AZURE, "azure", deployment="gpt-4o-prod", api_version="2024-10-21"),
-             ANTHROPIC[0]: strict(*ANTHROPIC, "anthropic")}
-    for name, value in KEYS.items():
-        monkeypatch.setenv(name, value)
+    mocks = strict_tls_mocks(stack, ca, monkeypatch)
     config = bootstrap(docs, wasm_path, ca_file=str(ca.ca_path), ecds_file=tmp_path / "ecds.json")
     for cluster in config["static_resources"]["clusters"]:
         host, _ = parse_cluster_name(cluster["name"])
@@ -101,12 +92,7 @@ def serve_virtual_models(stack, tmp_path: Path, monkeypatch, docs: list[dict], w
         cluster.pop("dns_lookup_family")
         socket = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]
         socket.update(address="127.0.0.1", port_value=mocks[host].port)
-    listen, admin = free_ports(2)
-    [listener] = config["static_resources"]["listeners"]
-    listener["address"]["socket_address"].update(address="127.0.0.1", port_value=listen)
-    config["admin"] = {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin}}}
-    envoy = start_envoy(config)
-    stack.envoys.append(envoy)
+    envoy = start_on_loopback(stack, config)
 
     # A client-sent cluster header does not steer the request: the filter overwrites it.
     r = requests.post(f"{envoy.url}/v1/chat/completions", timeout=30,

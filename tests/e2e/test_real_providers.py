@@ -79,6 +79,35 @@ def start(stack: Stack, tmp_path, monkeypatch, plugin_config: dict | None = None
     return providers
 
 
+def strict_tls_mocks(stack: Stack, ca: TestCA, monkeypatch) -> dict[str, Provider]:
+    """Strict TLS mocks of OpenAI, Azure OpenAI and Anthropic by host name, each with a
+    certificate from `ca`, and their keys in the environment only (for a packaged recipe's
+    Envoy config to read)."""
+    def strict(host: str, key: str, kind: str, **flags) -> Provider:
+        cert, pem_key = ca.issue(host)
+        return stack.provider(kind, tls_cert=cert, tls_key=pem_key, host_name=host, strict=kind,
+                              api_key=key, **flags)
+
+    mocks = {OPENAI[0]: strict(*OPENAI, "openai"),
+             AZURE[0]: strict(*AZURE, "azure", deployment="gpt-4o-prod", api_version="2024-10-21"),
+             ANTHROPIC[0]: strict(*ANTHROPIC, "anthropic")}
+    for name, value in {"OPENAI_API_KEY": OPENAI[1], "AZURE_OPENAI_API_KEY": AZURE[1],
+                        "ANTHROPIC_API_KEY": ANTHROPIC[1]}.items():
+        monkeypatch.setenv(name, value)
+    return mocks
+
+
+def start_on_loopback(stack: Stack, config: dict):
+    """Starts a modelled Envoy config with its one listener and the admin on free loopback ports."""
+    listen, admin = free_ports(2)
+    [listener] = config["static_resources"]["listeners"]
+    listener["address"]["socket_address"].update(address="127.0.0.1", port_value=listen)
+    config["admin"] = {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin}}}
+    envoy = start_envoy(config)
+    stack.envoys.append(envoy)
+    return envoy
+
+
 def accepted(p: Provider) -> list[dict]:
     """What `p` received, each checked to have passed its strict checks."""
     seen = p.requests()
