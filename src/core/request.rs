@@ -135,8 +135,8 @@ pub fn inspect(body: &[u8]) -> Result<Inspected<'_>, ErrorReply> {
     })
 }
 
-/// The body as text and its top-level fields with their spans; the 400 of a body that is not
-/// a UTF-8 JSON object.
+/// The body's top-level fields with their spans; the 400 of a body that is not a UTF-8 JSON
+/// object.
 ///
 /// The scanner ([`json_scan`]) reads a valid object without decoding string contents, and
 /// checks it is UTF-8 as it goes; whatever it does not accept goes to serde_json, which

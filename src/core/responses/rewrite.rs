@@ -110,11 +110,17 @@ impl KeyName {
     }
 
     fn key(&self) -> Key {
-        let name = self.len.and_then(|len| self.bytes.get(..len));
-        KEYS.iter()
-            .find(|(k, _)| Some(*k) == name)
-            .map_or(Key::Other, |&(_, key)| key)
+        self.len
+            .and_then(|len| self.bytes.get(..len))
+            .map_or(Key::Other, key_of)
     }
+}
+
+/// The key `name` (its bytes as sent) names.
+fn key_of(name: &[u8]) -> Key {
+    KEYS.iter()
+        .find(|(k, _)| *k == name)
+        .map_or(Key::Other, |&(_, key)| key)
 }
 
 /// An open container.
@@ -325,7 +331,9 @@ impl AnswerRewriter {
         let body = rest.strip_prefix(DATA)?;
         let end = memchr::memchr(b'\n', body)?;
         let line = body.get(..end)?;
-        if !closes_without_keys(line.strip_suffix(b"\r").unwrap_or(line)) {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        // A raw `\r` anywhere else starts a line of its own: read byte by byte.
+        if memchr::memchr(b'\r', line).is_some() || !closes_without_keys(line) {
             return None;
         }
         // What the `data:` would have done; the newline leaves the next line's start.
@@ -535,9 +543,9 @@ fn plain_run(bytes: &[u8], limit: usize) -> usize {
     memchr::memchr(b'\r', head).unwrap_or(end)
 }
 
-/// Whether the JSON bytes of one line hold no raw `\r`, no string whose bytes as sent are one of
-/// `KEYS`, and close every `{`/`[` they open (a close with none open is dropped, as
-/// [`Path::close`] does). A string left open at the line's end is ended by it, as any is.
+/// Whether the JSON bytes of one line (with no `\r` in them) hold no string whose bytes as
+/// sent are one of `KEYS`, and close every `{`/`[` they open (a close with none open is
+/// dropped, as [`Path::close`] does). A string left open at the line's end is ended by it.
 fn closes_without_keys(line: &[u8]) -> bool {
     let mut depth = 0usize;
     let mut at = 0;
@@ -548,40 +556,29 @@ fn closes_without_keys(line: &[u8]) -> bool {
             match b {
                 b'{' | b'[' => depth += 1,
                 b'}' | b']' => depth = depth.saturating_sub(1),
-                b'\r' => return false,
                 _ => {}
             }
         }
         let start = at + quote + 1;
-        if start > line.len() {
+        let Some(end) = string_end(line, start) else {
+            // No string left, or one open at the line's end.
             return depth == 0;
+        };
+        if key_of(line.get(start..end).unwrap_or_default()) != Key::Other {
+            return false;
         }
-        match string_end(line, start) {
-            Some(end) => {
-                let content = line.get(start..end).unwrap_or_default();
-                if content.len() <= MAX_KEY && KEYS.iter().any(|(k, _)| *k == content) {
-                    return false;
-                }
-                at = end + 1;
-            }
-            // Open at the line's end; a raw `\r` inside is a line start.
-            None => {
-                return depth == 0
-                    && memchr::memchr(b'\r', line.get(start..).unwrap_or_default()).is_none()
-            }
-        }
+        at = end + 1;
     }
 }
 
-/// Where the string whose content starts at `start` closes on `line`: its next unescaped `"`;
-/// `None` when the line ends first or a raw `\r` ends it.
+/// Where the string whose content starts at `at` closes on `line`: its next unescaped `"`;
+/// `None` when the line ends first.
 fn string_end(line: &[u8], mut at: usize) -> Option<usize> {
     loop {
-        let hit = at + memchr::memchr3(b'"', b'\\', b'\r', line.get(at..)?)?;
+        let hit = at + memchr::memchr2(b'"', b'\\', line.get(at..)?)?;
         match line.get(hit)? {
             b'"' => return Some(hit),
-            b'\\' if line.get(hit + 1) != Some(&b'\r') => at = hit + 2,
-            _ => return None,
+            _ => at = hit + 2,
         }
     }
 }
