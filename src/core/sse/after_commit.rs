@@ -18,6 +18,7 @@
 //! until one gave it.
 
 use super::classify::{self, Read, ResponsesSeen};
+use super::lines::MAX_LINE;
 use super::{Dialect, Event};
 use memchr::memmem;
 
@@ -82,6 +83,73 @@ fn responses(read: &Read<'_>, seen: &mut ResponsesSeen) -> Event {
     }
 }
 
+/// A chat or completions event past the commit point that is one `data:` line holding a JSON
+/// object, whole at `pos` in `chunk` and ended by `\n\n`, without the bytes `"error"`: it is
+/// `Other` ([`chat`] tells the same after the line-by-line reading). Returns the offset past
+/// its blank line; `None` for any other event, which is read line by line. The search for
+/// `"error"` runs once over the rest of the chunk for all its events ([`ErrorSearch`]): a
+/// search per event cost more than the rest of its reading.
+pub(super) fn plain_chat_event(
+    chunk: &[u8],
+    pos: usize,
+    errors: &mut ErrorSearch,
+) -> Option<usize> {
+    let rest = chunk.get(pos..)?;
+    let value = rest.strip_prefix(b"data:")?;
+    let value = value.strip_prefix(b" ").unwrap_or(value);
+    if value.first() != Some(&b'{') {
+        return None;
+    }
+    let end = memchr::memchr2(b'\n', b'\r', value)?;
+    if value.get(end..end + 2) != Some(b"\n\n") || rest.len() - value.len() + end > MAX_LINE {
+        return None;
+    }
+    let start = pos + (rest.len() - value.len());
+    match errors.within(chunk, start, start + end) {
+        true => None,
+        false => Some(start + end + 2),
+    }
+}
+
+/// Where the next `"error"` is in the chunk being read, from an offset on: one search serves
+/// every event after that offset until it passes the match.
+#[derive(Debug, Clone, Default)]
+pub(super) struct ErrorSearch {
+    /// The chunk searched (its address and length), `None` once its reading ended.
+    chunk: Option<(usize, usize)>,
+    /// Where the search started.
+    from: usize,
+    /// The first match at or after `from`.
+    at: Option<usize>,
+}
+
+impl ErrorSearch {
+    /// Whether `chunk[start..end]` holds `"error"`.
+    fn within(&mut self, chunk: &[u8], start: usize, end: usize) -> bool {
+        let key = Some((chunk.as_ptr() as usize, chunk.len()));
+        let stale = self.chunk != key || self.from > start || self.at.is_some_and(|at| at < start);
+        if stale {
+            let rest = chunk.get(start..).unwrap_or_default();
+            let at = finders().0.find(rest).map(|i| start + i);
+            *self = ErrorSearch {
+                chunk: key,
+                from: start,
+                at,
+            };
+        }
+        // The first match from `from` (<= start) on is at or after `start`: a match inside
+        // the range would be it.
+        self.at.is_some_and(|at| at + ERROR_KEY.len() <= end)
+    }
+
+    /// The chunk's reading ended: its search says nothing of the next one.
+    pub(super) fn forget(&mut self) {
+        self.chunk = None;
+    }
+}
+
+const ERROR_KEY: &[u8] = b"\"error\"";
+
 /// The searches for `"error"` and `"sequence_number"`, built once: `memmem::find` builds its
 /// searcher on every call, which cost more than the search over a ~250-byte event (callgrind,
 /// a 100 KiB chat stream: about 1k instructions per KB of answer).
@@ -90,7 +158,7 @@ fn finders() -> &'static (memmem::Finder<'static>, memmem::Finder<'static>) {
         std::sync::OnceLock::new();
     FINDERS.get_or_init(|| {
         (
-            memmem::Finder::new(b"\"error\""),
+            memmem::Finder::new(ERROR_KEY),
             memmem::Finder::new(b"\"sequence_number\""),
         )
     })

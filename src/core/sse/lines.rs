@@ -7,7 +7,7 @@
 //! read by its `event:` name alone (see [`super::classify`]). Every bound is on the stream's
 //! bytes, never on where chunks end, so the events do not depend on the chunking.
 
-use super::after_commit;
+use super::after_commit::{self, ErrorSearch};
 use super::classify::{self, ResponsesSeen};
 use super::{Dialect, Event};
 use memchr::memchr2;
@@ -101,6 +101,8 @@ pub struct Watcher {
     saw_final: bool,
     /// Past the commit point: content is not read ([`Watcher::skip_content`]).
     skip_content: bool,
+    /// Past the commit point: where the chunk's next `"error"` is.
+    errors: ErrorSearch,
     responses: ResponsesSeen,
 }
 
@@ -130,6 +132,7 @@ impl Watcher {
             saw_content: false,
             saw_final: false,
             skip_content: false,
+            errors: ErrorSearch::default(),
             responses: ResponsesSeen::default(),
         }
     }
@@ -149,6 +152,7 @@ impl Watcher {
             Some(event) => Some((self.record(event), pos)),
             None => {
                 // The chunk is done with an event still open: its data must outlive the chunk.
+                self.errors.forget();
                 self.own(chunk);
                 None
             }
@@ -245,6 +249,10 @@ impl Watcher {
                 *pos += 1;
                 continue;
             }
+            if let Some(end) = self.plain_chat_event(chunk, *pos) {
+                *pos = end;
+                return Some(Event::Other);
+            }
             let Some(i) = memchr2(b'\n', b'\r', rest) else {
                 self.carry(rest);
                 *pos = chunk.len();
@@ -268,6 +276,21 @@ impl Watcher {
                 return event;
             }
         }
+    }
+
+    /// Past the commit point, a chat event that needs no line-by-line reading: the offset
+    /// past it ([`after_commit::plain_chat_event`]). Only between events: nothing of one is
+    /// pending or carried, and the first line (which may start with a byte order mark) is read.
+    fn plain_chat_event(&mut self, chunk: &[u8], pos: usize) -> Option<usize> {
+        let chat = matches!(
+            self.dialect,
+            Dialect::ChatCompletions | Dialect::Completions
+        );
+        let between = !self.pending.any && self.line.is_empty() && !self.first_line;
+        if !(self.skip_content && chat && between) {
+            return None;
+        }
+        after_commit::plain_chat_event(chunk, pos, &mut self.errors)
     }
 
     /// Keeps a line's beginning for the next chunk (at most `MAX_LINE` bytes of it).
