@@ -23,6 +23,10 @@ pub type Members<'a> = Vec<(Cow<'a, str>, Range<usize>)>;
 
 mod string_run;
 
+/// The run of plain bytes that starts a JSON string's contents (see [`string_run`]): the
+/// Responses id rewriter skips the strings of a line with it too.
+pub use string_run::plain_run as plain_string_run;
+
 /// The top-level members of `b`, a UTF-8 JSON object with nothing but whitespace around it, or
 /// `None` when it is not one (or holds a key only serde_json can judge).
 pub fn top_level_members(b: &[u8]) -> Option<Members<'_>> {
