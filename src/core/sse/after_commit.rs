@@ -18,7 +18,6 @@
 //! until one gave it.
 
 use super::classify::{self, Read, ResponsesSeen};
-use super::lines::MAX_LINE;
 use super::{Dialect, Event};
 use memchr::memmem;
 
@@ -83,32 +82,24 @@ fn responses(read: &Read<'_>, seen: &mut ResponsesSeen) -> Event {
     }
 }
 
-/// A chat or completions event past the commit point that is one `data:` line holding a JSON
-/// object, whole at `pos` in `chunk` and ended by `\n\n`, without the bytes `"error"`: it is
-/// `Other` ([`chat`] tells the same after the line-by-line reading). Returns the offset past
-/// its blank line; `None` for any other event, which is read line by line. The search for
-/// `"error"` runs once over the rest of the chunk for all its events ([`ErrorSearch`]): a
-/// search per event cost more than the rest of its reading.
-pub(super) fn plain_chat_event(
-    chunk: &[u8],
-    pos: usize,
+/// [`event`] for an event whose data lies whole at `start` in `chunk`: a chat or completions
+/// event without a name is `Other` at once when the chunk holds no `"error"` there. That
+/// search runs once over the rest of the chunk for all its events ([`ErrorSearch`]): a search
+/// per event cost more than the rest of its reading.
+pub(super) fn event_in_chunk(
+    dialect: Dialect,
+    read: &Read<'_>,
+    (chunk, start): (&[u8], usize),
     errors: &mut ErrorSearch,
-) -> Option<usize> {
-    let rest = chunk.get(pos..)?;
-    let value = rest.strip_prefix(b"data:")?;
-    let value = value.strip_prefix(b" ").unwrap_or(value);
-    if value.first() != Some(&b'{') {
-        return None;
+    seen: &mut ResponsesSeen,
+) -> Event {
+    let chat = matches!(dialect, Dialect::ChatCompletions | Dialect::Completions);
+    let len = read.data.map_or(0, <[u8]>::len);
+    let plain = chat && read.name.is_none() && object(read.data.unwrap_or_default());
+    if plain && !errors.within(chunk, start, start + len) {
+        return Event::Other;
     }
-    let end = memchr::memchr2(b'\n', b'\r', value)?;
-    if value.get(end..end + 2) != Some(b"\n\n") || rest.len() - value.len() + end > MAX_LINE {
-        return None;
-    }
-    let start = pos + (rest.len() - value.len());
-    match errors.within(chunk, start, start + end) {
-        true => None,
-        false => Some(start + end + 2),
-    }
+    event(dialect, read, seen)
 }
 
 /// Where the next `"error"` is in the chunk being read, from an offset on: one search serves

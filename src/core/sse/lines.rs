@@ -249,9 +249,9 @@ impl Watcher {
                 *pos += 1;
                 continue;
             }
-            if let Some(end) = self.plain_chat_event(chunk, *pos) {
+            if let Some((event, end)) = self.simple_event(chunk, *pos) {
                 *pos = end;
-                return Some(Event::Other);
+                return Some(event);
             }
             let Some(i) = memchr2(b'\n', b'\r', rest) else {
                 self.carry(rest);
@@ -278,19 +278,53 @@ impl Watcher {
         }
     }
 
-    /// Past the commit point, a chat event that needs no line-by-line reading: the offset
-    /// past it ([`after_commit::plain_chat_event`]). Only between events: nothing of one is
-    /// pending or carried, and the first line (which may start with a byte order mark) is read.
-    fn plain_chat_event(&mut self, chunk: &[u8], pos: usize) -> Option<usize> {
-        let chat = matches!(
-            self.dialect,
-            Dialect::ChatCompletions | Dialect::Completions
-        );
+    /// Past the commit point, an event whole at `pos` in the chunk in the shape providers send:
+    /// an optional `event:` line, one `data:` line holding a JSON object, a blank line, each
+    /// line ended by `\n` alone. It is read as the line-by-line framing would read it, without
+    /// its bookkeeping, and told by the reading past the commit point
+    /// ([`after_commit::event_in_chunk`]); `None` for any other event. Only between events:
+    /// nothing of one is pending or carried, and the first line (which may start with a byte
+    /// order mark) was read.
+    fn simple_event(&mut self, chunk: &[u8], pos: usize) -> Option<(Event, usize)> {
         let between = !self.pending.any && self.line.is_empty() && !self.first_line;
-        if !(self.skip_content && chat && between) {
+        if !(self.skip_content && between) {
             return None;
         }
-        after_commit::plain_chat_event(chunk, pos, &mut self.errors)
+        let (name, at) = match chunk.get(pos..)?.strip_prefix(b"event:") {
+            Some(line) => {
+                let (value, end) = simple_line(line, b"event:".len())?;
+                let name = core::str::from_utf8(value).ok()?;
+                // A name too long to keep or empty reads as none: left to the framing.
+                if name.is_empty() || name.len() > MAX_NAME {
+                    return None;
+                }
+                (Some(name), pos + b"event:".len() + end + 1)
+            }
+            None => (None, pos),
+        };
+        let line = chunk.get(at..)?.strip_prefix(b"data:")?;
+        let (data, end) = simple_line(line, b"data:".len())?;
+        let start = at + b"data:".len() + (end - data.len());
+        // The blank line that ends the event.
+        let after = at + b"data:".len() + end + 1;
+        if chunk.get(after) != Some(&b'\n') || !data.starts_with(b"{") {
+            return None;
+        }
+        let read = classify::Read {
+            name,
+            data: Some(data),
+            oversized: false,
+            saw_content: self.saw_content,
+        };
+        let at = (chunk, start);
+        let event = after_commit::event_in_chunk(
+            self.dialect,
+            &read,
+            at,
+            &mut self.errors,
+            &mut self.responses,
+        );
+        Some((event, after + 1))
     }
 
     /// Keeps a line's beginning for the next chunk (at most `MAX_LINE` bytes of it).
@@ -442,6 +476,17 @@ fn release(buffer: Vec<u8>) -> Vec<u8> {
         true => Vec::new(),
         false => buffer,
     }
+}
+
+/// The value of a line after its field's `field` bytes (one space after the colon dropped) and
+/// the offset of its `\n` in `line`, when it ends in `\n` alone within `MAX_LINE`.
+fn simple_line(line: &[u8], field: usize) -> Option<(&[u8], usize)> {
+    let end = memchr2(b'\n', b'\r', line)?;
+    if line.get(end) != Some(&b'\n') || field + end > MAX_LINE {
+        return None;
+    }
+    let value = line.get(..end)?;
+    Some((value.strip_prefix(b" ").unwrap_or(value), end))
 }
 
 /// A line's field and value (one space after the colon dropped).
