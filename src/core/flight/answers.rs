@@ -6,7 +6,7 @@ use crate::core::errors::ErrorReply;
 use crate::core::health::sla::LatencySample;
 use crate::core::outbound::hidden_answer_headers;
 use crate::core::responses::id::Turn;
-use crate::core::responses::rewrite::AnswerRewriter;
+use crate::core::responses::rewrite::{self, AnswerRewriter};
 use crate::core::responses::{rewrite_whole, TurnMinter};
 
 impl Machine {
@@ -134,7 +134,7 @@ impl Machine {
         let mut rewriter = self.rewriter.take()?;
         let answered_by = self.ending.and_then(|e| e.target);
         let mut minter = answered_by.and_then(|t| self.minter(config, t))?;
-        let mut with = Vec::with_capacity(chunk.len() + 128);
+        let mut with = Vec::with_capacity(chunk.len() + rewrite::ROOM);
         // Most chunks of a long answer pass unchanged, as the rewriter tells: not compared.
         let changed = rewriter.feed(chunk, &mut minter, &mut with);
         if end {

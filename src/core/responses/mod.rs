@@ -39,7 +39,7 @@ impl Minter for TurnMinter<'_> {
 /// The whole of an answer that arrived at once (a call-out's), rewritten.
 pub fn rewrite_whole(body: &[u8], minter: &mut TurnMinter<'_>) -> Vec<u8> {
     let mut rewriter = rewrite::AnswerRewriter::new();
-    let mut out = Vec::with_capacity(body.len() + 128);
+    let mut out = Vec::with_capacity(body.len() + rewrite::ROOM);
     rewriter.feed(body, minter, &mut out);
     rewriter.finish(&mut out);
     out

@@ -241,7 +241,20 @@ pub struct AnswerRewriter {
     /// of `MAX_ENCRYPTED` bytes.
     held: Vec<u8>,
     rewrote: bool,
+    /// The last provider ids minted (at most [`MINTS_KEPT`]) and what each became: an answer
+    /// names its response and the one before it in several events (`response.created`,
+    /// `.in_progress`, `.completed`), and a mint is deterministic for one answer's turn, so
+    /// each id is sealed once.
+    mints: Vec<(Vec<u8>, Vec<u8>)>,
 }
+
+/// The response's id and its `previous_response_id`.
+const MINTS_KEPT: usize = 2;
+
+/// How much longer than the answer its rewrite may grow without the output buffer growing (a
+/// minted id is about 100 bytes longer than the provider's, and so is a mark): room for about
+/// ten. Callgrind, a 100 KiB Responses stream: growing it copied the whole chunk once more.
+pub const ROOM: usize = 1024;
 
 impl Default for AnswerRewriter {
     fn default() -> Self {
@@ -259,6 +272,7 @@ impl AnswerRewriter {
             line: Some(0),
             held: Vec::new(),
             rewrote: false,
+            mints: Vec::new(),
         }
     }
 
@@ -272,8 +286,10 @@ impl AnswerRewriter {
         let rewrote_before = self.rewrote;
         let mut rest = chunk;
         while let Some((&b, tail)) = rest.split_first() {
-            if let Some(n) = self.plain_data_line(rest) {
-                // A text delta and most other events: the whole line in one copy.
+            let plain = self.plain_data_line(rest);
+            if let Some(n) = plain.or_else(|| self.plain_other_line(rest)) {
+                // A text delta and most other events, and their `event:` lines: the whole
+                // line in one copy.
                 let (line, after) = rest.split_at(n);
                 out.extend_from_slice(line);
                 rest = after;
@@ -341,6 +357,22 @@ impl AnswerRewriter {
         // What the `data:` would have done; the newline leaves the next line's start.
         self.path = Path::new();
         Some(DATA.len() + end + 1)
+    }
+
+    /// The length of a line at the start of `rest` (its newline included) that is not a
+    /// `data:` line and holds none of the bytes the tokenizer acts on outside strings (`{`
+    /// `}` `[` `]` `,` `"` and a raw `\r`), such as an SSE `event:` line: read byte by byte it
+    /// would go out as it came and leave the rewriter at the next line's start, its path as
+    /// it was.
+    fn plain_other_line(&self, rest: &[u8]) -> Option<usize> {
+        let at_line_start = self.line == Some(0) && self.held.is_empty();
+        if self.state != State::Outside || !at_line_start || rest.starts_with(DATA) {
+            return None;
+        }
+        let end = memchr::memchr(b'\n', rest)?;
+        let line = rest.get(..end)?;
+        let acts = |b: &u8| matches!(b, b'{' | b'}' | b'[' | b']' | b',' | b'"' | b'\r');
+        (!line.iter().any(acts)).then_some(end + 1)
     }
 
     /// The answer ended: appends whatever is still held (unchanged if incomplete).
@@ -499,12 +531,20 @@ impl AnswerRewriter {
 
     /// Emits the held bytes (an id) as the minter's replacement.
     fn mint_id(&mut self, minter: &mut impl Minter, out: &mut Vec<u8>) {
-        match std::str::from_utf8(&self.held) {
-            Ok(id) => {
-                minter.response_id(id, out);
-                self.rewrote = true;
+        if let Some((_, minted)) = self.mints.iter().find(|(raw, _)| *raw == self.held) {
+            out.extend_from_slice(minted);
+            self.rewrote = true;
+        } else if let Ok(id) = std::str::from_utf8(&self.held) {
+            let at = out.len();
+            minter.response_id(id, out);
+            if self.mints.len() == MINTS_KEPT {
+                self.mints.remove(0);
             }
-            Err(_) => out.extend_from_slice(&self.held),
+            let minted = out.get(at..).unwrap_or_default().to_vec();
+            self.mints.push((self.held.clone(), minted));
+            self.rewrote = true;
+        } else {
+            out.extend_from_slice(&self.held);
         }
         self.held.clear();
     }
@@ -620,6 +660,30 @@ mod tests {
             self.encrypted.push(value.to_string());
             out.extend_from_slice(b"sb1.");
             out.extend_from_slice(value.as_bytes());
+        }
+    }
+
+    #[test]
+    fn the_same_id_in_several_events_is_minted_once_and_written_the_same_each_time() {
+        let stream = concat!(
+            "event: response.created\ndata: {\"response\":{\"id\":\"resp_a\",\"previous_response_id\":\"resp_p\"}}\n\n",
+            "event: response.in_progress\ndata: {\"response\":{\"id\":\"resp_a\"}}\n\n",
+            "event: response.completed\ndata: {\"response\":{\"id\":\"resp_a\",\"previous_response_id\":\"resp_p\"}}\n\n",
+            "event: response.created\ndata: {\"response\":{\"id\":\"resp_b\",\"previous_response_id\":\"resp_a\"}}\n\n",
+            "event: response.created\ndata: {\"response\":{\"id\":\"resp_p\"}}\n\n",
+        )
+        .as_bytes();
+        let expected = String::from_utf8(stream.to_vec())
+            .unwrap()
+            .replace("resp_", "resp_sb1-T-resp_");
+        for cut in 0..=stream.len() {
+            let mut marks = Marks::default();
+            let (out, _) = rewrite_chunks(&[&stream[..cut], &stream[cut..]], &mut marks);
+            assert_eq!(String::from_utf8(out).unwrap(), expected, "cut at {cut}");
+            // The last two ids minted are remembered: once `resp_b` came, `resp_a` and then
+            // `resp_p` are minted anew.
+            let minted = ["resp_a", "resp_p", "resp_b", "resp_a", "resp_p"];
+            assert_eq!(marks.ids, minted, "cut at {cut}");
         }
     }
 
@@ -775,7 +839,9 @@ mod tests {
             .map(|e| format!("event: x\ndata: {e}\n\n"))
             .collect();
         let (out, marks) = rewrite(&sse);
-        assert_eq!(marks.ids, ["resp_own1", "resp_prev1"].repeat(2));
+        // Each id is minted once and written in both events.
+        assert_eq!(marks.ids, ["resp_own1", "resp_prev1"]);
+        assert_eq!(out.matches("resp_sb1-T-resp_own1").count(), 2);
         assert_eq!(marks.encrypted, ["gAAAown"; 3]);
         assert_eq!(out.matches(r#""resp_abc123""#).count(), 2 * 9 + 1);
         assert_eq!(out.matches(r#""gAAAclient""#).count(), 3);
@@ -804,7 +870,9 @@ mod tests {
             .replace(r#""resp_prev9""#, r#""resp_sb1-T-resp_prev9""#)
             .replace(r#":"gAAAAAB"#, r#":"sb1.gAAAAAB"#);
         assert_eq!(out, expected);
-        assert_eq!(marks.ids.len(), 6, "id and previous id in three events");
+        // The id and the previous id of three events: six replaced (above), each minted once.
+        assert_eq!(out.matches("resp_sb1-T-").count(), 6);
+        assert_eq!(marks.ids, ["resp_abc123", "resp_prev9"]);
         assert_eq!(marks.encrypted.len(), 2);
         assert!(out.contains(r#"{"resp_x":"resp_sb1-t0-keep"}"#));
         assert_eq!(out.matches(r#"see resp_abc, or \"resp_abc\""#).count(), 3);
