@@ -300,8 +300,8 @@ pub fn carries_gateway_credential(
 }
 
 /// The provider's answer headers the client must not see from an answer by `target`: its
-/// `account_headers.response` when the attempt carried the gateway's credential (they name the
-/// gateway's organisation or project), else none.
+/// `account_headers.response` for its provider when the attempt carried the gateway's
+/// credential (they name the gateway's organisation or project), else none.
 pub fn hidden_answer_headers<'c>(
     config: &'c Config,
     vm: Option<&VirtualModel>,
@@ -311,7 +311,9 @@ pub fn hidden_answer_headers<'c>(
         .and_then(|vm| vm.target(target))
         .map(|t| &t.headers_override);
     match config.model(target) {
-        Some(model) if brings_credential(model, o) => &config.account_headers.response,
+        Some(model) if brings_credential(model, o) => {
+            config.account_headers.response(model.provider)
+        }
         _ => &[],
     }
 }

@@ -37,13 +37,11 @@ pub(super) fn compile_account_headers(
     let Some(mut f) = root.opt_object("account_headers")? else {
         return Ok(out);
     };
-    for (key, list) in [
-        ("request", &mut out.request),
-        ("response", &mut out.response),
-    ] {
-        if let Some(items) = f.opt_array(key)? {
-            *list = header_names(items)?;
-        }
+    if let Some(items) = f.opt_array("request")? {
+        out.request = header_names(items)?;
+    }
+    if let Some(items) = f.opt_array("response")? {
+        out = out.with_response(header_names(items)?);
     }
     f.finish(&[])?;
     Ok(out)
@@ -69,7 +67,7 @@ fn is_header_name(name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use crate::core::config::{CallerIdentity, Config, StickySource};
+    use crate::core::config::{CallerIdentity, Config, Provider, StickySource};
 
     fn parse(extra: &str) -> Result<Config, String> {
         let json =
@@ -137,16 +135,30 @@ mod tests {
             .account_headers
             .request
             .contains(&"openai-project".to_string()));
-        assert!(c
-            .account_headers
-            .response
-            .contains(&"anthropic-organization-id".to_string()));
+        let response = |c: &Config, p| c.account_headers.response(p).to_vec();
+        // By default, each provider's own.
+        assert_eq!(
+            response(&c, Provider::Anthropic),
+            ["anthropic-organization-id"]
+        );
+        for p in [
+            Provider::OpenAi,
+            Provider::Azure,
+            Provider::OpenAiCompatible,
+        ] {
+            assert_eq!(response(&c, p), ["openai-organization", "openai-project"]);
+        }
         let c = parse(r#", "account_headers": {"request": ["X-Org"]}"#).unwrap();
         assert_eq!(c.account_headers.request, ["x-org"]);
         assert_eq!(
-            c.account_headers.response.len(),
-            3,
+            response(&c, Provider::OpenAi).len(),
+            2,
             "the other list keeps its default"
         );
+        // A list given is every provider's.
+        let c = parse(r#", "account_headers": {"response": ["X-Account"]}"#).unwrap();
+        for (p, _) in Provider::ALL {
+            assert_eq!(response(&c, p), ["x-account"]);
+        }
     }
 }
