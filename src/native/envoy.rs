@@ -13,7 +13,7 @@ use super::store::{self, Shared};
 use super::timer::{self, Wake};
 use crate::core::access_log::Value;
 use crate::core::config::{Config, ModelId};
-use crate::core::flight::{CallRequest, Effect};
+use crate::core::flight::{CallRequest, Chunk, Effect};
 use crate::core::headers::Headers;
 use crate::core::plugin::Plugin as CorePlugin;
 use crate::core::report::Write;
@@ -225,11 +225,11 @@ impl Host for Envoy<'_> {
     }
 
     /// After the machine held the answer, the earlier chunks wait in Envoy's buffer.
-    fn answer_body(&mut self) -> Vec<u8> {
+    fn answer_body(&mut self) -> Chunk {
         if let Some(held) = self.held_answer() {
             return held.body();
         }
-        self.s.body(Side::Response, BodyAt::BufferAndChunk)
+        Chunk::new(self.s.body(Side::Response, BodyAt::BufferAndChunk))
     }
 
     fn set_response_header(&mut self, name: &str, value: &str) {

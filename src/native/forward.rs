@@ -7,6 +7,7 @@
 //! [`After`] calls, made once the hook has let go of the filter (they run its response hooks).
 
 use super::after::After;
+use crate::core::flight::Chunk;
 use crate::core::headers::Headers;
 
 /// Answer headers not passed on: they frame the upstream connection, and Envoy frames the
@@ -64,8 +65,9 @@ pub struct Held {
     answer_ended: bool,
     /// Its headers, `:status` among them.
     headers: Vec<(Vec<u8>, Vec<u8>)>,
-    /// Its bytes not yet sent to the client.
-    body: Vec<u8>,
+    /// Its bytes not yet sent to the client, lent to the machine while it reads them
+    /// ([`Chunk`]); its only owner again by the time they are sent.
+    body: Chunk,
     /// The client has the answer's headers.
     headers_sent: bool,
     /// The client's answer ended (or Switchboard replied): nothing more goes to it.
@@ -84,7 +86,7 @@ impl Held {
         self.stream = Some(id);
         self.answer_ended = false;
         self.headers.clear();
-        self.body = Vec::new();
+        self.body = Chunk::default();
     }
 
     /// Lets go of the call-out in flight (a new attempt, a reply, the client went away); its
@@ -92,7 +94,7 @@ impl Held {
     pub fn abandon(&mut self) -> Option<u64> {
         let running = self.stream.take().filter(|_| !self.answer_ended);
         self.headers.clear();
-        self.body = Vec::new();
+        self.body = Chunk::default();
         running
     }
 
@@ -116,9 +118,9 @@ impl Held {
     /// A chunk of the answer arrived: held after what is not yet sent.
     pub fn on_data(&mut self, bytes: Vec<u8>, end: bool) {
         if self.body.is_empty() {
-            self.body = bytes;
+            self.body = Chunk::new(bytes);
         } else {
-            self.body.extend_from_slice(&bytes);
+            Chunk::make_mut(&mut self.body).extend_from_slice(&bytes);
         }
         self.answer_ended |= end;
     }
@@ -149,8 +151,8 @@ impl Held {
     }
 
     /// Every byte of the answer held and not yet sent.
-    pub fn body(&self) -> Vec<u8> {
-        self.body.clone()
+    pub fn body(&self) -> Chunk {
+        Chunk::clone(&self.body)
     }
 
     /// Sets a header of the answer, replacing its values.
@@ -167,14 +169,19 @@ impl Held {
 
     /// Replaces the bytes held with `with`.
     pub fn replace_body(&mut self, with: Vec<u8>) {
-        self.body = with;
+        self.body = Chunk::new(with);
+    }
+
+    /// The bytes held, taken to be sent: not copied once the machine let go of them.
+    fn take_body(&mut self) -> Vec<u8> {
+        Chunk::unwrap_or_clone(std::mem::take(&mut self.body))
     }
 
     /// Queues what is held for the client: the headers the first time, then the bytes, which
     /// are let go of (memory does not grow with the answer); `end`: the answer ended here.
     pub fn flush(&mut self, end: bool, after: &mut Vec<After>) {
         if self.ended {
-            self.body = Vec::new();
+            self.body = Chunk::default();
             return;
         }
         if !self.headers_sent {
@@ -187,7 +194,7 @@ impl Held {
         }
         if !self.body.is_empty() || end {
             after.push(After::SendData {
-                data: std::mem::take(&mut self.body),
+                data: self.take_body(),
                 end,
             });
         }
@@ -204,7 +211,7 @@ impl Held {
         if let Some(id) = self.stream.take().filter(|_| !self.answer_ended) {
             after.push(After::ResetStream(id));
         }
-        let mut data = std::mem::take(&mut self.body);
+        let mut data = self.take_body();
         data.extend_from_slice(tail);
         if !self.headers_sent {
             self.send_headers(false, after);
@@ -265,6 +272,31 @@ mod tests {
     }
 
     #[test]
+    fn bytes_lent_to_the_machine_go_to_the_client_without_a_copy_once_it_let_go() {
+        let mut held = Held::default();
+        held.start(7);
+        held.on_headers(pairs(&[(":status", "200")]), false);
+        let bytes = b"data: {}\n\n".to_vec();
+        let at = bytes.as_ptr();
+        held.on_data(bytes, false);
+        let lent = held.body();
+        assert_eq!(lent.as_ptr(), at, "lent, not copied");
+        drop(lent);
+        let mut after = Vec::new();
+        held.flush(false, &mut after);
+        let Some(After::SendData { data, .. }) = after.last() else {
+            panic!("nothing sent");
+        };
+        assert_eq!((data.as_slice(), data.as_ptr()), (&b"data: {}\n\n"[..], at));
+        // Still lent when sent (no machine keeps it so, but it is not lost): a copy goes.
+        held.on_data(b"x".to_vec(), false);
+        let lent = held.body();
+        held.flush(false, &mut after);
+        assert!(matches!(after.last(), Some(After::SendData { data, .. }) if data == b"x"));
+        assert_eq!(lent.as_slice(), b"x");
+    }
+
+    #[test]
     fn headers_go_once_then_each_flush_sends_and_drops_what_is_held() {
         let mut held = Held::default();
         held.start(7);
@@ -275,7 +307,7 @@ mod tests {
         held.flush(false, &mut after);
         held.on_data(b"a".to_vec(), false);
         held.on_data(b"b".to_vec(), false);
-        assert_eq!(held.body(), b"ab");
+        assert_eq!(held.body().as_slice(), b"ab");
         held.flush(false, &mut after);
         assert!(held.body().is_empty());
         held.on_data(b"c".to_vec(), true);
@@ -355,6 +387,6 @@ mod tests {
         held.remove_header("x-a");
         assert_eq!(held.headers().get("x-a"), None);
         held.replace_body(b"new".to_vec());
-        assert_eq!(held.body(), b"new");
+        assert_eq!(held.body().as_slice(), b"new");
     }
 }

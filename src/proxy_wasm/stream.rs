@@ -7,7 +7,7 @@ use super::metrics;
 use super::runtime::Runtime;
 use crate::core::access_log::Value;
 use crate::core::config::{Config, ModelId};
-use crate::core::flight::{CallAnswer, CallRequest, Effect};
+use crate::core::flight::{CallAnswer, CallRequest, Chunk, Effect};
 use crate::core::plugin::Plugin;
 use crate::core::report::Write;
 use crate::core::request::Edits;
@@ -161,12 +161,11 @@ impl Host for Wasm<'_> {
         host::response_headers()
     }
 
-    fn answer_body(&mut self) -> Vec<u8> {
-        if self.body_size > 0 {
-            host::response_body(self.body_size)
-        } else {
-            Vec::new()
-        }
+    fn answer_body(&mut self) -> Chunk {
+        Chunk::new(match self.body_size > 0 {
+            true => host::response_body(self.body_size),
+            false => Vec::new(),
+        })
     }
 
     fn answer_body_len(&mut self) -> usize {

@@ -97,7 +97,7 @@ impl Machine {
     /// The held failed answer's body ended: it is whole (every byte held so far is in hand).
     pub(super) fn keep_failed_body(&mut self, facts: &mut dyn AnswerFacts) {
         if let Some(failure) = self.last_failure.as_mut().filter(|f| !f.whole) {
-            failure.body = facts.chunk();
+            failure.body = Chunk::unwrap_or_clone(facts.chunk());
             failure.whole = true;
         }
     }

@@ -12,6 +12,12 @@ use crate::core::sse::Dialect;
 
 /// Facts about the answer in hand that may cost the host a call to read: the machine asks
 /// only when a rule needs one (a plain 2xx answer needs none).
+/// An answer's body in hand, shared: a host that holds the bytes itself (the native module
+/// forwarding a streamed call-out's answer) lends them to the machine, which only reads them,
+/// instead of copying them for it (callgrind, a 100 KiB streamed answer: that copy was about
+/// 1k instructions per KB).
+pub type Chunk = std::rc::Rc<Vec<u8>>;
+
 pub trait AnswerFacts {
     /// The host's time, in milliseconds.
     fn now_ms(&mut self) -> u64;
@@ -21,7 +27,7 @@ pub trait AnswerFacts {
     fn headers(&mut self) -> Headers;
     /// The body in hand: every byte of the answer's body held so far (after the machine held
     /// the answer, Envoy's buffer and the chunk just received; otherwise that chunk).
-    fn chunk(&mut self) -> Vec<u8>;
+    fn chunk(&mut self) -> Chunk;
     /// How many bytes [`AnswerFacts::chunk`] would read: read while an answer is held to be
     /// judged whole, to bound it.
     fn held_len(&mut self) -> usize {

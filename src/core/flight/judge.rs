@@ -17,7 +17,7 @@ pub(super) enum Judged {
     Replaced,
     /// Judged and delivered: the body in hand (every byte held) goes on as a delivered
     /// answer's.
-    Delivered(Vec<u8>),
+    Delivered(Chunk),
 }
 
 /// A failed answer of the attempt in flight, held until its body ends.

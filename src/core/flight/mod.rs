@@ -65,7 +65,7 @@ pub use effects::{
     AnswerHeaders, Attempt, AttemptKind, Call, CallId, CallRequest, Delivery, Effect, Effects,
     Ending, Failure, Flow, Reply, Summary, Tokens,
 };
-pub use inputs::{AnswerFacts, CallAnswer, Replay, Start};
+pub use inputs::{AnswerFacts, CallAnswer, Chunk, Replay, Start};
 pub use outcome::{
     attempt_record, call_outcome, failure_class, health_outcome, hint_ms, router_outcome,
 };

@@ -40,9 +40,9 @@ impl AnswerFacts for Fake {
         self.reads += 1;
         Headers::from_pairs(self.headers.iter().copied())
     }
-    fn chunk(&mut self) -> Vec<u8> {
+    fn chunk(&mut self) -> Chunk {
         self.reads += 1;
-        std::mem::take(&mut self.chunk)
+        Chunk::new(std::mem::take(&mut self.chunk))
     }
     fn ends_with_headers(&mut self) -> bool {
         self.reads += 1;

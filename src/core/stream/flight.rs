@@ -6,8 +6,8 @@ use crate::core::access_log;
 use crate::core::config::Config;
 use crate::core::fallback::AttemptOutcome;
 use crate::core::flight::{
-    AnswerFacts, Attempt, AttemptKind, CallAnswer, CallId, Effect, Effects, Flow, Machine, Replay,
-    Start, Summary,
+    AnswerFacts, Attempt, AttemptKind, CallAnswer, CallId, Chunk, Effect, Effects, Flow, Machine,
+    Replay, Start, Summary,
 };
 use crate::core::headers::Headers;
 use crate::core::overhead::Overhead;
@@ -53,7 +53,7 @@ impl<H: Host> AnswerFacts for Facts<'_, H> {
         self.host.answer_headers()
     }
 
-    fn chunk(&mut self) -> Vec<u8> {
+    fn chunk(&mut self) -> Chunk {
         self.host.answer_body()
     }
 

@@ -4,7 +4,7 @@
 
 use crate::core::access_log::Value;
 use crate::core::config::{Config, ModelId};
-use crate::core::flight::{Attempt, CallRequest, Effect};
+use crate::core::flight::{Attempt, CallRequest, Chunk, Effect};
 use crate::core::headers::Headers;
 use crate::core::plugin::Plugin;
 use crate::core::report::Write;
@@ -116,7 +116,7 @@ pub trait Host {
     /// Every header of the router's answer.
     fn answer_headers(&mut self) -> Headers;
     /// Every byte of the router's answer held so far, the chunk just received included.
-    fn answer_body(&mut self) -> Vec<u8>;
+    fn answer_body(&mut self) -> Chunk;
     /// How many bytes [`Host::answer_body`] would read (a host that knows it without a copy
     /// says so).
     fn answer_body_len(&mut self) -> usize {

@@ -9,7 +9,9 @@ use super::{Host, Stream, Verdict};
 use crate::core::access_log::Value;
 use crate::core::config::{Config, ModelId};
 use crate::core::endpoint::Endpoint;
-use crate::core::flight::{apply_health, Attempt, AttemptKind, CallAnswer, CallRequest, Effect};
+use crate::core::flight::{
+    apply_health, Attempt, AttemptKind, CallAnswer, CallRequest, Chunk, Effect,
+};
 use crate::core::headers::Headers;
 use crate::core::health::record::HealthRecord;
 use crate::core::health::store::{self, MemoryStore};
@@ -671,9 +673,9 @@ impl Host for SimHost<'_> {
         Headers::from_pairs(headers.iter().map(|(k, v)| (k.as_str(), v.as_str())))
     }
 
-    fn answer_body(&mut self) -> Vec<u8> {
+    fn answer_body(&mut self) -> Chunk {
         self.sim.asked.push("chunk");
-        self.flight.in_hand.clone()
+        Chunk::new(self.flight.in_hand.clone())
     }
 
     fn set_response_header(&mut self, name: &str, value: &str) {

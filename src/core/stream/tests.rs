@@ -5,7 +5,7 @@
 use super::*;
 use crate::core::access_log::Value;
 use crate::core::config::{Config, ModelId};
-use crate::core::flight::{CallAnswer, CallRequest, Effect};
+use crate::core::flight::{CallAnswer, CallRequest, Chunk, Effect};
 use crate::core::plugin::Plugin;
 use crate::core::report::Write;
 use crate::core::request::Edits;
@@ -110,8 +110,8 @@ impl Host for Fake {
     fn answer_headers(&mut self) -> Headers {
         Headers::default()
     }
-    fn answer_body(&mut self) -> Vec<u8> {
-        self.answer.clone()
+    fn answer_body(&mut self) -> Chunk {
+        Chunk::new(self.answer.clone())
     }
     fn set_response_header(&mut self, name: &str, value: &str) {
         self.calls.push(Call::SetAnswer(name.into(), value.into()));
