@@ -10,11 +10,15 @@
 
 /// Scans response body chunks for the output token count.
 ///
-/// Two byte searches (`memchr::memmem`) find the few places that matter: `_tokens":`, the
-/// common end of the four usage keys, and `t":"`, the common end of the two content markers;
-/// the bytes around each hit tell which key it ends. A key, its number or a marker's first
-/// byte may be split across chunks: the last bytes of the stream are carried to the next
-/// chunk, so the counts do not depend on where the chunks end.
+/// The places that matter are hits of two needles: `_tokens":`, the common end of the four
+/// usage keys, and `t":"`, the common end of the two content markers; the bytes around each
+/// hit tell which key it ends. One pass finds both: memchr's SIMD pair search for an `e`
+/// with a `:` four bytes on (`ANCHOR`), which every hit of either needle has, and which is
+/// rare in streamed JSON where each of those bytes alone is everywhere (two memmem passes,
+/// one per needle, cost 2.6 instructions a byte of a chat stream, verifying candidates at
+/// nearly every `"` and `:`). A key, its number or a marker's first byte may be split across
+/// chunks: the last bytes of the stream are carried to the next chunk, so the counts do not
+/// depend on where the chunks end.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UsageScanner {
     reported: Option<u64>,
@@ -48,13 +52,10 @@ impl Default for UsageScanner {
 /// The end of every usage key: `"completion_tokens":` and `"output_tokens":` (output),
 /// `"prompt_tokens":` and `"input_tokens":` (prompt).
 const TOKENS: &[u8] = b"_tokens\":";
-const OUTPUT_KEYS: [&[u8]; 2] = [b"\"completion", b"\"output"];
-const PROMPT_KEYS: [&[u8]; 2] = [b"\"prompt", b"\"input"];
 /// The end of both content markers: a non-empty string value after `"content":"` or
 /// `"text":"` is one streamed content chunk (chat delta, completion text, Anthropic text
 /// delta).
 const MARKER: &[u8] = b"t\":\"";
-const MARKER_KEYS: [&[u8]; 2] = [b"\"conten", b"\"tex"];
 /// The longest key part before a hit (`"completion`).
 const BEHIND: usize = 11;
 /// How far past a usage key its number is looked for (whitespace, then digits): a value
@@ -63,19 +64,106 @@ const AHEAD: usize = 40;
 /// Bytes carried between chunks: the longest hit with what it reads before and after.
 const CARRY: usize = 64;
 
-fn finders() -> &'static (
-    memchr::memmem::Finder<'static>,
-    memchr::memmem::Finder<'static>,
-) {
-    static FINDERS: std::sync::OnceLock<(
-        memchr::memmem::Finder<'static>,
-        memchr::memmem::Finder<'static>,
-    )> = std::sync::OnceLock::new();
-    FINDERS.get_or_init(|| {
-        (
-            memchr::memmem::Finder::new(TOKENS),
-            memchr::memmem::Finder::new(MARKER),
-        )
+/// The needle memchr's pair search is built from: its `e` (0) and `:` (4) are the pair.
+/// Every usage key and content marker has an `e` four bytes before its `:`
+/// (`_tok[e]ns":`, `"cont[e]nt":`, `"t[e]xt":`), and streamed JSON has few such pairs
+/// (`"object":` is the one in every chat chunk), whereas each byte alone is everywhere.
+const ANCHOR: &[u8] = b"ent\":";
+
+/// memchr's pair search for the platform's SIMD (x86_64: AVX2 when present, else SSE2).
+enum Simd {
+    #[cfg(target_arch = "x86_64")]
+    Avx2(memchr::arch::x86_64::avx2::packedpair::Finder),
+    #[cfg(target_arch = "x86_64")]
+    Sse2(memchr::arch::x86_64::sse2::packedpair::Finder),
+    #[cfg(target_arch = "aarch64")]
+    Neon(memchr::arch::aarch64::neon::packedpair::Finder),
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    Simd128(memchr::arch::wasm32::simd128::packedpair::Finder),
+}
+
+impl Simd {
+    /// The platform's search, if memchr has one for it.
+    fn get() -> Option<&'static Simd> {
+        static SIMD: std::sync::OnceLock<Option<Simd>> = std::sync::OnceLock::new();
+        SIMD.get_or_init(Simd::new).as_ref()
+    }
+
+    #[allow(unreachable_code)]
+    fn new() -> Option<Simd> {
+        let pair = memchr::arch::all::packedpair::Pair::with_indices(ANCHOR, 0, 4)?;
+        #[cfg(target_arch = "x86_64")]
+        {
+            use memchr::arch::x86_64::{avx2, sse2};
+            return avx2::packedpair::Finder::with_pair(ANCHOR, pair)
+                .map(Simd::Avx2)
+                .or_else(|| sse2::packedpair::Finder::with_pair(ANCHOR, pair).map(Simd::Sse2));
+        }
+        #[cfg(target_arch = "aarch64")]
+        {
+            use memchr::arch::aarch64::neon::packedpair::Finder;
+            return Finder::with_pair(ANCHOR, pair).map(Simd::Neon);
+        }
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        {
+            use memchr::arch::wasm32::simd128::packedpair::Finder;
+            return Finder::with_pair(ANCHOR, pair).map(Simd::Simd128);
+        }
+        None
+    }
+
+    /// The shortest haystack `find` takes (a shorter one would panic).
+    fn min_len(&self) -> usize {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx2(f) => f.min_haystack_len(),
+            #[cfg(target_arch = "x86_64")]
+            Simd::Sse2(f) => f.min_haystack_len(),
+            #[cfg(target_arch = "aarch64")]
+            Simd::Neon(f) => f.min_haystack_len(),
+            #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+            Simd::Simd128(f) => f.min_haystack_len(),
+        }
+    }
+
+    fn find(&self, haystack: &[u8]) -> Option<usize> {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx2(f) => f.find_prefilter(haystack),
+            #[cfg(target_arch = "x86_64")]
+            Simd::Sse2(f) => f.find_prefilter(haystack),
+            #[cfg(target_arch = "aarch64")]
+            Simd::Neon(f) => f.find_prefilter(haystack),
+            #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+            Simd::Simd128(f) => f.find_prefilter(haystack),
+        }
+    }
+}
+
+/// The first anchor (`e` with `:` four bytes on) in `haystack`. Haystacks too short for the
+/// SIMD search (a few dozen bytes) and platforms without one go byte by byte.
+fn find_anchor(simd: Option<&Simd>, haystack: &[u8]) -> Option<usize> {
+    match simd {
+        Some(simd) if haystack.len() >= simd.min_len() => simd.find(haystack),
+        _ => haystack
+            .windows(ANCHOR.len())
+            .position(|w| matches!(w, [b'e', _, _, _, b':'])),
+    }
+}
+
+/// The anchors in `buf` at offsets `start..end` (each with its `:` before `end`).
+fn anchors<'a>(
+    simd: Option<&'a Simd>,
+    buf: &'a [u8],
+    start: usize,
+    end: usize,
+) -> impl Iterator<Item = usize> + 'a {
+    let window = buf.get(start..end).unwrap_or_default();
+    let mut from = 0;
+    std::iter::from_fn(move || {
+        let at = from + find_anchor(simd, window.get(from..)?)?;
+        from = at + 1;
+        Some(start + at)
     })
 }
 
@@ -90,6 +178,15 @@ enum Number {
 impl UsageScanner {
     /// Feeds one chunk of the response body.
     pub fn feed(&mut self, chunk: &[u8]) {
+        self.feed_with(chunk, Self::scan);
+    }
+
+    /// `feed` with the search given (the tests give the former one, to compare).
+    fn feed_with(
+        &mut self,
+        chunk: &[u8],
+        mut scan: impl FnMut(&mut Self, &[u8], Window) -> Waiting,
+    ) {
         // The carried bytes and the chunk's first bytes: hits that start in the carry, or
         // close enough to it to read behind into it.
         let head = chunk.get(..CARRY).unwrap_or(chunk);
@@ -107,11 +204,19 @@ impl UsageScanner {
         // In the joint: hits from `from` up to BEHIND bytes into the chunk (all of them when
         // the chunk is in it whole); in the chunk: the rest. Offsets in joint coordinates.
         let waiting = if whole {
-            self.scan(joint, self.from, joint.len(), true)
+            scan(self, joint, Window::new(self.from, [joint.len(); 2], true))
         } else {
             // No hit there runs past the joint's end: none waits.
-            self.scan(joint, self.from, [carried + BEHIND; 2], false);
-            let [t, m] = self.scan(chunk, [BEHIND; 2], chunk.len(), true);
+            scan(
+                self,
+                joint,
+                Window::new(self.from, [carried + BEHIND; 2], false),
+            );
+            let [t, m] = scan(
+                self,
+                chunk,
+                Window::new([BEHIND; 2], [chunk.len(); 2], true),
+            );
             [t.map(|at| at + carried), m.map(|at| at + carried)]
         };
         // The new carry: the stream's last CARRY bytes, and where in them each needle's hits
@@ -142,70 +247,104 @@ impl UsageScanner {
         }
     }
 
-    /// Handles the hits in `buf` that start from `lo` (per needle: usage keys, markers) up to
-    /// `hi`; `at_end`: `buf` ends where the stream so far does, so a hit whose value runs to
-    /// its end waits for more. Returns, per needle, the first hit left waiting.
-    fn scan(
-        &mut self,
-        buf: &[u8],
-        lo: [usize; 2],
-        hi: impl Into<Bounds>,
-        at_end: bool,
-    ) -> [Option<usize>; 2] {
-        let hi = hi.into().0;
-        let (tokens, marker) = finders();
-        let mut waiting = [None, None];
-        for at in hits(tokens, buf, lo[0], hi[0]) {
-            let before = buf.get(at.saturating_sub(BEHIND)..at).unwrap_or_default();
-            let slot = if OUTPUT_KEYS.iter().any(|k| before.ends_with(k)) {
-                &mut self.reported
-            } else if PROMPT_KEYS.iter().any(|k| before.ends_with(k)) {
-                &mut self.prompt
-            } else {
-                continue;
-            };
-            let after = buf.get(at + TOKENS.len()..).unwrap_or_default();
-            let (n, cut) = match number(after) {
-                Number::Read(n) => (n, false),
-                Number::Cut(n) => (n, true),
-            };
-            // The last report wins: Anthropic streams a running total. A value cut by the
-            // chunk's end is read as far as it goes (as if the answer ended there), then
-            // again whole.
-            if let Some(n) = n {
-                *slot = Some(n);
-            }
-            if cut && at_end {
-                waiting[0] = waiting[0].or(Some(at));
-            }
-        }
+    /// Handles the hits in `buf` that start in `w` (per needle: usage keys, markers).
+    /// Returns, per needle, the first hit left waiting.
+    fn scan(&mut self, buf: &[u8], w: Window) -> Waiting {
+        let Window { lo, hi, at_end } = w;
         let counted = std::mem::take(&mut self.counted);
-        for at in hits(marker, buf, lo[1], hi[1]) {
-            let before = buf.get(at.saturating_sub(BEHIND)..at).unwrap_or_default();
-            if !MARKER_KEYS.iter().any(|k| before.ends_with(k)) {
+        let mut waiting = [None, None];
+        let simd = Simd::get();
+        // A key's anchor is 4 bytes into it, its `:` 8; a marker's anchor 2 bytes before
+        // it, its `:` 2 bytes into it. Markers that would start before byte 2 cannot have
+        // their key (`"tex`, `"conten`) before them.
+        let start = (lo[0] + 4).min(lo[1].saturating_sub(2));
+        let end = (hi[0].saturating_add(TOKENS.len() - 1))
+            .max(hi[1].saturating_add(2))
+            .min(buf.len());
+        for e in anchors(simd, buf, start, end) {
+            // After the anchor: `nt":` or `xt":` in a marker (`"conte|nt":"`, `"te|xt":"`),
+            // `ns":` in a key (`_toke|ns":`); anything else (`"obje|ct":`) is none.
+            let Some(&[_, next, last, b'"', _]) = buf.get(e..e + ANCHOR.len()) else {
                 continue;
-            }
-            let seen = counted && at == lo[1];
-            match buf.get(at + MARKER.len()) {
-                // An empty string (`"content":""`) carries no token.
-                Some(b'"') if seen => self.content_chunks = self.content_chunks.saturating_sub(1),
-                Some(b'"') => {}
-                Some(_) if seen => {}
-                Some(_) => self.content_chunks += 1,
-                // The answer so far ends here: counted as it stands, read again with the
-                // next chunk.
-                None => {
-                    if !seen {
-                        self.content_chunks += 1;
-                    }
-                    if at_end {
-                        waiting[1] = waiting[1].or(Some(at));
-                        self.counted = true;
+            };
+            match (next, last) {
+                (b'n' | b'x', b't') => {
+                    let at = e + 2;
+                    if (lo[1]..hi[1]).contains(&at) && buf.get(at + 3) == Some(&b'"') {
+                        let seen = counted && at == lo[1];
+                        self.marker(buf, at, seen, at_end, &mut waiting[1]);
                     }
                 }
+                (b'n', b's') => {
+                    let Some(at) = e.checked_sub(4) else { continue };
+                    if (lo[0]..hi[0]).contains(&at)
+                        && buf.get(at..at + TOKENS.len()) == Some(TOKENS)
+                    {
+                        self.key(buf, at, at_end, &mut waiting[0]);
+                    }
+                }
+                _ => {}
             }
         }
         waiting
+    }
+
+    /// A usage key's end (`_tokens":`) at `at`: the number after it, if the key is one.
+    fn key(&mut self, buf: &[u8], at: usize, at_end: bool, waiting: &mut Option<usize>) {
+        let slot = if ends_at(buf, at, b"\"completion") || ends_at(buf, at, b"\"output") {
+            &mut self.reported
+        } else if ends_at(buf, at, b"\"prompt") || ends_at(buf, at, b"\"input") {
+            &mut self.prompt
+        } else {
+            return;
+        };
+        let after = buf.get(at + TOKENS.len()..).unwrap_or_default();
+        let (n, cut) = match number(after) {
+            Number::Read(n) => (n, false),
+            Number::Cut(n) => (n, true),
+        };
+        // The last report wins: Anthropic streams a running total. A value cut by the
+        // chunk's end is read as far as it goes (as if the answer ended there), then
+        // again whole.
+        if let Some(n) = n {
+            *slot = Some(n);
+        }
+        if cut && at_end {
+            *waiting = waiting.or(Some(at));
+        }
+    }
+
+    /// A marker's end (`t":"`) at `at`: one content chunk if the key is one and its string
+    /// is not empty. `seen`: it was counted already, as the last chunk's last bytes.
+    fn marker(
+        &mut self,
+        buf: &[u8],
+        at: usize,
+        seen: bool,
+        at_end: bool,
+        waiting: &mut Option<usize>,
+    ) {
+        if !(ends_at(buf, at, b"\"conten") || ends_at(buf, at, b"\"tex")) {
+            return;
+        }
+        match buf.get(at + MARKER.len()) {
+            // An empty string (`"content":""`) carries no token.
+            Some(b'"') if seen => self.content_chunks = self.content_chunks.saturating_sub(1),
+            Some(b'"') => {}
+            Some(_) if seen => {}
+            Some(_) => self.content_chunks += 1,
+            // The answer so far ends here: counted as it stands, read again with the
+            // next chunk.
+            None => {
+                if !seen {
+                    self.content_chunks += 1;
+                }
+                if at_end {
+                    *waiting = waiting.or(Some(at));
+                    self.counted = true;
+                }
+            }
+        }
     }
 
     /// Whether a content chunk has been seen: the first token has arrived.
@@ -224,31 +363,32 @@ impl UsageScanner {
     }
 }
 
-/// Upper bounds of hit starts, per needle (one for both, or each its own).
-struct Bounds([usize; 2]);
+/// Per needle (usage keys, markers): the first hit left waiting for more bytes.
+type Waiting = [Option<usize>; 2];
 
-impl From<usize> for Bounds {
-    fn from(hi: usize) -> Bounds {
-        Bounds([hi; 2])
+/// Where hits are handled: per needle (usage keys, markers), those starting at `lo..hi`;
+/// `at_end`: the buffer ends where the stream so far does, so a hit whose value runs to its
+/// end waits for more.
+#[derive(Clone, Copy)]
+struct Window {
+    lo: [usize; 2],
+    hi: [usize; 2],
+    at_end: bool,
+}
+
+impl Window {
+    fn new(lo: [usize; 2], hi: [usize; 2], at_end: bool) -> Window {
+        Window { lo, hi, at_end }
     }
 }
 
-impl From<[usize; 2]> for Bounds {
-    fn from(hi: [usize; 2]) -> Bounds {
-        Bounds(hi)
-    }
-}
-
-/// Where `finder`'s needle starts in `buf`, at offsets `lo..hi`.
-fn hits<'a>(
-    finder: &'a memchr::memmem::Finder<'static>,
-    buf: &'a [u8],
-    lo: usize,
-    hi: usize,
-) -> impl Iterator<Item = usize> + 'a {
-    let end = hi.saturating_add(finder.needle().len() - 1).min(buf.len());
-    let window = buf.get(lo..end).unwrap_or_default();
-    finder.find_iter(window).map(move |at| at + lo)
+/// Whether `key` ends at `at` in `buf`. Its length known, the compare is a few word loads
+/// where a slice's `ends_with` calls memcmp.
+fn ends_at<const N: usize>(buf: &[u8], at: usize, key: &[u8; N]) -> bool {
+    at.checked_sub(N)
+        .and_then(|start| buf.get(start..at))
+        .and_then(|bytes| <&[u8; N]>::try_from(bytes).ok())
+        == Some(key)
 }
 
 /// The whole number at the start of `bytes` (after whitespace), at most `AHEAD` bytes in.
@@ -367,6 +507,101 @@ mod tests {
         (prompt, reported, chunks)
     }
 
+    fn finders() -> &'static (
+        memchr::memmem::Finder<'static>,
+        memchr::memmem::Finder<'static>,
+    ) {
+        static FINDERS: std::sync::OnceLock<(
+            memchr::memmem::Finder<'static>,
+            memchr::memmem::Finder<'static>,
+        )> = std::sync::OnceLock::new();
+        FINDERS.get_or_init(|| {
+            (
+                memchr::memmem::Finder::new(TOKENS),
+                memchr::memmem::Finder::new(MARKER),
+            )
+        })
+    }
+
+    const OUTPUT_KEYS: [&[u8]; 2] = [b"\"completion", b"\"output"];
+    const PROMPT_KEYS: [&[u8]; 2] = [b"\"prompt", b"\"input"];
+    const MARKER_KEYS: [&[u8]; 2] = [b"\"conten", b"\"tex"];
+
+    /// Where `finder`'s needle starts in `buf`, at offsets `lo..hi`.
+    fn hits<'a>(
+        finder: &'a memchr::memmem::Finder<'static>,
+        buf: &'a [u8],
+        lo: usize,
+        hi: usize,
+    ) -> impl Iterator<Item = usize> + 'a {
+        let end = hi.saturating_add(finder.needle().len() - 1).min(buf.len());
+        let window = buf.get(lo..end).unwrap_or_default();
+        finder.find_iter(window).map(move |at| at + lo)
+    }
+
+    impl UsageScanner {
+        /// The search `scan` replaced, as it was: two memmem passes (`_tokens":`, `t":"`),
+        /// the bytes around each hit telling which key it ends.
+        fn scan_memmem(&mut self, buf: &[u8], w: Window) -> Waiting {
+            let Window { lo, hi, at_end } = w;
+            let (tokens, marker) = finders();
+            let mut waiting = [None, None];
+            for at in hits(tokens, buf, lo[0], hi[0]) {
+                let before = buf.get(at.saturating_sub(BEHIND)..at).unwrap_or_default();
+                let slot = if OUTPUT_KEYS.iter().any(|k| before.ends_with(k)) {
+                    &mut self.reported
+                } else if PROMPT_KEYS.iter().any(|k| before.ends_with(k)) {
+                    &mut self.prompt
+                } else {
+                    continue;
+                };
+                let after = buf.get(at + TOKENS.len()..).unwrap_or_default();
+                let (n, cut) = match number(after) {
+                    Number::Read(n) => (n, false),
+                    Number::Cut(n) => (n, true),
+                };
+                // The last report wins: Anthropic streams a running total. A value cut by the
+                // chunk's end is read as far as it goes (as if the answer ended there), then
+                // again whole.
+                if let Some(n) = n {
+                    *slot = Some(n);
+                }
+                if cut && at_end {
+                    waiting[0] = waiting[0].or(Some(at));
+                }
+            }
+            let counted = std::mem::take(&mut self.counted);
+            for at in hits(marker, buf, lo[1], hi[1]) {
+                let before = buf.get(at.saturating_sub(BEHIND)..at).unwrap_or_default();
+                if !MARKER_KEYS.iter().any(|k| before.ends_with(k)) {
+                    continue;
+                }
+                let seen = counted && at == lo[1];
+                match buf.get(at + MARKER.len()) {
+                    // An empty string (`"content":""`) carries no token.
+                    Some(b'"') if seen => {
+                        self.content_chunks = self.content_chunks.saturating_sub(1)
+                    }
+                    Some(b'"') => {}
+                    Some(_) if seen => {}
+                    Some(_) => self.content_chunks += 1,
+                    // The answer so far ends here: counted as it stands, read again with the
+                    // next chunk.
+                    None => {
+                        if !seen {
+                            self.content_chunks += 1;
+                        }
+                        if at_end {
+                            waiting[1] = waiting[1].or(Some(at));
+                            self.counted = true;
+                        }
+                    }
+                }
+            }
+            waiting
+        }
+    }
+
     fn scanned(chunks: &[&[u8]]) -> (Option<u64>, Option<u64>, u64) {
         let mut s = UsageScanner::default();
         for c in chunks {
@@ -387,6 +622,77 @@ mod tests {
         b"\"completion_tokens\":123456",
         b"\"content\":\"",
     ];
+
+    /// Pieces the random answers are made of: keys, markers and their parts, near misses
+    /// (`"object":`, other `e??":`), numbers, empty strings.
+    const PIECES: &[&[u8]] = &[
+        b"\"content\":\"",
+        b"\"text\":\"",
+        b"\"completion_tokens\":",
+        b"\"output_tokens\":",
+        b"\"prompt_tokens\":",
+        b"\"input_tokens\":",
+        b"\"total_tokens\":",
+        b"_tokens\":",
+        b"t\":\"",
+        b"\"object\":\"",
+        b"ent\":",
+        b"\"conten",
+        b"\"tex",
+        b"xt\":",
+        b"ns\":",
+        b" 12",
+        b"7",
+        b"18446744073709551616",
+        b"\"\"",
+        b"   ",
+        b"\n\ndata: ",
+    ];
+
+    /// A random answer: fixtures, pieces and random bytes (most from the bytes that matter).
+    fn random_body(rng: &mut fastrand::Rng) -> Vec<u8> {
+        const BYTES: &[u8] = b"etnxs\":_ 0123456789ckopu{},";
+        let mut body = Vec::new();
+        for _ in 0..rng.usize(1..12) {
+            match rng.u8(0..8) {
+                0 => body.extend_from_slice(FIXTURES[rng.usize(..FIXTURES.len())]),
+                1 => body.extend((0..rng.usize(0..40)).map(|_| rng.u8(..))),
+                2 | 3 => {
+                    body.extend((0..rng.usize(0..20)).map(|_| BYTES[rng.usize(..BYTES.len())]))
+                }
+                _ => body.extend_from_slice(PIECES[rng.usize(..PIECES.len())]),
+            }
+        }
+        body
+    }
+
+    #[test]
+    fn the_anchor_search_agrees_with_the_memmem_one_on_random_answers_and_chunkings() {
+        let mut rng = fastrand::Rng::with_seed(20_261_201);
+        for case in 0..20_000 {
+            let body = random_body(&mut rng);
+            let (mut anchors, mut memmem) = (UsageScanner::default(), UsageScanner::default());
+            let mut rest = body.as_slice();
+            while !rest.is_empty() {
+                // Chunks of a byte to past the carry's length, and now and then all of it.
+                let n = match rng.u8(0..10) {
+                    0 => rest.len(),
+                    _ => rng.usize(0..=rest.len().min(2 * CARRY + 8)),
+                };
+                let (chunk, tail) = rest.split_at(n);
+                anchors.feed(chunk);
+                memmem.feed_with(chunk, UsageScanner::scan_memmem);
+                assert_eq!(
+                    anchors,
+                    memmem,
+                    "case {case}: {}, chunk ending {}",
+                    String::from_utf8_lossy(&body),
+                    body.len() - tail.len()
+                );
+                rest = tail;
+            }
+        }
+    }
 
     #[test]
     fn one_chunk_agrees_with_the_window_by_window_scan() {
