@@ -523,10 +523,6 @@ mod tests {
         })
     }
 
-    const OUTPUT_KEYS: [&[u8]; 2] = [b"\"completion", b"\"output"];
-    const PROMPT_KEYS: [&[u8]; 2] = [b"\"prompt", b"\"input"];
-    const MARKER_KEYS: [&[u8]; 2] = [b"\"conten", b"\"tex"];
-
     /// Where `finder`'s needle starts in `buf`, at offsets `lo..hi`.
     fn hits<'a>(
         finder: &'a memchr::memmem::Finder<'static>,
@@ -540,63 +536,19 @@ mod tests {
     }
 
     impl UsageScanner {
-        /// The search `scan` replaced, as it was: two memmem passes (`_tokens":`, `t":"`),
-        /// the bytes around each hit telling which key it ends.
+        /// The search `scan` replaced: two memmem passes (`_tokens":`, `t":"`), each hit
+        /// handled as `scan` handles it (the bytes around it telling which key it ends).
         fn scan_memmem(&mut self, buf: &[u8], w: Window) -> Waiting {
             let Window { lo, hi, at_end } = w;
             let (tokens, marker) = finders();
             let mut waiting = [None, None];
             for at in hits(tokens, buf, lo[0], hi[0]) {
-                let before = buf.get(at.saturating_sub(BEHIND)..at).unwrap_or_default();
-                let slot = if OUTPUT_KEYS.iter().any(|k| before.ends_with(k)) {
-                    &mut self.reported
-                } else if PROMPT_KEYS.iter().any(|k| before.ends_with(k)) {
-                    &mut self.prompt
-                } else {
-                    continue;
-                };
-                let after = buf.get(at + TOKENS.len()..).unwrap_or_default();
-                let (n, cut) = match number(after) {
-                    Number::Read(n) => (n, false),
-                    Number::Cut(n) => (n, true),
-                };
-                // The last report wins: Anthropic streams a running total. A value cut by the
-                // chunk's end is read as far as it goes (as if the answer ended there), then
-                // again whole.
-                if let Some(n) = n {
-                    *slot = Some(n);
-                }
-                if cut && at_end {
-                    waiting[0] = waiting[0].or(Some(at));
-                }
+                self.key(buf, at, at_end, &mut waiting[0]);
             }
             let counted = std::mem::take(&mut self.counted);
             for at in hits(marker, buf, lo[1], hi[1]) {
-                let before = buf.get(at.saturating_sub(BEHIND)..at).unwrap_or_default();
-                if !MARKER_KEYS.iter().any(|k| before.ends_with(k)) {
-                    continue;
-                }
                 let seen = counted && at == lo[1];
-                match buf.get(at + MARKER.len()) {
-                    // An empty string (`"content":""`) carries no token.
-                    Some(b'"') if seen => {
-                        self.content_chunks = self.content_chunks.saturating_sub(1)
-                    }
-                    Some(b'"') => {}
-                    Some(_) if seen => {}
-                    Some(_) => self.content_chunks += 1,
-                    // The answer so far ends here: counted as it stands, read again with the
-                    // next chunk.
-                    None => {
-                        if !seen {
-                            self.content_chunks += 1;
-                        }
-                        if at_end {
-                            waiting[1] = waiting[1].or(Some(at));
-                            self.counted = true;
-                        }
-                    }
-                }
+                self.marker(buf, at, seen, at_end, &mut waiting[1]);
             }
             waiting
         }
