@@ -101,7 +101,12 @@ fn read_items(
     input: &RawValue,
     out: &mut Continuation,
 ) -> Result<(), ErrorReply> {
-    // `input` may be a plain string: nothing to read then.
+    // `input` may be a plain string: nothing to read then. Told by its first byte, as serde's
+    // error for it (built and formatted) cost about 25k instructions a request (callgrind, a
+    // Responses request natively).
+    if !input.get().trim_start().starts_with('[') {
+        return Ok(());
+    }
     let Ok(items) = serde_json::from_str::<Vec<&RawValue>>(input.get()) else {
         return Ok(());
     };
