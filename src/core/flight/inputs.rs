@@ -10,14 +10,14 @@ use crate::core::routing::sticky::Session;
 use crate::core::routing::Plan;
 use crate::core::sse::Dialect;
 
-/// Facts about the answer in hand that may cost the host a call to read: the machine asks
-/// only when a rule needs one (a plain 2xx answer needs none).
 /// An answer's body in hand, shared: a host that holds the bytes itself (the native module
 /// forwarding a streamed call-out's answer) lends them to the machine, which only reads them,
 /// instead of copying them for it (callgrind, a 100 KiB streamed answer: that copy was about
 /// 1k instructions per KB).
 pub type Chunk = std::rc::Rc<Vec<u8>>;
 
+/// Facts about the answer in hand that may cost the host a call to read: the machine asks
+/// only when a rule needs one (a plain 2xx answer needs none).
 pub trait AnswerFacts {
     /// The host's time, in milliseconds.
     fn now_ms(&mut self) -> u64;
