@@ -117,6 +117,12 @@ pub(super) struct ErrorSearch {
 impl ErrorSearch {
     /// Whether `chunk[start..end]` holds `"error"`.
     fn within(&mut self, chunk: &[u8], start: usize, end: usize) -> bool {
+        self.first_from(chunk, start)
+            .is_some_and(|at| at + ERROR_KEY.len() <= end)
+    }
+
+    /// Where the first `"error"` at or after `start` in `chunk` is.
+    pub(super) fn first_from(&mut self, chunk: &[u8], start: usize) -> Option<usize> {
         let key = Some((chunk.as_ptr() as usize, chunk.len()));
         let stale = self.chunk != key || self.from > start || self.at.is_some_and(|at| at < start);
         if stale {
@@ -128,9 +134,9 @@ impl ErrorSearch {
                 at,
             };
         }
-        // The first match from `from` (<= start) on is at or after `start`: a match inside
-        // the range would be it.
-        self.at.is_some_and(|at| at + ERROR_KEY.len() <= end)
+        // The first match from `from` (<= start) on is at or after `start`: it is the first
+        // from `start` on.
+        self.at
     }
 
     /// The chunk's reading ended: its search says nothing of the next one.
