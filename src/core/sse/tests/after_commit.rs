@@ -118,9 +118,10 @@ fn streams() -> Vec<(Dialect, String)> {
 }
 
 /// Events after a chat stream's first token.
-const CHAT_FAULTS: [&str; 10] = [
+const CHAT_FAULTS: [&str; 11] = [
     r#"data: {"error":{"message":"boom","type":"server_error","param":null,"code":null}}"#,
     "data: {\"choices\":[]}\ndata: {\"error\":{\"message\":\"joined\"}}",
+    "data: {\"choices\":[]}\rnot an event",
     r#"data: {"error":{"object":"error","message":"too long","code":400}}"#,
     r#"data: {"error":"upstream timed out"}"#,
     "event: error\ndata: {\"message\":\"overloaded\",\"code\":\"busy\"}",
