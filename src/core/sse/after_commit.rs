@@ -15,7 +15,8 @@
 //!
 //! A Responses stream's `sequence_number` (which Switchboard's own end continues) is read from
 //! each event's bytes; its response id, from the events that carry the response, read in full
-//! until one gave it.
+//! until one gave it. The framing passes a run of events told by their names (or, on chat, of
+//! data without `"error"`) in one step ([`super::lines`]).
 
 use super::classify::{self, Read, ResponsesSeen};
 use super::{Dialect, Event};
@@ -47,63 +48,55 @@ fn chat(read: &Read<'_>, seen: &mut ResponsesSeen) -> Event {
 }
 
 fn messages(read: &Read<'_>, seen: &mut ResponsesSeen) -> Event {
-    match read.name {
-        None | Some("error") => classify::event(Dialect::Messages, read, seen),
-        Some("message_stop") => Event::Final,
-        Some("content_block_delta") => Event::Content,
-        Some(_) => Event::Other,
+    messages_by_name(read.name).unwrap_or_else(|| classify::event(Dialect::Messages, read, seen))
+}
+
+/// A Messages event told by its name alone; `None` when its data must be read.
+pub(super) fn messages_by_name(name: Option<&str>) -> Option<Event> {
+    match name? {
+        "error" => None,
+        "message_stop" => Some(Event::Final),
+        "content_block_delta" => Some(Event::Content),
+        _ => Some(Event::Other),
     }
 }
 
 fn responses(read: &Read<'_>, seen: &mut ResponsesSeen) -> Event {
-    let Some(name) = read.name else {
+    let Some(event) = responses_by_name(read.name, seen) else {
         return classify::event(Dialect::Responses, read, seen);
     };
+    if let Some(number) = read.data.and_then(|data| sequence_number(read.name, data)) {
+        seen.sequence_number = Some(number);
+    }
+    event
+}
+
+/// A Responses event told by its name alone (its data read only for its sequence number);
+/// `None` when its data must be read: failures, and the events that carry the response until
+/// one gave its id.
+pub(super) fn responses_by_name(name: Option<&str>, seen: &ResponsesSeen) -> Option<Event> {
+    let name = name?;
     let lifecycle = matches!(
         name,
         "response.created" | "response.in_progress" | "response.queued"
     );
-    // Failures are read in full, and so are the events that carry the response until one
-    // gave its id.
     let carries_id = lifecycle || name == "response.completed";
     let full = matches!(name, "error" | "response.failed" | "response.incomplete")
         || (carries_id && seen.id.is_empty());
     if full {
-        return classify::event(Dialect::Responses, read, seen);
+        return None;
     }
-    if let Some(number) = read.data.and_then(sequence_number) {
-        seen.sequence_number = Some(number);
-    }
-    match name {
+    Some(match name {
         "response.completed" => Event::Final,
         _ if lifecycle => Event::Other,
         _ if name.starts_with("response.") => Event::Content,
         _ => Event::Other,
-    }
-}
-
-/// [`event`] for an event whose data lies whole at `start` in `chunk`: a chat or completions
-/// event without a name is `Other` at once when the chunk holds no `"error"` there. That
-/// search runs once over the rest of the chunk for all its events ([`ErrorSearch`]): a search
-/// per event cost more than the rest of its reading.
-pub(super) fn event_in_chunk(
-    dialect: Dialect,
-    read: &Read<'_>,
-    (chunk, start): (&[u8], usize),
-    errors: &mut ErrorSearch,
-    seen: &mut ResponsesSeen,
-) -> Event {
-    let chat = matches!(dialect, Dialect::ChatCompletions | Dialect::Completions);
-    let len = read.data.map_or(0, <[u8]>::len);
-    let plain = chat && read.name.is_none() && object(read.data.unwrap_or_default());
-    if plain && !errors.within(chunk, start, start + len) {
-        return Event::Other;
-    }
-    event(dialect, read, seen)
+    })
 }
 
 /// Where the next `"error"` is in the chunk being read, from an offset on: one search serves
-/// every event after that offset until it passes the match.
+/// every chat event after that offset until it passes the match (a search per event cost more
+/// than the rest of its reading).
 #[derive(Debug, Clone, Default)]
 pub(super) struct ErrorSearch {
     /// The chunk searched (its address and length), `None` once its reading ended.
@@ -115,12 +108,6 @@ pub(super) struct ErrorSearch {
 }
 
 impl ErrorSearch {
-    /// Whether `chunk[start..end]` holds `"error"`.
-    fn within(&mut self, chunk: &[u8], start: usize, end: usize) -> bool {
-        self.first_from(chunk, start)
-            .is_some_and(|at| at + ERROR_KEY.len() <= end)
-    }
-
     /// Where the first `"error"` at or after `start` in `chunk` is.
     pub(super) fn first_from(&mut self, chunk: &[u8], start: usize) -> Option<usize> {
         let key = Some((chunk.as_ptr() as usize, chunk.len()));
@@ -190,25 +177,114 @@ fn object(data: &[u8]) -> bool {
     data.trim_ascii_start().first() == Some(&b'{')
 }
 
-/// The number after the first `"sequence_number":` (a top-level key: the events' nested
-/// objects carry none), if it is a whole number.
-fn sequence_number(data: &[u8]) -> Option<u64> {
+/// The number after the first `"sequence_number":` in the data of the event `name` (a
+/// top-level key: the events' nested objects carry none), if it is a whole number.
+pub(super) fn sequence_number(name: Option<&str>, data: &[u8]) -> Option<u64> {
     const KEY: &[u8] = b"\"sequence_number\"";
-    let at = find_anchored(data, KEY, &anchors().1, 9)?;
-    let value = data.get(at + KEY.len()..)?.trim_ascii_start();
-    let value = value.strip_prefix(b":")?.trim_ascii_start();
+    let value = match after_type(name, data) {
+        Some(value) => value,
+        None => {
+            let at = find_anchored(data, KEY, &anchors().1, 9)?;
+            let value = data.get(at + KEY.len()..)?.trim_ascii_start();
+            value.strip_prefix(b":")?.trim_ascii_start()
+        }
+    };
     let digits = value.iter().take_while(|b| b.is_ascii_digit()).count();
     let (number, after) = value.split_at(digits);
     // `4.5` or `4e2` is no sequence number (nor, to serde, a u64).
     if matches!(after.first(), Some(b'.' | b'e' | b'E')) {
         return None;
     }
-    core::str::from_utf8(number).ok()?.parse().ok()
+    whole_number(number)
+}
+
+/// The value of ASCII `digits` as `str::parse::<u64>` reads them: `None` when there are none
+/// or the value overflows. By hand: `from_utf8` and `parse` cost about 90 instructions an
+/// event of a Responses stream (callgrind).
+fn whole_number(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |n, &d| {
+        n.checked_mul(10)?
+            .checked_add(u64::from(d.wrapping_sub(b'0')))
+    })
+}
+
+/// What follows `"sequence_number":` when the data starts the way OpenAI writes an event,
+/// `{"type":"NAME","sequence_number":`, with the event's own name (one without a quote, so
+/// that this is the first `"sequence_number"` in the data): read without a search.
+fn after_type<'a>(name: Option<&str>, data: &'a [u8]) -> Option<&'a [u8]> {
+    let name = name?.as_bytes();
+    let rest = data.strip_prefix(b"{\"type\":\"")?.strip_prefix(name)?;
+    let value = rest.strip_prefix(b"\",\"sequence_number\":")?;
+    // A name of `sequence_number` would itself read as the key, not followed by a colon.
+    let first = memchr::memchr(b'"', name).is_none() && name != b"sequence_number";
+    first.then_some(value.trim_ascii_start())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_whole_number_is_read_as_parse_reads_it() {
+        let max = u64::MAX.to_string();
+        let over = "18446744073709551616";
+        for digits in [
+            "",
+            "0",
+            "007",
+            "42",
+            "9999999999",
+            &max,
+            over,
+            "99999999999999999999999",
+        ] {
+            let parsed = digits.parse::<u64>().ok();
+            assert_eq!(whole_number(digits.as_bytes()), parsed, "{digits}");
+        }
+    }
+
+    /// Read after the event's own `type` or found by a search, a sequence number is the same:
+    /// the first `"sequence_number"` in the data, followed by a colon and a whole number.
+    #[test]
+    fn a_sequence_number_read_after_the_type_is_the_one_a_search_finds() {
+        let names = [
+            "response.output_text.delta",
+            "sequence_number",
+            "a\"b",
+            "x",
+            "",
+        ];
+        let values = [
+            " 5",
+            "5",
+            "\t12,",
+            "5.5",
+            "-1",
+            "\"5\"",
+            "1e3",
+            "",
+            "99999999999999999999999",
+        ];
+        for name in names {
+            for value in values {
+                for other in ["", "\"sequence_number\":7,"] {
+                    let data = format!(
+                        "{{\"type\":\"{name}\",\"sequence_number\":{value}{other}\"item_id\":\"m\"}}"
+                    );
+                    let searched = sequence_number(None, data.as_bytes());
+                    let read = sequence_number(Some(name), data.as_bytes());
+                    assert_eq!(read, searched, "{data}");
+                    // The reading without a search is taken wherever it may be.
+                    let fast = after_type(Some(name), data.as_bytes()).is_some();
+                    let expected = !name.contains('"') && name != "sequence_number";
+                    assert_eq!(fast, expected, "{data}");
+                }
+            }
+        }
+    }
 
     /// The anchored search finds what a plain `memmem` search finds, on haystacks built from
     /// pieces of both needles, their anchors and the bytes around them.

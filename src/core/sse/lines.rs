@@ -249,12 +249,7 @@ impl Watcher {
                 *pos += 1;
                 continue;
             }
-            let passed = self.pass_plain(chunk, *pos);
-            if passed != *pos {
-                *pos = passed;
-                return Some(Event::Other);
-            }
-            if let Some((event, end)) = self.simple_event(chunk, *pos) {
+            if let Some((event, end)) = self.pass_run(chunk, *pos) {
                 *pos = end;
                 return Some(event);
             }
@@ -283,83 +278,58 @@ impl Watcher {
         }
     }
 
-    /// Past the commit point, the run of a chat (or completions) stream's plain events from
-    /// `pos` on, read at once as one `Other`: each a `data:` line holding a JSON object without
-    /// `"error"`, ended by `\n` and a blank line, whole in the chunk. [`Self::simple_event`]
-    /// would tell each `Other`, which the caller only steps over; returned one by one, they
-    /// cost about 200 instructions an event (callgrind, ~100-byte deltas), here one line-end
-    /// search. The offset after the run (its events counted but the one `next` records);
-    /// `pos` itself when it starts no such event.
-    fn pass_plain(&mut self, chunk: &[u8], mut pos: usize) -> usize {
-        let chat = matches!(
-            self.dialect,
-            Dialect::ChatCompletions | Dialect::Completions
-        );
-        let between = !self.pending.any && self.line.is_empty() && !self.first_line;
-        if !(chat && self.skip_content && between) {
-            return pos;
-        }
-        let error = self.errors.first_from(chunk, pos);
-        let mut passed = 0u32;
-        while let Some(end) = plain_event(chunk, pos) {
-            // The event's data holds `"error"` (a key can't hold a line end): read it whole.
-            if error.is_some_and(|at| at < end) {
-                break;
-            }
-            pos = end;
-            passed += 1;
-        }
-        self.events = self.events.saturating_add(passed.saturating_sub(1));
-        pos
-    }
-
-    /// Past the commit point, an event whole at `pos` in the chunk in the shape providers send:
-    /// an optional `event:` line, one `data:` line holding a JSON object, a blank line, each
-    /// line ended by `\n` alone. It is read as the line-by-line framing would read it, without
-    /// its bookkeeping, and told by the reading past the commit point
-    /// ([`after_commit::event_in_chunk`]); `None` for any other event. Only between events:
-    /// nothing of one is pending or carried, and the first line (which may start with a byte
-    /// order mark) was read.
-    fn simple_event(&mut self, chunk: &[u8], pos: usize) -> Option<(Event, usize)> {
+    /// Past the commit point, the run of events from `pos` on that are told without reading
+    /// their data, read at once as one event (`Content` if one of them is, else `Other`, which
+    /// the caller only steps over). Each lies whole in the chunk in the shape providers send
+    /// ([`simple_event`]) and is a chat event with no `"error"` in its data, or a Messages or
+    /// Responses event told by its name ([`after_commit::messages_by_name`],
+    /// [`after_commit::responses_by_name`]); a Responses event's sequence number is still read.
+    /// Returned one by one, such events cost about 200 instructions each on a chat stream of
+    /// ~250-byte events and 1,100 on a Responses one (callgrind, 100 KiB answers). The run's
+    /// events are counted but the one `next` records. `None` when `pos` starts no such event;
+    /// only between events: nothing of one pending or carried, and the first line (which may
+    /// start with a byte order mark) read.
+    fn pass_run(&mut self, chunk: &[u8], pos: usize) -> Option<(Event, usize)> {
         let between = !self.pending.any && self.line.is_empty() && !self.first_line;
         if !(self.skip_content && between) {
             return None;
         }
-        let (name, at) = match chunk.get(pos..)?.strip_prefix(b"event:") {
-            Some(line) => {
-                let (value, end) = simple_line(line, b"event:".len())?;
-                let name = core::str::from_utf8(value).ok()?;
-                // A name too long to keep or empty reads as none: left to the framing.
-                if name.is_empty() || name.len() > MAX_NAME {
-                    return None;
-                }
-                (Some(name), pos + b"event:".len() + end + 1)
-            }
-            None => (None, pos),
-        };
-        let line = chunk.get(at..)?.strip_prefix(b"data:")?;
-        let (data, end) = simple_line(line, b"data:".len())?;
-        let start = at + b"data:".len() + (end - data.len());
-        // The blank line that ends the event.
-        let after = at + b"data:".len() + end + 1;
-        if chunk.get(after) != Some(&b'\n') || !data.starts_with(b"{") {
-            return None;
-        }
-        let read = classify::Read {
-            name,
-            data: Some(data),
-            oversized: false,
-            saw_content: self.saw_content,
-        };
-        let at = (chunk, start);
-        let event = after_commit::event_in_chunk(
+        let chat = matches!(
             self.dialect,
-            &read,
-            at,
-            &mut self.errors,
-            &mut self.responses,
+            Dialect::ChatCompletions | Dialect::Completions
         );
-        Some((event, after + 1))
+        // An event holding `"error"` (a key can't hold a line end) is read whole.
+        let error = chat.then(|| self.errors.first_from(chunk, pos)).flatten();
+        let (mut at, mut passed, mut told) = (pos, 0u32, Event::Other);
+        while let Some(event) = simple_event(chunk, at) {
+            match self.told_unread(&event, error) {
+                Some(Event::Content) => told = Event::Content,
+                Some(Event::Other) => {}
+                _ => break,
+            }
+            if self.dialect == Dialect::Responses {
+                if let Some(n) = after_commit::sequence_number(event.name, event.data) {
+                    self.responses.sequence_number = Some(n);
+                }
+            }
+            at = event.end;
+            passed += 1;
+        }
+        self.events = self.events.saturating_add(passed.saturating_sub(1));
+        (passed > 0).then_some((told, at))
+    }
+
+    /// What `event` is when it is told without reading its data (`error`: where the chunk's
+    /// next `"error"` is, on chat); `None` when its data must be read.
+    fn told_unread(&self, event: &SimpleEvent<'_>, error: Option<usize>) -> Option<Event> {
+        match self.dialect {
+            Dialect::ChatCompletions | Dialect::Completions => {
+                let plain = event.name != Some("error") && error.is_none_or(|e| e >= event.end);
+                plain.then_some(Event::Other)
+            }
+            Dialect::Messages => after_commit::messages_by_name(event.name),
+            Dialect::Responses => after_commit::responses_by_name(event.name, &self.responses),
+        }
     }
 
     /// Keeps a line's beginning for the next chunk (at most `MAX_LINE` bytes of it).
@@ -524,19 +494,41 @@ fn simple_line(line: &[u8], field: usize) -> Option<(&[u8], usize)> {
     Some((value.strip_prefix(b" ").unwrap_or(value), end))
 }
 
-/// The end (past its blank line) of the event at `pos` in `chunk` if it is one `data:` line
-/// whose value (after one space) starts a JSON object, ended by `\n` and a blank `\n` line,
-/// within `MAX_LINE`.
-fn plain_event(chunk: &[u8], pos: usize) -> Option<usize> {
-    let line = chunk.get(pos..)?.strip_prefix(b"data:")?;
-    let value = line.strip_prefix(b" ").unwrap_or(line);
-    if value.first() != Some(&b'{') {
+/// An event whole in a chunk in the shape providers send: an optional `event:` line, one
+/// `data:` line holding a JSON object, a blank line, each line ended by `\n` alone.
+struct SimpleEvent<'a> {
+    /// Its name, when it has one of at most `MAX_NAME` UTF-8 bytes (else it is no simple one).
+    name: Option<&'a str>,
+    /// Its data (one space after the colon dropped).
+    data: &'a [u8],
+    /// The offset in the chunk just past its blank line.
+    end: usize,
+}
+
+/// The event at `pos` in `chunk` if it is a [`SimpleEvent`]: read as the line-by-line framing
+/// would read it, without its bookkeeping.
+fn simple_event(chunk: &[u8], pos: usize) -> Option<SimpleEvent<'_>> {
+    let (name, at) = match chunk.get(pos..)?.strip_prefix(b"event:") {
+        Some(line) => {
+            let (value, end) = simple_line(line, b"event:".len())?;
+            let name = core::str::from_utf8(value).ok()?;
+            // A name too long to keep or empty reads as none: left to the framing.
+            if name.is_empty() || name.len() > MAX_NAME {
+                return None;
+            }
+            (Some(name), pos + b"event:".len() + end + 1)
+        }
+        None => (None, pos),
+    };
+    let line = chunk.get(at..)?.strip_prefix(b"data:")?;
+    let (data, end) = simple_line(line, b"data:".len())?;
+    // The blank line that ends the event.
+    let after = at + b"data:".len() + end + 1;
+    if chunk.get(after) != Some(&b'\n') || !data.starts_with(b"{") {
         return None;
     }
-    let end = memchr2(b'\n', b'\r', value)?;
-    let line_end = pos + (line.len() - value.len()) + b"data:".len() + end;
-    let ended = chunk.get(line_end..line_end + 2) == Some(b"\n\n");
-    (ended && line_end - pos <= MAX_LINE).then_some(line_end + 2)
+    let end = after + 1;
+    Some(SimpleEvent { name, data, end })
 }
 
 /// A line's field and value (one space after the colon dropped).
