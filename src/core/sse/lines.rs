@@ -178,10 +178,10 @@ impl Watcher {
 
     /// The stream is committed: from now on only a failure and the API's last event matter.
     /// [`Watcher::next`] reads an event's JSON only where its name or bytes say it may be a
-    /// failure ([`super::after_commit`]): content may come as `Other`, a run of a chat stream's
-    /// plain events comes as one `Other` (each would be `Other`), and a JSON
-    /// object cut or broken inside is no longer `Malformed` (but at [`Watcher::finish`]). Errors, the last event, the framing and a Responses stream's id
-    /// and sequence number are read as before.
+    /// failure ([`super::after_commit`]): content may come as `Other`, a run of events told
+    /// without reading their data comes as one event, and a JSON object cut or broken inside
+    /// is no longer `Malformed` (but at [`Watcher::finish`]). Errors, the last event, the
+    /// framing and a Responses stream's id and sequence number are read as before.
     pub fn skip_content(&mut self) {
         self.skip_content = true;
     }
@@ -283,11 +283,11 @@ impl Watcher {
     /// the caller only steps over). Each lies whole in the chunk in the shape providers send
     /// ([`simple_event`]) and is an unnamed chat event with no `"error"` in its data
     /// ([`Self::chat_run`]), or a Messages or Responses event told by its name
-    /// ([`Self::named_run`]). Returned one by one, such events cost about 200 instructions each on a chat stream of
-    /// ~250-byte events and 1,100 on a Responses one (callgrind, 100 KiB answers). The run's
-    /// events are counted but the one `next` records. `None` when `pos` starts no such event;
-    /// only between events: nothing of one pending or carried, and the first line (which may
-    /// start with a byte order mark) read.
+    /// ([`Self::named_run`]). Returned one by one, such events cost about 200 instructions
+    /// each on a chat stream of ~250-byte events and 1,100 on a Responses one (callgrind,
+    /// 100 KiB answers). The run's events are counted but the one `next` records. `None` when
+    /// `pos` starts no such event; only between events: nothing of one pending or carried,
+    /// and the first line (which may start with a byte order mark) read.
     fn pass_run(&mut self, chunk: &[u8], pos: usize) -> Option<(Event, usize)> {
         let between = !self.pending.any && self.line.is_empty() && !self.first_line;
         if !(self.skip_content && between) {
