@@ -496,7 +496,10 @@ fn release(buffer: Vec<u8>) -> Vec<u8> {
 
 /// The end (past its blank line) of the event at `pos` in `chunk` if it is one `data:` line
 /// whose value (after one space) starts a JSON object, ended by `\n` and a blank `\n` line,
-/// within `MAX_LINE`: a [`SimpleEvent`] without a name.
+/// within `MAX_LINE`: a [`SimpleEvent`] without a name. It reads the `data:` line as
+/// [`simple_event`] does but returns only the end: built on that reading (its data and end
+/// returned), the `.wasm`'s chat stream ran 30k instructions more a request (callgrind,
+/// 100 KiB: 903,034 -> 933,354).
 fn data_event(chunk: &[u8], pos: usize) -> Option<usize> {
     let line = chunk.get(pos..)?.strip_prefix(b"data:")?;
     let value = line.strip_prefix(b" ").unwrap_or(line);

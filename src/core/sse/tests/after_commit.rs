@@ -45,8 +45,8 @@ fn noted(watcher: &Watcher, event: Event, end: usize) -> Traced {
 }
 
 /// What must not change: failures, the end and where they are. Content counts as `Other`,
-/// and `Other` events need not come one by one past the commit point (a run of a chat
-/// stream's plain ones comes as one).
+/// and `Other` events need not come one by one past the commit point (a run of events told
+/// without reading their data comes as one).
 fn verdicts(traced: Vec<Traced>) -> Vec<Traced> {
     traced
         .into_iter()
@@ -196,7 +196,7 @@ fn skipping_content_does_not_depend_on_the_chunking() {
         let whole = trace(dialect, &[bytes], 0);
         let every: Vec<usize> = (1..bytes.len()).collect();
         let by_byte = trace(dialect, &split(bytes, &every), 0);
-        // Whole, a run of a chat stream's plain events comes as one `Other`; cut at every
+        // Whole, a run of events told without reading their data comes as one; cut at every
         // byte, none is whole in its chunk.
         let events = |t: &[Traced]| -> Vec<(Event, usize)> {
             let told = verdicts(t.to_vec());
