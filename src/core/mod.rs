@@ -11,6 +11,7 @@ pub mod caller;
 pub mod config;
 pub mod conversation;
 pub mod decision;
+pub mod edit_in_place;
 pub mod endpoint;
 pub mod errors;
 pub mod fallback;

@@ -414,9 +414,19 @@ impl Edits {
 
     /// The length of `body` once edited.
     pub fn new_len(&self, body: &[u8]) -> usize {
-        self.0.iter().fold(body.len(), |n, e| {
-            (n + e.with.len()).saturating_sub(e.span.len())
-        })
+        self.len_after(body.len())
+    }
+
+    /// The length of a body of `len` bytes once edited.
+    pub fn len_after(&self, len: usize) -> usize {
+        self.0
+            .iter()
+            .fold(len, |n, e| (n + e.with.len()).saturating_sub(e.span.len()))
+    }
+
+    /// The edits, in body order.
+    pub fn as_slice(&self) -> &[Edit] {
+        &self.0
     }
 
     /// The same edits, with JSON whitespace after the value replacing `span` so that `body`

@@ -47,6 +47,21 @@ impl EnvoyBuffer {
             unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
         }
     }
+
+    /// The bytes of a body slice, for writing in place; empty if null.
+    ///
+    /// # Safety
+    /// As [`EnvoyBuffer::bytes`], for a body slice (Envoy's own buffer memory, which its Rust
+    /// SDK hands out as `EnvoyMutBuffer`: "mutable and can be modified in place"); no other
+    /// view of the same bytes may be alive.
+    pub unsafe fn bytes_mut<'a>(self) -> &'a mut [u8] {
+        if self.ptr.is_null() || self.len == 0 {
+            &mut []
+        } else {
+            // SAFETY: as above; Envoy lends `len` writable bytes at `ptr`.
+            unsafe { std::slice::from_raw_parts_mut(self.ptr.cast_mut(), self.len) }
+        }
+    }
 }
 
 /// Bytes owned by the module, lent to Envoy for the duration of one callback.

@@ -8,8 +8,10 @@ use super::ffi::{
     FilterEnvoyPtr, ModuleBuffer, ModuleHeader, SchedulerPtr,
 };
 use crate::core::access_log::Value;
+use crate::core::edit_in_place;
 use crate::core::headers::Headers;
 use crate::core::report::Write;
+use crate::core::request::Edits;
 
 /// Headers read without allocating Envoy's array: a chat request carries about a dozen.
 const INLINE_HEADERS: usize = 48;
@@ -153,6 +155,21 @@ impl Stream {
         }
     }
 
+    /// The slices of one body buffer (pointers into Envoy's memory), appended to `out`.
+    fn chunks_into(&self, which: u32, out: &mut Vec<EnvoyBuffer>) {
+        // SAFETY: Envoy fills exactly the number of entries it reported.
+        unsafe {
+            let n = (self.api.http_get_body_chunks_size)(self.ptr, which);
+            let from = out.len();
+            out.resize(from + n, EnvoyBuffer::NULL);
+            if let Some(room) = out.get_mut(from..) {
+                if n > 0 && !(self.api.http_get_body_chunks)(self.ptr, which, room.as_mut_ptr()) {
+                    out.truncate(from);
+                }
+            }
+        }
+    }
+
     /// The slices of one body buffer, appended to `out`.
     fn append_chunks(&self, which: u32, out: &mut Vec<u8>) {
         let mut inline = [EnvoyBuffer::NULL; INLINE_CHUNKS];
@@ -258,6 +275,65 @@ impl Stream {
                 .into_iter()
                 .filter(|part| !part.is_empty())
                 .all(|part| (api.http_append_body)(ptr, target, ModuleBuffer::of(part)))
+        }
+    }
+
+    /// The buffers a body is in, in order: Envoy's buffer, then the chunk just received when
+    /// that is not the buffer itself.
+    fn body_buffers(&self, side: Side, at: BodyAt) -> Vec<u32> {
+        match at {
+            BodyAt::BufferAndChunk if self.chunk_is_buffer(side) => vec![side.received()],
+            BodyAt::BufferAndChunk => vec![side.buffered(), side.received()],
+            BodyAt::Buffer => vec![side.buffered()],
+        }
+    }
+
+    /// Writes `edits` over the body Envoy holds (`len` bytes, as read in this hook) in its own
+    /// slices (core::edit_in_place): Envoy appends only what a longer body adds and drains only
+    /// what a shorter one loses, and no byte the edit keeps in place is copied. False if
+    /// Envoy's body is not `len` bytes or Envoy refused a call; the body is then to be
+    /// replaced whole ([`Stream::replace_body`]).
+    pub fn edit_body_in_place(
+        &mut self,
+        side: Side,
+        at: BodyAt,
+        len: usize,
+        edits: &Edits,
+    ) -> bool {
+        let (api, ptr) = (self.api, self.ptr);
+        let buffers = self.body_buffers(side, at);
+        // SAFETY: plain queries.
+        let size = |which: &u32| unsafe { (api.http_get_body_size)(ptr, *which) };
+        let (Some(first), Some(last)) = (buffers.first(), buffers.last()) else {
+            return false;
+        };
+        if buffers.iter().map(size).sum::<usize>() != len {
+            return false;
+        }
+        let resize = edit_in_place::resize(edits, len);
+        if resize.grow > 0 {
+            let room = vec![b' '; resize.grow];
+            // SAFETY: the bytes outlive the call, which copies them.
+            if !unsafe { (api.http_append_body)(ptr, *last, ModuleBuffer::of(&room)) } {
+                return false;
+            }
+        }
+        let mut chunks = Vec::new();
+        for which in &buffers {
+            self.chunks_into(*which, &mut chunks);
+        }
+        // SAFETY: Envoy's slices of this body, read just now, each its own memory; nothing
+        // else reads or writes them until this hook returns.
+        let mut parts: Vec<&mut [u8]> = chunks.iter().map(|c| unsafe { c.bytes_mut() }).collect();
+        if !edit_in_place::apply(edits, len, &mut parts) {
+            return false;
+        }
+        let front = size(first).min(resize.shrink);
+        // SAFETY: draining at most what each buffer holds.
+        unsafe {
+            (front == 0 || (api.http_drain_body)(ptr, *first, front))
+                && (resize.shrink == front
+                    || (api.http_drain_body)(ptr, *last, resize.shrink - front))
         }
     }
 
