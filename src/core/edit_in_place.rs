@@ -42,13 +42,12 @@ pub fn apply(edits: &Edits, len: usize, parts: &mut [&mut [u8]]) -> bool {
         return false;
     }
     let start = total - new_len;
-    let mut body = Parts::new(parts);
-    let moves = moves(edits, len, start);
-    // A piece moving right can only land on pieces after it, and one moving left on pieces
-    // before it: the first kind back to front, then the second front to back, reads every
-    // piece before anything lands on it.
-    let right = moves.iter().rev().filter(|m| m.to > m.from.start);
-    let left = moves.iter().filter(|m| m.to < m.from.start);
+    let mut body = Parts { parts };
+    // A run moving right can only land on runs after it, and one moving left on runs before
+    // it: the first kind back to front, then the second front to back, reads every run
+    // before anything lands on it.
+    let right = kept_back_to_front(edits, len, total).filter(|m| m.to > m.from.start);
+    let left = kept(edits, len, start).filter(|m| m.to < m.from.start);
     for m in right.chain(left) {
         if body.move_bytes(m.from.clone(), m.to).is_none() {
             return false;
@@ -66,60 +65,79 @@ pub fn apply(edits: &Edits, len: usize, parts: &mut [&mut [u8]]) -> bool {
     true
 }
 
-/// One run of the client's bytes kept by the edit: where it is, and where it goes.
+/// One run of the client's bytes the edit keeps: where it is, and where it goes.
 struct Move {
     from: Range<usize>,
     to: usize,
 }
 
-/// The kept runs of a `len`-byte body, with where each lands when the edited body starts at
-/// `start`.
-fn moves(edits: &Edits, len: usize, start: usize) -> Vec<Move> {
-    let mut moves = Vec::with_capacity(edits.as_slice().len() + 1);
-    let (mut read, mut to) = (0, start);
-    for e in edits.as_slice() {
-        moves.push(Move {
-            from: read..e.span.start,
+/// The kept runs of a `len`-byte body in order, with where each lands when the edited body
+/// starts at `start`.
+fn kept(edits: &Edits, len: usize, start: usize) -> impl Iterator<Item = Move> + '_ {
+    let mut edits = edits.as_slice().iter();
+    let (mut read, mut to, mut done) = (0, start, false);
+    std::iter::from_fn(move || {
+        if done {
+            return None;
+        }
+        let next = edits.next();
+        let end = next.map_or(len, |e| e.span.start);
+        let run = Move {
+            from: read..end,
             to,
-        });
-        to += e.span.start - read + e.with.len();
-        read = e.span.end;
-    }
-    moves.push(Move {
-        from: read..len,
-        to,
-    });
-    moves.retain(|m| !m.from.is_empty());
-    moves
+        };
+        match next {
+            Some(e) => {
+                to += end - read + e.with.len();
+                read = e.span.end;
+            }
+            None => done = true,
+        }
+        Some(run)
+    })
+}
+
+/// [`kept`] back to front, for an edited body ending at `end`.
+fn kept_back_to_front(edits: &Edits, len: usize, end: usize) -> impl Iterator<Item = Move> + '_ {
+    let mut edits = edits.as_slice().iter().rev();
+    let (mut unread, mut to_end, mut done) = (len, end, false);
+    std::iter::from_fn(move || {
+        if done {
+            return None;
+        }
+        let prev = edits.next();
+        let start = prev.map_or(0, |e| e.span.end);
+        let run = Move {
+            from: start..unread,
+            to: to_end - (unread - start),
+        };
+        match prev {
+            Some(e) => {
+                to_end = run.to - e.with.len();
+                unread = e.span.start;
+            }
+            None => done = true,
+        }
+        Some(run)
+    })
 }
 
 /// Slices read as one run of bytes.
 struct Parts<'a, 'b> {
     parts: &'a mut [&'b mut [u8]],
-    /// Where each part starts in the run.
-    starts: Vec<usize>,
 }
 
-impl<'a, 'b> Parts<'a, 'b> {
-    fn new(parts: &'a mut [&'b mut [u8]]) -> Self {
-        let mut at = 0;
-        let starts = parts
-            .iter()
-            .map(|p| {
-                let start = at;
-                at += p.len();
-                start
-            })
-            .collect();
-        Parts { parts, starts }
-    }
-
-    /// The part holding byte `at`, and the byte's offset in it. The last part starting at or
-    /// before `at` holds it (an empty part starts where the next one does), if `at` is in.
-    fn find(&self, at: usize) -> Option<(usize, usize)> {
-        let i = self.starts.partition_point(|s| *s <= at).checked_sub(1)?;
-        let off = at - self.starts.get(i)?;
-        (off < self.parts.get(i)?.len()).then_some((i, off))
+impl Parts<'_, '_> {
+    /// The part holding byte `at`, and the byte's offset in it. Walked from the front: a body
+    /// is a few slices (a 1 MB one about 64), and each step of a move copies up to a slice.
+    fn find(&self, mut at: usize) -> Option<(usize, usize)> {
+        for (i, part) in self.parts.iter().enumerate() {
+            if at < part.len() {
+                return Some((i, at));
+            }
+            at -= part.len();
+        }
+        None
     }
 
     /// Copies `from` to start at `to`, as `memmove` would over one run.

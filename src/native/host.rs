@@ -155,45 +155,15 @@ impl Stream {
         }
     }
 
-    /// The slices of one body buffer (pointers into Envoy's memory), appended to `out`.
-    fn chunks_into(&self, which: u32, out: &mut Vec<EnvoyBuffer>) {
-        // SAFETY: Envoy fills exactly the number of entries it reported.
-        unsafe {
-            let n = (self.api.http_get_body_chunks_size)(self.ptr, which);
-            let from = out.len();
-            out.resize(from + n, EnvoyBuffer::NULL);
-            if let Some(room) = out.get_mut(from..) {
-                if n > 0 && !(self.api.http_get_body_chunks)(self.ptr, which, room.as_mut_ptr()) {
-                    out.truncate(from);
-                }
-            }
-        }
-    }
-
     /// The slices of one body buffer, appended to `out`.
     fn append_chunks(&self, which: u32, out: &mut Vec<u8>) {
-        let mut inline = [EnvoyBuffer::NULL; INLINE_CHUNKS];
-        let mut spilled;
-        // SAFETY: the array has the size Envoy reported; the slices are copied in this hook.
-        unsafe {
-            let n = (self.api.http_get_body_chunks_size)(self.ptr, which);
-            if n == 0 {
-                return;
+        self.with_chunks(&[which], |chunks| {
+            out.reserve(chunks.iter().map(|c| c.len).sum());
+            for c in chunks {
+                // SAFETY: Envoy's slices, read in this hook and copied before it returns.
+                out.extend_from_slice(unsafe { c.bytes() });
             }
-            let chunks = match inline.get_mut(..n) {
-                Some(chunks) => chunks,
-                None => {
-                    spilled = vec![EnvoyBuffer::NULL; n];
-                    spilled.as_mut_slice()
-                }
-            };
-            if (self.api.http_get_body_chunks)(self.ptr, which, chunks.as_mut_ptr()) {
-                out.reserve(chunks.iter().map(|c| c.len).sum());
-                for c in chunks.iter() {
-                    out.extend_from_slice(c.bytes());
-                }
-            }
-        }
+        });
     }
 
     /// Whether the chunk just received is the buffer itself (an earlier filter buffered the
@@ -280,11 +250,11 @@ impl Stream {
 
     /// The buffers a body is in, in order: Envoy's buffer, then the chunk just received when
     /// that is not the buffer itself.
-    fn body_buffers(&self, side: Side, at: BodyAt) -> Vec<u32> {
+    fn body_buffers(&self, side: Side, at: BodyAt) -> ([u32; 2], usize) {
         match at {
-            BodyAt::BufferAndChunk if self.chunk_is_buffer(side) => vec![side.received()],
-            BodyAt::BufferAndChunk => vec![side.buffered(), side.received()],
-            BodyAt::Buffer => vec![side.buffered()],
+            BodyAt::BufferAndChunk if self.chunk_is_buffer(side) => ([side.received(); 2], 1),
+            BodyAt::BufferAndChunk => ([side.buffered(), side.received()], 2),
+            BodyAt::Buffer => ([side.buffered(); 2], 1),
         }
     }
 
@@ -301,7 +271,8 @@ impl Stream {
         edits: &Edits,
     ) -> bool {
         let (api, ptr) = (self.api, self.ptr);
-        let buffers = self.body_buffers(side, at);
+        let (buffers, n) = self.body_buffers(side, at);
+        let buffers = buffers.get(..n).unwrap_or_default();
         // SAFETY: plain queries.
         let size = |which: &u32| unsafe { (api.http_get_body_size)(ptr, *which) };
         let (Some(first), Some(last)) = (buffers.first(), buffers.last()) else {
@@ -318,14 +289,25 @@ impl Stream {
                 return false;
             }
         }
-        let mut chunks = Vec::new();
-        for which in &buffers {
-            self.chunks_into(*which, &mut chunks);
-        }
-        // SAFETY: Envoy's slices of this body, read just now, each its own memory; nothing
-        // else reads or writes them until this hook returns.
-        let mut parts: Vec<&mut [u8]> = chunks.iter().map(|c| unsafe { c.bytes_mut() }).collect();
-        if !edit_in_place::apply(edits, len, &mut parts) {
+        let written = self.with_chunks(buffers, |chunks| {
+            let mut inline: [&mut [u8]; INLINE_CHUNKS] = Default::default();
+            let mut spilled;
+            let parts = match inline.get_mut(..chunks.len()) {
+                Some(parts) => parts,
+                None => {
+                    spilled = Vec::new();
+                    spilled.resize_with(chunks.len(), <&mut [u8]>::default);
+                    spilled.as_mut_slice()
+                }
+            };
+            for (part, chunk) in parts.iter_mut().zip(chunks) {
+                // SAFETY: Envoy's slices of this body, read just now, each its own memory;
+                // nothing else reads or writes them until this hook returns.
+                *part = unsafe { chunk.bytes_mut() };
+            }
+            edit_in_place::apply(edits, len, parts)
+        });
+        if !written {
             return false;
         }
         let front = size(first).min(resize.shrink);
@@ -335,6 +317,39 @@ impl Stream {
                 && (resize.shrink == front
                     || (api.http_drain_body)(ptr, *last, resize.shrink - front))
         }
+    }
+
+    /// Envoy's slices of the body buffers `which` (one or two), in order, handed to `f`; none
+    /// if Envoy refused to lend them.
+    fn with_chunks<T>(&self, which: &[u32], f: impl FnOnce(&[EnvoyBuffer]) -> T) -> T {
+        let mut inline = [EnvoyBuffer::NULL; INLINE_CHUNKS];
+        let mut spilled;
+        // SAFETY: plain queries.
+        let sizes = which
+            .iter()
+            .map(|w| unsafe { (self.api.http_get_body_chunks_size)(self.ptr, *w) });
+        let (mut sizes_inline, mut total) = ([0; 2], 0);
+        for (slot, n) in sizes_inline.iter_mut().zip(sizes) {
+            *slot = n;
+            total += n;
+        }
+        let chunks = match inline.get_mut(..total) {
+            Some(chunks) => chunks,
+            None => {
+                spilled = vec![EnvoyBuffer::NULL; total];
+                spilled.as_mut_slice()
+            }
+        };
+        let (mut from, mut read) = (0, true);
+        for (w, n) in which.iter().zip(sizes_inline) {
+            read &= n == 0
+                || chunks.get_mut(from..from + n).is_some_and(|room| {
+                    // SAFETY: the room has the size Envoy reported for this buffer.
+                    unsafe { (self.api.http_get_body_chunks)(self.ptr, *w, room.as_mut_ptr()) }
+                });
+            from += n;
+        }
+        f(if read { chunks } else { &[] })
     }
 
     /// `response.code_details`: why Envoy ended the upstream attempt the way it did.

@@ -5,13 +5,13 @@
 //! Its filter config (a `StringValue`) picks a floor:
 //! - empty: every hook returns at once: the cost of Envoy's dynamic-module filter machinery;
 //! - `calls`: hold the request until its body is in, then make the calls a body-routing module
-//!   cannot avoid, with no logic between them: read the headers and the body, replace the body
-//!   with a copy (the ABI can only drain from the front and append, so a model rewrite
-//!   re-sends the whole body), set a credential and the cluster header, clear the cached route,
-//!   read the answer's status and set one header on it;
+//!   cannot avoid, with no logic between them: read the headers and the body, write a
+//!   model-name-sized edit of the same length over the body in Envoy's own slices (as
+//!   Switchboard writes its edits), set a credential and the cluster header, clear the cached
+//!   route, read the answer's status and set one header on it;
 //! - `calls:LIST`: hold the request as `calls` does and make only the calls LIST names (comma
-//!   separated, any order): `headers`, `body-read`, `body-set` (needs `body-read`: it appends
-//!   the copy read), `credential`, `cluster`, `clear-route-cache`, `status`, `response-header`;
+//!   separated, any order): `headers`, `body-read`, `body-set` (needs `body-read`: it writes
+//!   from the copy read), `credential`, `cluster`, `clear-route-cache`, `status`, `response-header`;
 //!   `held` (or `calls:`) makes none. `scripts/instructions.py` adds them one at a time to
 //!   price each call. One more, not in `calls`: `remove-absent` removes three response headers
 //!   the answer does not have (Switchboard's default `account_headers.response`, removed from
@@ -123,10 +123,6 @@ api! {
         fn(Ptr, u32, *mut Buffer) -> bool;
     get_body_size: c"envoy_dynamic_module_callback_http_get_body_size"
         fn(Ptr, u32) -> usize;
-    append_body: c"envoy_dynamic_module_callback_http_append_body"
-        fn(Ptr, u32, Buffer) -> bool;
-    drain_body: c"envoy_dynamic_module_callback_http_drain_body"
-        fn(Ptr, u32, usize) -> bool;
     clear_route_cache: c"envoy_dynamic_module_callback_http_clear_route_cache"
         fn(Ptr);
 }
@@ -304,6 +300,31 @@ unsafe fn append_chunks(api: &Api, envoy: Ptr, which: u32, out: &mut Vec<u8>) {
     }
 }
 
+/// A model-name-sized edit of the same length, written over the body's first bytes in
+/// Envoy's own slices (as Switchboard writes its edits: Envoy's SDK lends body memory as
+/// mutable), from `body`, the copy read.
+///
+/// # Safety
+/// In a request body hook of `envoy`'s stream, with `body` read from it in this hook.
+unsafe fn write_in_place(api: &Api, envoy: Ptr, body: &[u8]) {
+    const EDIT: usize = 24;
+    // SAFETY: the array has the size Envoy reported; each slice is Envoy's writable memory,
+    // written within its length in this hook.
+    unsafe {
+        let mut from = body.get(..EDIT.min(body.len())).unwrap_or_default();
+        for which in [BUFFERED_REQUEST_BODY, RECEIVED_REQUEST_BODY] {
+            let mut chunks = vec![Buffer::NULL; (api.get_body_chunks_size)(envoy, which)];
+            (api.get_body_chunks)(envoy, which, chunks.as_mut_ptr());
+            for chunk in chunks.iter().filter(|c| !c.ptr.is_null()) {
+                let n = chunk.len.min(from.len());
+                let (now, rest) = from.split_at(n);
+                std::slice::from_raw_parts_mut(chunk.ptr.cast_mut(), n).copy_from_slice(now);
+                from = rest;
+            }
+        }
+    }
+}
+
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_request_body(
     envoy: Ptr,
@@ -327,13 +348,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_request_body(
             append_chunks(api, envoy, BUFFERED_REQUEST_BODY, &mut body);
             append_chunks(api, envoy, RECEIVED_REQUEST_BODY, &mut body);
             if calls.body_set {
-                for which in [BUFFERED_REQUEST_BODY, RECEIVED_REQUEST_BODY] {
-                    let size = size(which);
-                    if size > 0 {
-                        (api.drain_body)(envoy, which, size);
-                    }
-                }
-                (api.append_body)(envoy, RECEIVED_REQUEST_BODY, Buffer::of(&body));
+                write_in_place(api, envoy, &body);
             }
         }
         let set = |name: &[u8], value: &[u8]| {
