@@ -661,7 +661,7 @@ def fmt_us(us: float) -> str:
 
 ORDER = ("plain", "no-op", "no-op, body held", "no-op, host calls", "switchboard, baseline", "switchboard",
          "native no-op, host calls", "native",
-         "switchboard, 1 target")
+         "switchboard, 1 target", "native, 1 target")
 
 
 def ratio_lines(r: dict) -> list[str]:
