@@ -1019,8 +1019,8 @@ def method_lines(upstream_cost: list[str]) -> list[str]:
         " floor",
         "- `native no-op, host calls` is the native build's floor: a dynamic module (`tools/noop-native`)"
         " making the same calls through Envoy's dynamic-modules ABI with no logic between them (its body"
-        " edit re-sends the whole body: that ABI only drains from the front and appends), and clearing the"
-        " cached route as a module must after setting the cluster header",
+        " edit is written over Envoy's own slices, as Switchboard's is), and clearing the cached route as a"
+        " module must after setting the cluster header",
         "- The virtual model has 2 weighted targets (32 with sticky routing on `x-user-id` in that scenario),"
         " each with an `authorization` header; the body's `model` is rewritten for the target",
         "",
