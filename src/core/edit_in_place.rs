@@ -33,7 +33,8 @@ pub fn resize(edits: &Edits, len: usize) -> Resize {
 /// Writes `edits`, applied to the `len`-byte body at the start of `parts`, over `parts`: the
 /// edited body then ends where `parts` end (a body that shrank starts [`Resize::shrink`] bytes
 /// in). `parts` must hold `len` plus [`Resize::grow`] bytes; false, with nothing written, if
-/// they do not or an edit lies outside the body.
+/// they do not or an edit lies outside the body. (A false later, which sorted edits that fit
+/// cannot give, would leave the slices part written: the caller then replaces the body whole.)
 pub fn apply(edits: &Edits, len: usize, parts: &mut [&mut [u8]]) -> bool {
     let total: usize = parts.iter().map(|p| p.len()).sum();
     let new_len = edits.len_after(len);

@@ -229,8 +229,8 @@ impl Stream {
                 BodyAt::BufferAndChunk => {
                     if !self.chunk_is_buffer(side) {
                         let buffered = size(side.buffered());
-                        if buffered > 0 {
-                            (api.http_drain_body)(ptr, side.buffered(), buffered);
+                        if buffered > 0 && !(api.http_drain_body)(ptr, side.buffered(), buffered) {
+                            return false;
                         }
                     }
                     side.received()

@@ -7,6 +7,7 @@ use super::*;
 use crate::native::ffi::{body, header_map, ModuleBuffer, ModuleHeader, SchedulerPtr};
 use std::ffi::CStr;
 
+mod body_edit;
 mod streams;
 
 const CONFIG: &str = r#"{"models": [{"name": "t", "cluster": "c", "model": "m"}],
@@ -30,6 +31,10 @@ enum Call {
     StartStream(String),
     /// A streamed call-out was reset.
     ResetStream(u64),
+    /// Bytes appended to a body buffer: which, and how many.
+    Append(u32, usize),
+    /// Bytes drained from the front of a body buffer: which, and how many.
+    Drain(u32, usize),
     /// Answer headers sent to the client, and whether they end it.
     SendHeaders(Vec<(String, String)>, bool),
     /// Answer bytes sent to the client, and whether they end it.
@@ -42,6 +47,10 @@ struct Fake {
     request: Vec<(Vec<u8>, Vec<u8>)>,
     /// The request body, as the chunk the body hook received.
     body: Vec<u8>,
+    /// The request body Envoy buffered before that chunk.
+    buffered: Vec<u8>,
+    /// The size of the slices a body is lent in (0: one slice).
+    slice: usize,
     calls: Vec<Call>,
     module: *const c_void,
     /// The last streamed call-out's id.
@@ -56,6 +65,8 @@ thread_local! {
         RefCell::new(Fake {
             request: Vec::new(),
             body: Vec::new(),
+            buffered: Vec::new(),
+            slice: 0,
             calls: Vec::new(),
             module: std::ptr::null(),
             streams: 0,
@@ -183,36 +194,79 @@ extern "C" fn unexpected() {
     record(Call::Unexpected);
 }
 
-fn request_body_of(which: u32) -> Vec<u8> {
+/// The request body buffer `which`, from the fake.
+fn request_body_mut(f: &mut Fake, which: u32) -> Option<&mut Vec<u8>> {
     match which {
-        body::RECEIVED_REQUEST => FAKE.with(|f| f.borrow().body.clone()),
-        _ => Vec::new(),
+        body::RECEIVED_REQUEST => Some(&mut f.body),
+        body::BUFFERED_REQUEST => Some(&mut f.buffered),
+        _ => None,
+    }
+}
+
+/// The slices a body buffer of `len` bytes is lent in.
+fn slices(len: usize, slice: usize) -> usize {
+    match slice {
+        0 => usize::from(len > 0),
+        n => len.div_ceil(n),
     }
 }
 
 extern "C" fn body_size(_: FilterEnvoyPtr, which: u32) -> usize {
-    request_body_of(which).len()
+    FAKE.with(|f| request_body_mut(&mut f.borrow_mut(), which).map_or(0, |b| b.len()))
 }
 
 extern "C" fn body_chunks_size(_: FilterEnvoyPtr, which: u32) -> usize {
-    usize::from(!request_body_of(which).is_empty())
+    FAKE.with(|f| {
+        let mut f = f.borrow_mut();
+        let slice = f.slice;
+        request_body_mut(&mut f, which).map_or(0, |b| slices(b.len(), slice))
+    })
 }
 
 extern "C" fn body_chunks(_: FilterEnvoyPtr, which: u32, out: *mut EnvoyBuffer) -> bool {
-    if which == body::RECEIVED_REQUEST {
-        FAKE.with(|f| {
-            let f = f.borrow();
-            // SAFETY: the module passes an array of `body_chunks_size` (one) entries; the
-            // bytes live in the fake.
+    FAKE.with(|f| {
+        let mut f = f.borrow_mut();
+        let slice = f.slice;
+        let Some(body) = request_body_mut(&mut f, which) else {
+            return false;
+        };
+        let (len, step) = (body.len(), if slice == 0 { body.len() } else { slice });
+        // Writable, as Envoy's are: the module may write the body in place through them.
+        let base = body.as_mut_ptr();
+        for i in 0..slices(len, slice) {
+            let at = i * step;
+            // SAFETY: the module passes an array of `body_chunks_size` entries; each slice
+            // is a distinct range of the fake's body.
             unsafe {
-                *out = EnvoyBuffer {
-                    ptr: f.body.as_ptr(),
-                    len: f.body.len(),
+                *out.add(i) = EnvoyBuffer {
+                    ptr: base.add(at),
+                    len: step.min(len - at),
                 }
             };
-        });
+        }
+        true
+    })
+}
+
+extern "C" fn append_body(_: FilterEnvoyPtr, which: u32, data: ModuleBuffer) -> bool {
+    record(Call::Append(which, data.len));
+    if data.ptr.is_null() {
+        return false;
     }
-    true
+    // SAFETY: the module lends `len` bytes for the call.
+    let bytes = unsafe { std::slice::from_raw_parts(data.ptr, data.len) };
+    FAKE.with(|f| request_body_mut(&mut f.borrow_mut(), which).map(|b| b.extend_from_slice(bytes)))
+        .is_some()
+}
+
+extern "C" fn drain_body(_: FilterEnvoyPtr, which: u32, n: usize) -> bool {
+    record(Call::Drain(which, n));
+    FAKE.with(|f| {
+        request_body_mut(&mut f.borrow_mut(), which).map(|b| {
+            b.drain(..n.min(b.len()));
+        })
+    })
+    .is_some()
 }
 
 extern "C" fn no(_: FilterEnvoyPtr) -> bool {
@@ -338,6 +392,8 @@ fn fake_api() -> &'static Api {
             b"http_get_body_size" => body_size as *mut c_void,
             b"http_get_body_chunks_size" => body_chunks_size as *mut c_void,
             b"http_get_body_chunks" => body_chunks as *mut c_void,
+            b"http_append_body" => append_body as *mut c_void,
+            b"http_drain_body" => drain_body as *mut c_void,
             b"http_received_buffered_request_body" => no as *mut c_void,
             b"http_received_buffered_response_body" => no as *mut c_void,
             b"http_filter_get_attribute_string" => no_attribute as *mut c_void,
@@ -378,6 +434,8 @@ fn new_stream_of(config: &str, request: &[(&str, &str)], body: &str) -> *const c
             .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
             .collect();
         f.body = body.as_bytes().to_vec();
+        f.buffered.clear();
+        f.slice = 0;
         f.calls.clear();
         f.module = module;
         f.streams = 0;
