@@ -4,7 +4,7 @@
 //! while the ABI's only other edit drains from the front and appends, which re-sends every
 //! byte. Written in place, only the bytes that must move are copied: none when the edit keeps
 //! the body's length (a shorter model name is padded with JSON whitespace, `request::rewrite`),
-//! else those on one side of the first edit that changes it.
+//! else the bytes after an edit that lengthens the body, or before one that shortens it.
 //!
 //! The body's `len` bytes sit at the start of the slices. A body that grows needs the host to
 //! append `grow` bytes first; one that shrinks is written to end where the body ends, and the
