@@ -237,8 +237,8 @@ def test_complexity_routing_sends_each_tier_to_its_model_and_escalates_upward(st
 
 
 def test_complexity_classifier_model_names_the_tier_and_a_slow_one_leaves_it_to_the_heuristic(stack):
-    stack.provider("cheap")
-    stack.provider("smart")
+    cheap = stack.provider("cheap")
+    smart = stack.provider("smart")
     judge = stack.provider("judge", reply="complex")
     config = {"models": [model("cheap"), model("smart"), model("judge")],
               "virtual_models": [{"name": "auto", "model_types": ["chat"], "routing_config": {
@@ -260,9 +260,14 @@ def test_complexity_classifier_model_names_the_tier_and_a_slow_one_leaves_it_to_
     question = json.loads(asked["body"])
     assert question["model"] == "judge-upstream"
     assert "capital of France" in question["messages"][1]["content"]
+    # The body is rewritten after the classifier's answer, outside the request's body hook
+    # (natively: in Envoy's buffer alone), to a longer name than the client's.
+    [routed] = smart.requests()
+    assert json.loads(routed["body"]) == {"model": "smart-upstream", "messages": easy}
 
     judge.configure(reply="simple")
     assert send().headers["x-switchboard-resolved-model"] == "cheap"
+    assert json.loads(cheap.requests()[-1]["body"]) == {"model": "cheap-upstream", "messages": easy}
 
     # A classifier slower than its timeout: the heuristic decides, without waiting long.
     judge.configure(reply="complex", stall_ms=2_000)
