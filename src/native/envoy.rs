@@ -17,7 +17,7 @@ use crate::core::flight::{CallRequest, Chunk, Effect};
 use crate::core::headers::Headers;
 use crate::core::plugin::Plugin as CorePlugin;
 use crate::core::report::Write;
-use crate::core::request::{Edits, ENVOY_SLICE};
+use crate::core::request::Edits;
 use crate::core::routing::pins::{self, PinClock};
 use crate::core::routing::HealthInput;
 use crate::core::routing::RoutingState;
@@ -87,29 +87,14 @@ impl Host for Envoy<'_> {
     }
 
     /// Written over Envoy's own slices where it can be (no byte the edit keeps in place is
-    /// copied); else the body is replaced whole. A short body is then joined and handed over
-    /// in one call: copying a few KB here costs less than more calls into Envoy. A long one
-    /// goes in slice-sized parts straight from the client's body, with no edited copy of it.
+    /// copied); else, if Envoy refused a call, the body is replaced whole, in slice-sized parts
+    /// straight from the client's body (no edited copy of it is made).
     fn edit_request_body(&mut self, body: &[u8], edits: &Edits) -> bool {
-        if self
-            .s
+        self.s
             .edit_body_in_place(Side::Request, self.at, body.len(), edits)
-        {
-            return true;
-        }
-        if body.len() < ENVOY_SLICE {
-            match edits.apply(body) {
-                Some(edited) => self
-                    .s
-                    .replace_body(Side::Request, self.at, [edited.as_slice()]),
-                None => false,
-            }
-        } else {
-            match edits.parts(body) {
-                Some(parts) => self.s.replace_body(Side::Request, self.at, parts),
-                None => false,
-            }
-        }
+            || edits
+                .parts(body)
+                .is_some_and(|parts| self.s.replace_body(Side::Request, self.at, parts))
     }
 
     /// Unlike proxy-wasm, a dynamic module's header writes leave the cached route in place.

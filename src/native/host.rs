@@ -310,6 +310,9 @@ impl Stream {
         if !written {
             return false;
         }
+        if resize.shrink == 0 {
+            return true;
+        }
         let front = size(first).min(resize.shrink);
         // SAFETY: draining at most what each buffer holds.
         unsafe {

@@ -51,6 +51,8 @@ struct Fake {
     buffered: Vec<u8>,
     /// The size of the slices a body is lent in (0: one slice).
     slice: usize,
+    /// How many more times Envoy lends a body's slices before it refuses (`None`: always).
+    lends: Option<usize>,
     calls: Vec<Call>,
     module: *const c_void,
     /// The last streamed call-out's id.
@@ -67,6 +69,7 @@ thread_local! {
             body: Vec::new(),
             buffered: Vec::new(),
             slice: 0,
+            lends: None,
             calls: Vec::new(),
             module: std::ptr::null(),
             streams: 0,
@@ -226,6 +229,10 @@ extern "C" fn body_chunks_size(_: FilterEnvoyPtr, which: u32) -> usize {
 extern "C" fn body_chunks(_: FilterEnvoyPtr, which: u32, out: *mut EnvoyBuffer) -> bool {
     FAKE.with(|f| {
         let mut f = f.borrow_mut();
+        if f.lends == Some(0) {
+            return false;
+        }
+        f.lends = f.lends.map(|n| n - 1);
         let slice = f.slice;
         let Some(body) = request_body_mut(&mut f, which) else {
             return false;
@@ -436,6 +443,7 @@ fn new_stream_of(config: &str, request: &[(&str, &str)], body: &str) -> *const c
         f.body = body.as_bytes().to_vec();
         f.buffered.clear();
         f.slice = 0;
+        f.lends = None;
         f.calls.clear();
         f.module = module;
         f.streams = 0;

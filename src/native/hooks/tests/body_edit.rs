@@ -8,8 +8,19 @@ use super::*;
 fn routed(
     config: &str,
     headers: &[(&str, &str)],
+    body: (&[u8], &[u8]),
+    slice: usize,
+) -> (Vec<u8>, Vec<Call>) {
+    routed_lending(config, headers, body, slice, None)
+}
+
+/// [`routed`], with Envoy lending a body's slices only `lends` times.
+fn routed_lending(
+    config: &str,
+    headers: &[(&str, &str)],
     (buffered, received): (&[u8], &[u8]),
     slice: usize,
+    lends: Option<usize>,
 ) -> (Vec<u8>, Vec<Call>) {
     let module = new_stream_of(config, headers, "");
     FAKE.with(|f| {
@@ -17,6 +28,7 @@ fn routed(
         f.buffered = buffered.to_vec();
         f.body = received.to_vec();
         f.slice = slice;
+        f.lends = lends;
     });
     assert_eq!(request_headers(module), status::STOP_ITERATION);
     let verdict =
@@ -92,4 +104,40 @@ fn a_multipart_body_that_shrinks_is_drained_from_the_buffer_then_from_the_chunk(
         ]
     );
     assert_eq!(sent, body.replace(virtual_model, "m").into_bytes());
+}
+
+#[test]
+fn when_envoy_refuses_to_lend_the_slices_the_body_is_replaced_whole() {
+    let config = CONFIG.replace(r#""model": "m""#, r#""model": "a-much-longer-model-name""#);
+    let body = r#"{"model":"vm","messages":[{"role":"user","content":"hello there, general"}]}"#;
+    // Lent once, to be read; refused when the edit asks again.
+    let (sent, edits) = routed_lending(
+        &config,
+        &json_chat(),
+        ("".as_bytes(), body.as_bytes()),
+        0,
+        Some(1),
+    );
+    let expected = body.replace(r#""vm""#, r#""a-much-longer-model-name""#);
+    // The room the in-place edit asked for first is drained with the rest, then the edited
+    // body goes back in parts borrowed from the client's (the bytes before the edit, the new
+    // name, the bytes after it).
+    let grow = "a-much-longer-model-name".len() - "vm".len();
+    let (first, rest) = edits.split_at(2);
+    assert_eq!(
+        first,
+        [
+            Call::Append(body::RECEIVED_REQUEST, grow),
+            Call::Drain(body::RECEIVED_REQUEST, body.len() + grow),
+        ]
+    );
+    let appended: Vec<usize> = rest
+        .iter()
+        .map(|c| match c {
+            Call::Append(body::RECEIVED_REQUEST, n) => *n,
+            other => panic!("not an append to the chunk: {other:?}"),
+        })
+        .collect();
+    assert_eq!(appended.iter().sum::<usize>(), expected.len(), "{edits:?}");
+    assert_eq!(sent, expected.into_bytes());
 }
