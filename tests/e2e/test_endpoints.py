@@ -141,37 +141,6 @@ def test_multipart_uploads_get_their_model_field_rewritten_and_the_file_untouche
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_multipart"
 
 
-def test_a_multipart_upload_whose_model_name_shrinks_reaches_the_provider_byte_for_byte(stack):
-    # A form field's value takes no padding, so the body gets shorter: natively the bytes
-    # before the model field move up in Envoy's own slices and the front is drained; the file
-    # after it (several of Envoy's 16 KiB slices) must not move or change.
-    provider = stack.provider("audio")
-    virtual = "team/speech-to-text-for-the-whole-company"
-    config = {
-        "models": [{"name": "openai/whisper", "cluster": "audio", "model": "whisper-1"}],
-        "virtual_models": [{"name": virtual, "model_types": ["audio_transcription"],
-                            "routing_config": {"type": "weight-based-routing",
-                                               "load_balance_targets": [{"target": "openai/whisper", "weight": 100}]}}],
-    }
-    envoy = stack.envoy(config)
-    # Text, so the mock's record of the body is exact; CR/LF and dashes inside, as in a file.
-    audio = b"".join(b"%06d RIFF----\r\n--not-a-boundary\r\n" % i for i in range(3_000))
-    request = requests.Request("POST", f"{envoy.url}/v1/audio/transcriptions",
-                               data={"language": "en", "model": virtual},
-                               files={"file": ("speech.wav", audio, "audio/wav")}).prepare()
-    assert len(request.body) > 64 * 1024
-
-    r = requests.Session().send(request, timeout=10)
-
-    # The mock has no transcription answer (404): what it received is the test.
-    assert r.headers["x-switchboard-resolved-model"] == "openai/whisper", r.text
-    [seen] = provider.requests()
-    expected = request.body.replace(f"\r\n\r\n{virtual}\r\n".encode(), b"\r\n\r\nwhisper-1\r\n")
-    assert len(expected) == len(request.body) - len(virtual) + len("whisper-1")
-    assert seen["body"].encode() == expected
-    assert int(seen["headers"]["content-length"]) == len(expected)
-
-
 def test_batch_input_naming_a_virtual_model_is_refused(stack):
     passthrough = stack.provider("files")
     stack.provider("openai_main")

@@ -17,6 +17,7 @@ import pytest
 import requests
 
 import providers_config
+from configs import model_swapped
 from harness import WASM, Provider, Stack, TestCA, free_ports, start_envoy
 
 OPENAI = ("api.openai.com", "sk-openai-e2e-5f1c")
@@ -283,3 +284,66 @@ def test_a_compressed_body_gets_a_clear_415(stack, tmp_path, monkeypatch, encodi
     assert error["code"] == "unsupported_content_encoding"
     assert encoding in error["message"]
     assert all(not provider.requests() for provider in p.all())
+
+
+@pytest.mark.parametrize("model_first", [False, True], ids=["prompt-first", "model-first"])
+@pytest.mark.parametrize("virtual", ["prod/azure-only", "a"], ids=["shorter-target-name", "longer-target-name"])
+def test_a_long_prompt_reaches_azure_byte_for_byte_on_either_side_of_the_model(
+        stack, tmp_path, monkeypatch, virtual, model_first):
+    # The OpenAI SDK puts `messages` before `model`. On the .wasm the edited head (the whole
+    # prompt, then) goes back to Envoy in 16 KiB parts; natively the edit is written over
+    # Envoy's own slices, and a longer name moves every byte after it (the whole prompt when
+    # the model comes first) across the slices: multi-byte characters straddle the cuts.
+    config = providers_config.shipped_plugin_config()
+    config["virtual_models"].append({
+        "name": virtual, "model_types": ["chat"],
+        "routing_config": {"type": "weight-based-routing",
+                           "load_balance_targets": [{"target": "azure/gpt-4o", "weight": 100}]}})
+    p = start(stack, tmp_path, monkeypatch, plugin_config=config)
+    prompt = "".join(f"{i} h\u00e9llo w\u00f6rld \u2603 " for i in range(20_000))
+    messages = [{"role": "user", "content": prompt}]
+    fields = {"model": virtual, "messages": messages} if model_first else {"messages": messages, "model": virtual}
+    body = json.dumps({**fields, "n": 1}, ensure_ascii=False).encode()
+    assert len(body) > 300_000
+
+    r = requests.post(p.url + "/v1/chat/completions", data=body, timeout=30,
+                      headers={"content-type": "application/json", "authorization": CLIENT_KEY})
+
+    assert r.status_code == 200, r.text
+    [seen] = accepted(p.azure)
+    assert_azure_shape(seen)
+    expected = model_swapped(body, virtual, "gpt-4o")
+    assert seen["body"].encode() == expected
+    assert int(seen["headers"]["content-length"]) == len(expected)
+
+
+def test_a_multipart_upload_whose_model_name_shrinks_reaches_openai_byte_for_byte(stack, tmp_path, monkeypatch):
+    # A form field's value takes no padding, so the body gets shorter: natively the bytes
+    # before the model field move up in Envoy's own slices and the front is drained; the file
+    # after it (several of Envoy's 16 KiB slices) must not move or change.
+    virtual = "team/speech-to-text-for-the-whole-company"
+    config = providers_config.shipped_plugin_config()
+    [gpt] = [m for m in config["models"] if m["name"] == "openai/gpt-4o"]
+    config["models"].append({**gpt, "name": "openai/whisper", "model": "whisper-1"})
+    config["virtual_models"].append({
+        "name": virtual, "model_types": ["audio_transcription"],
+        "routing_config": {"type": "weight-based-routing",
+                           "load_balance_targets": [{"target": "openai/whisper", "weight": 100}]}})
+    p = start(stack, tmp_path, monkeypatch, plugin_config=config)
+    # Text, so the mock's record of the body is exact; CR/LF and dashes inside, as in a file.
+    audio = b"".join(b"%06d RIFF----\r\n--not-a-boundary\r\n" % i for i in range(3_000))
+    request = requests.Request("POST", p.url + "/v1/audio/transcriptions", headers={"authorization": CLIENT_KEY},
+                               data={"language": "en", "model": virtual},
+                               files={"file": ("speech.wav", audio, "audio/wav")}).prepare()
+    assert len(request.body) > 64 * 1024
+
+    r = requests.Session().send(request, timeout=30)
+
+    assert r.headers["x-switchboard-resolved-model"] == "openai/whisper", r.text
+    [seen] = accepted(p.openai)
+    assert (seen["sni"], seen["authority"], seen["path"]) == (OPENAI[0], OPENAI[0], "/v1/audio/transcriptions")
+    assert seen["headers"]["authorization"] == f"Bearer {OPENAI[1]}"
+    expected = request.body.replace(f"\r\n\r\n{virtual}\r\n".encode(), b"\r\n\r\nwhisper-1\r\n")
+    assert len(expected) == len(request.body) - len(virtual) + len("whisper-1")
+    assert seen["body"].encode() == expected
+    assert int(seen["headers"]["content-length"]) == len(expected)
