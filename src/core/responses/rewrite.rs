@@ -35,9 +35,13 @@
 //! Whether a string is a candidate is known at its opening quote. Bytes outside strings, keys,
 //! and strings that are not, or can no longer be, candidates go out as they arrive; only a
 //! string that may still need rewriting is held, so a chunk can end at any byte and the output
-//! does not depend on where it does.
+//! does not depend on where it does. Whole lines before the next key a value is rewritten
+//! under are not tokenized at all ([`lookahead`]).
 
 use crate::core::json_scan;
+use lookahead::Lookahead;
+
+mod lookahead;
 
 /// What a rewritten value becomes; implemented by the caller (it holds the keys and names).
 pub trait Minter {
@@ -186,6 +190,19 @@ impl Path {
         }
     }
 
+    /// Whether an open container's member is under a key whose value may be rewritten (or
+    /// holds the one that is): only then can a value be rewritten before such a key is read.
+    fn key_pending(&self) -> bool {
+        use Key::{EncryptedContent, Id, PreviousResponseId};
+        let open = self.frames.get(..self.depth).unwrap_or(&self.frames);
+        open.iter().any(|frame| {
+            matches!(
+                frame,
+                Frame::Object(Some(Id | PreviousResponseId | EncryptedContent))
+            )
+        })
+    }
+
     /// A key was read: the next value is that member's.
     fn named(&mut self, name: Key) {
         if let Some(Frame::Object(key)) = self.top() {
@@ -284,8 +301,14 @@ impl AnswerRewriter {
         let start = out.len();
         let held_before = !self.held.is_empty();
         let rewrote_before = self.rewrote;
+        let mut ahead = Lookahead::new(chunk);
         let mut rest = chunk;
         while let Some((&b, tail)) = rest.split_first() {
+            if let Some((passed, after)) = self.pass_lines(chunk, rest, &mut ahead) {
+                out.extend_from_slice(passed);
+                rest = after;
+                continue;
+            }
             let plain = self.plain_data_line(rest);
             if let Some(n) = plain.or_else(|| self.plain_other_line(rest)) {
                 // A text delta and most other events, and their `event:` lines: the whole
@@ -333,6 +356,27 @@ impl AnswerRewriter {
             || !self.held.is_empty()
             || self.rewrote != rewrote_before
             || out.len() - start != chunk.len()
+    }
+
+    /// The whole lines at the start of `rest` (the end of `chunk`) that no value to rewrite
+    /// can be in, and what follows them ([`lookahead`]): at a line start outside any string
+    /// with no key on the path that a value is rewritten under, up to the `data:` line where
+    /// such a key is next read. Reading them byte by byte would leave the rewriter at that
+    /// line's start, where its `data:` empties the path.
+    fn pass_lines<'c>(
+        &mut self,
+        chunk: &'c [u8],
+        rest: &'c [u8],
+        ahead: &mut Lookahead,
+    ) -> Option<(&'c [u8], &'c [u8])> {
+        let at_line_start = self.state == State::Outside && self.line == Some(0);
+        if !at_line_start || !self.held.is_empty() || self.path.key_pending() {
+            return None;
+        }
+        let at = chunk.len() - rest.len();
+        let landing = ahead.landing(chunk, at)?;
+        self.path = Path::new();
+        rest.split_at_checked(landing - at)
     }
 
     /// The length of the `data:` line at the start of `rest` (its newline included) when it
@@ -1369,5 +1413,71 @@ mod tests {
             ids > 1_000 && marked > 300,
             "reached: {ids} ids, {marked} marks"
         );
+    }
+
+    /// A long stream in one chunk: the text deltas are passed by the lookahead, the values of
+    /// the events after them are still rewritten, and the output is what byte-by-byte
+    /// reading gives.
+    #[test]
+    fn the_ids_after_a_long_run_of_text_deltas_are_rewritten() {
+        let mut stream = String::from(
+            "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_a\"}}\n\n",
+        );
+        for n in 0..500 {
+            stream.push_str(&format!(
+                "event: response.output_text.delta\ndata: {{\"type\":\"response.output_text.delta\",\"sequence_number\":{n},\"item_id\":\"msg_1\",\"delta\":\"[{{ \\\"x\\\" }}] id resp_n\"}}\n\n"
+            ));
+        }
+        stream.push_str(concat!(
+            "event: response.output_item.done\ndata: {\"item\":{\"type\":\"reasoning\",\"encrypted_content\":\"blob\"}}\n\n",
+            "event: response.completed\ndata: {\"response\":{\"id\":\"resp_a\",\"previous_response_id\":\"resp_p\",\"output\":[{\"encrypted_content\":\"e2\"}]}}\n\n",
+        ));
+        let mut marks = Marks::default();
+        let (whole, _) = rewrite_chunks(&[stream.as_bytes()], &mut marks);
+        let expected = stream
+            .replace("\"resp_a\"", "\"resp_sb1-T-resp_a\"")
+            .replace("\"resp_p\"", "\"resp_sb1-T-resp_p\"")
+            .replace("\"blob\"", "\"sb1.blob\"")
+            .replace("\"e2\"", "\"sb1.e2\"");
+        assert_eq!(String::from_utf8(whole).unwrap(), expected);
+        assert_eq!(marks.ids, ["resp_a", "resp_p"]);
+        assert_eq!(marks.encrypted, ["blob", "e2"]);
+    }
+
+    /// A key read before a line end is pending on the path: its value, on the next line, is
+    /// rewritten although no key is read between them (in one chunk or two).
+    #[test]
+    fn a_value_whose_key_ended_the_line_before_is_rewritten() {
+        let cases = [
+            (
+                "data: {\"id\":\n",
+                "\"resp_x\"}\n\ndata: {\"a\":1}\n\n",
+                "resp_x",
+                "resp_sb1-T-resp_x",
+            ),
+            (
+                "data: {\"previous_response_id\":\n",
+                "\"resp_x\"}\n\ndata: {}\n\n",
+                "resp_x",
+                "resp_sb1-T-resp_x",
+            ),
+            (
+                "data: {\"item\":{\"encrypted_content\":\n",
+                "\"z\"}}\n\ndata: {}\n\n",
+                "\"z\"",
+                "\"sb1.z\"",
+            ),
+        ];
+        for (first, second, raw, rewritten) in cases {
+            let expected = format!("{first}{}", second.replace(raw, rewritten));
+            let whole = format!("{first}{second}");
+            for chunks in [
+                vec![whole.as_bytes()],
+                vec![first.as_bytes(), second.as_bytes()],
+            ] {
+                let (out, _) = rewrite_chunks(&chunks, &mut Marks::default());
+                assert_eq!(String::from_utf8(out).unwrap(), expected, "{first}");
+            }
+        }
     }
 }
