@@ -101,6 +101,14 @@ fn streams() -> Vec<(Dialect, String)> {
             format!("{responses_content}{fault}\n\n"),
         ));
     }
+    // A run whose last event gives no sequence number: the one before it is kept.
+    let unnumbered = "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"x\"}\n\n";
+    for fault in RESPONSES_FAULTS {
+        streams.push((
+            Dialect::Responses,
+            format!("{responses_content}{unnumbered}{unnumbered}{fault}\n\n"),
+        ));
+    }
     let incomplete = "event: response.incomplete\ndata: {\"type\":\"response.incomplete\",\"sequence_number\":9,\"response\":{\"id\":\"resp_1\",\"incomplete_details\":{\"reason\":\"max_output_tokens\"}}}\n\n";
     streams.push((Dialect::Responses, incomplete.to_string()));
     for (dialect, content) in [
