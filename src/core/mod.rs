@@ -25,6 +25,7 @@ pub mod multipart;
 pub mod nfc;
 pub mod outbound;
 pub mod overhead;
+pub mod pair_search;
 pub mod plugin;
 pub mod report;
 pub mod request;

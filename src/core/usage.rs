@@ -8,6 +8,8 @@
 //! samples). Chunks are scanned as bytes, never parsed into a tree, and nothing of the body is
 //! kept.
 
+use super::pair_search::PairFinder;
+
 /// Scans response body chunks for the output token count.
 ///
 /// The places that matter are hits of two needles: `_tokens":`, the common end of the four
@@ -64,104 +66,26 @@ const AHEAD: usize = 40;
 /// Bytes carried between chunks: the longest hit with what it reads before and after.
 const CARRY: usize = 64;
 
-/// The needle memchr's pair search is built from: its `e` (0) and `:` (4) are the pair.
+/// The needle the pair search is built from ([`PairFinder`]): its `e` (0) and `:` (4) are the
+/// pair.
 /// Every usage key and content marker has an `e` four bytes before its `:`
 /// (`_tok[e]ns":`, `"cont[e]nt":`, `"t[e]xt":`), and streamed JSON has few such pairs
 /// (`"object":` is the one in every chat chunk), whereas each byte alone is everywhere.
 const ANCHOR: &[u8] = b"ent\":";
 
-/// memchr's pair search for the platform's SIMD (x86_64: AVX2 when present, else SSE2).
-enum Simd {
-    #[cfg(target_arch = "x86_64")]
-    Avx2(memchr::arch::x86_64::avx2::packedpair::Finder),
-    #[cfg(target_arch = "x86_64")]
-    Sse2(memchr::arch::x86_64::sse2::packedpair::Finder),
-    #[cfg(target_arch = "aarch64")]
-    Neon(memchr::arch::aarch64::neon::packedpair::Finder),
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    Simd128(memchr::arch::wasm32::simd128::packedpair::Finder),
-}
-
-impl Simd {
-    /// The platform's search, if memchr has one for it.
-    fn get() -> Option<&'static Simd> {
-        static SIMD: std::sync::OnceLock<Option<Simd>> = std::sync::OnceLock::new();
-        SIMD.get_or_init(Simd::new).as_ref()
-    }
-
-    #[allow(unreachable_code)]
-    fn new() -> Option<Simd> {
-        let pair = memchr::arch::all::packedpair::Pair::with_indices(ANCHOR, 0, 4)?;
-        #[cfg(target_arch = "x86_64")]
-        {
-            use memchr::arch::x86_64::{avx2, sse2};
-            return avx2::packedpair::Finder::with_pair(ANCHOR, pair)
-                .map(Simd::Avx2)
-                .or_else(|| sse2::packedpair::Finder::with_pair(ANCHOR, pair).map(Simd::Sse2));
-        }
-        #[cfg(target_arch = "aarch64")]
-        {
-            use memchr::arch::aarch64::neon::packedpair::Finder;
-            return Finder::with_pair(ANCHOR, pair).map(Simd::Neon);
-        }
-        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-        {
-            use memchr::arch::wasm32::simd128::packedpair::Finder;
-            return Finder::with_pair(ANCHOR, pair).map(Simd::Simd128);
-        }
-        None
-    }
-
-    /// The shortest haystack `find` takes (a shorter one would panic).
-    fn min_len(&self) -> usize {
-        match self {
-            #[cfg(target_arch = "x86_64")]
-            Simd::Avx2(f) => f.min_haystack_len(),
-            #[cfg(target_arch = "x86_64")]
-            Simd::Sse2(f) => f.min_haystack_len(),
-            #[cfg(target_arch = "aarch64")]
-            Simd::Neon(f) => f.min_haystack_len(),
-            #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-            Simd::Simd128(f) => f.min_haystack_len(),
-        }
-    }
-
-    fn find(&self, haystack: &[u8]) -> Option<usize> {
-        match self {
-            #[cfg(target_arch = "x86_64")]
-            Simd::Avx2(f) => f.find_prefilter(haystack),
-            #[cfg(target_arch = "x86_64")]
-            Simd::Sse2(f) => f.find_prefilter(haystack),
-            #[cfg(target_arch = "aarch64")]
-            Simd::Neon(f) => f.find_prefilter(haystack),
-            #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-            Simd::Simd128(f) => f.find_prefilter(haystack),
-        }
-    }
-}
-
-/// The first anchor (`e` with `:` four bytes on) in `haystack`. Haystacks too short for the
-/// SIMD search (a few dozen bytes) and platforms without one go byte by byte.
-fn find_anchor(simd: Option<&Simd>, haystack: &[u8]) -> Option<usize> {
-    match simd {
-        Some(simd) if haystack.len() >= simd.min_len() => simd.find(haystack),
-        _ => haystack
-            .windows(ANCHOR.len())
-            .position(|w| matches!(w, [b'e', _, _, _, b':'])),
-    }
+/// The pair search for `ANCHOR`, built once.
+fn anchor_finder() -> &'static PairFinder {
+    static FINDER: std::sync::OnceLock<PairFinder> = std::sync::OnceLock::new();
+    FINDER.get_or_init(|| PairFinder::new(ANCHOR, 0, 4))
 }
 
 /// The anchors in `buf` at offsets `start..end` (each with its `:` before `end`).
-fn anchors<'a>(
-    simd: Option<&'a Simd>,
-    buf: &'a [u8],
-    start: usize,
-    end: usize,
-) -> impl Iterator<Item = usize> + 'a {
+fn anchors(buf: &[u8], start: usize, end: usize) -> impl Iterator<Item = usize> + '_ {
     let window = buf.get(start..end).unwrap_or_default();
+    let finder = anchor_finder();
     let mut from = 0;
     std::iter::from_fn(move || {
-        let at = from + find_anchor(simd, window.get(from..)?)?;
+        let at = from + finder.candidate(window.get(from..)?)?;
         from = at + 1;
         Some(start + at)
     })
@@ -253,7 +177,6 @@ impl UsageScanner {
         let Window { lo, hi, at_end } = w;
         let counted = std::mem::take(&mut self.counted);
         let mut waiting = [None, None];
-        let simd = Simd::get();
         // A key's anchor is 4 bytes into it, its `:` 8; a marker's anchor 2 bytes before
         // it, its `:` 2 bytes into it. Markers that would start before byte 2 cannot have
         // their key (`"tex`, `"conten`) before them.
@@ -261,7 +184,7 @@ impl UsageScanner {
         let end = (hi[0].saturating_add(TOKENS.len() - 1))
             .max(hi[1].saturating_add(2))
             .min(buf.len());
-        for e in anchors(simd, buf, start, end) {
+        for e in anchors(buf, start, end) {
             // After the anchor: `nt":` or `xt":` in a marker (`"conte|nt":"`, `"te|xt":"`),
             // `ns":` in a key (`_toke|ns":`); anything else (`"obje|ct":`) is none.
             let Some(&[_, next, last, b'"', _]) = buf.get(e..e + ANCHOR.len()) else {

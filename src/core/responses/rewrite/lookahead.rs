@@ -12,17 +12,20 @@
 //! delta line cost about 1,100 instructions (bit masks of its quotes and brackets with SIMD
 //! cost as much, `memchr2_iter` over its quotes more).
 
-use memchr::memmem::{self, Finder};
+use crate::core::pair_search::PairFinder;
+use memchr::memmem;
 use std::sync::LazyLock;
 
-/// The keys after which a value may be rewritten, as sent.
-static KEYS: LazyLock<[Finder<'static>; 3]> = LazyLock::new(|| {
+/// The keys after which a value may be rewritten, as sent, each found by a pair of its bytes
+/// that a Responses stream's text deltas rarely hold at that distance: the two quotes around
+/// `id`; `v` and the second `_` of `previous_response_id` (its two `_` are as far apart as
+/// those of `"item_id":"msg_`, in every delta event); `y` and the `_` of `encrypted_content`.
+static KEYS: LazyLock<[PairFinder; 3]> = LazyLock::new(|| {
     [
-        &b"\"id\""[..],
-        b"\"previous_response_id\"",
-        b"\"encrypted_content\"",
+        PairFinder::new(b"\"id\"", 0, 3),
+        PairFinder::new(b"\"previous_response_id\"", 4, 18),
+        PairFinder::new(b"\"encrypted_content\"", 5, 10),
     ]
-    .map(Finder::new)
 });
 
 /// What starts an SSE `data:` line after the line before it.
