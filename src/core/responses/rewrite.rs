@@ -368,8 +368,8 @@ impl AnswerRewriter {
 
     /// The length of the whole lines at the start of `rest` (the end of `chunk`) that no value
     /// to rewrite can be in ([`lookahead`]): with no key on the path that a value is rewritten
-    /// under, up to the `data:` line where such a key is next read. Reading them byte by byte would leave the rewriter at that
-    /// line's start, where its `data:` empties the path.
+    /// under, up to the `data:` line where such a key is next read. Reading them byte by byte
+    /// would leave the rewriter at that line's start, where its `data:` empties the path.
     fn pass_lines(&mut self, chunk: &[u8], rest: &[u8], ahead: &mut Lookahead) -> Option<usize> {
         if self.path.key_pending() {
             return None;
@@ -1431,6 +1431,9 @@ mod tests {
         ));
         let mut marks = Marks::default();
         let (whole, _) = rewrite_chunks(&[stream.as_bytes()], &mut marks);
+        let bytes: Vec<&[u8]> = stream.as_bytes().chunks(1).collect();
+        let (by_byte, _) = rewrite_chunks(&bytes, &mut Marks::default());
+        assert_eq!(whole, by_byte);
         let expected = stream
             .replace("\"resp_a\"", "\"resp_sb1-T-resp_a\"")
             .replace("\"resp_p\"", "\"resp_sb1-T-resp_p\"")

@@ -5,7 +5,7 @@
 //! be rewritten only after the bytes `"id"`, `"previous_response_id"` or `"encrypted_content"`
 //! were read, unless such a key is already pending on the path. A Responses stream names them
 //! in a few lifecycle events; its text deltas, nearly all of a long answer, hold none. Each
-//! key is searched for once over a chunk (`memmem`), and the lines before the `data:` line
+//! key is searched for once over a chunk ([`PairFinder`]), and the lines before the `data:` line
 //! that holds the next one go out as they came: a raw newline ends any string, and a `data:`
 //! line starts a new value, so reading them one by one could change neither them nor where
 //! the rewriter stands after them. Callgrind, a 100 KiB Responses stream: reading each text
