@@ -141,8 +141,11 @@ const CHAT_FAULTS: [&str; 11] = [
 ];
 
 /// Events after a Messages stream's first delta.
-const MESSAGES_FAULTS: [&str; 5] = [
+const MESSAGES_FAULTS: [&str; 7] = [
     "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}",
+    // A raw carriage return ends a line: the rest of the data is a line of its own.
+    "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":\"a\rb\"}",
+    "event: content_\rblock_delta\ndata: {\"type\":\"content_block_delta\"}",
     "event: error",
     "event: ping\ndata: not json",
     "this is not an event",
@@ -150,7 +153,9 @@ const MESSAGES_FAULTS: [&str; 5] = [
 ];
 
 /// Events after a Responses stream's first delta.
-const RESPONSES_FAULTS: [&str; 9] = [
+const RESPONSES_FAULTS: [&str; 11] = [
+    "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"a\rb\"}",
+    "event: response.output\r_text.delta\ndata: {\"type\":\"response.output_text.delta\"}",
     "event: error\ndata: {\"type\":\"error\",\"sequence_number\":5,\"error\":{\"type\":\"server_error\",\"code\":\"server_error\",\"message\":\"An error occurred.\",\"param\":null}}",
     "event: error\ndata: {\"type\":\"error\",\"code\":\"ERR\",\"message\":\"wrong\",\"param\":null,\"sequence_number\":5}",
     "event: response.incomplete\ndata: {\"type\":\"response.incomplete\",\"sequence_number\":5,\"response\":{\"id\":\"resp_67c\",\"status\":\"incomplete\",\"incomplete_details\":{\"reason\":\"max_output_tokens\"}}}",
