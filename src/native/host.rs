@@ -13,6 +13,20 @@ use crate::core::headers::Headers;
 use crate::core::report::Write;
 use crate::core::request::Edits;
 
+/// The one or two buffers a body is in, in order ([`Stream::body_buffers`]).
+struct BodyBuffers {
+    ids: [u32; 2],
+    n: usize,
+}
+
+impl std::ops::Deref for BodyBuffers {
+    type Target = [u32];
+
+    fn deref(&self) -> &[u32] {
+        self.ids.get(..self.n).unwrap_or_default()
+    }
+}
+
 /// Headers read without allocating Envoy's array: a chat request carries about a dozen.
 const INLINE_HEADERS: usize = 48;
 /// Body slices read without allocating Envoy's array: a small body is one or two.
@@ -181,81 +195,65 @@ impl Stream {
     /// A whole body, copied into one contiguous vector.
     pub fn body(&self, side: Side, at: BodyAt) -> Vec<u8> {
         let mut out = Vec::new();
-        match at {
-            BodyAt::BufferAndChunk if self.chunk_is_buffer(side) => {
-                self.append_chunks(side.received(), &mut out);
-            }
-            BodyAt::BufferAndChunk => {
-                // One allocation for both parts.
-                // SAFETY: a plain query.
-                out.reserve(unsafe {
-                    (self.api.http_get_body_size)(self.ptr, side.received())
-                        + (self.api.http_get_body_size)(self.ptr, side.buffered())
-                });
-                self.append_chunks(side.buffered(), &mut out);
-                self.append_chunks(side.received(), &mut out);
-            }
-            BodyAt::Buffer => self.append_chunks(side.buffered(), &mut out),
+        let buffers = self.body_buffers(side, at);
+        if buffers.len() > 1 {
+            // One allocation for both parts.
+            out.reserve(buffers.iter().map(|w| self.buffer_size(*w)).sum());
+        }
+        for which in buffers.iter() {
+            self.append_chunks(*which, &mut out);
         }
         out
     }
 
     /// The size of a body held so far, in a body hook (the chunk just received included).
     pub fn body_size(&self, side: Side) -> usize {
-        // SAFETY: plain queries.
-        unsafe {
-            let received = (self.api.http_get_body_size)(self.ptr, side.received());
-            if self.chunk_is_buffer(side) {
-                received
-            } else {
-                received + (self.api.http_get_body_size)(self.ptr, side.buffered())
-            }
-        }
+        let buffers = self.body_buffers(side, BodyAt::BufferAndChunk);
+        buffers.iter().map(|w| self.buffer_size(*w)).sum()
+    }
+
+    /// The bytes in the body buffer `which`.
+    fn buffer_size(&self, which: u32) -> usize {
+        // SAFETY: a plain query.
+        unsafe { (self.api.http_get_body_size)(self.ptr, which) }
     }
 
     /// Replaces a whole body with `parts`, in order. Envoy can only drain from the start and
-    /// append, so every byte goes: what the client sent, then the new body.
+    /// append, so every byte goes: what the client sent, then the new body, appended to the
+    /// last of its buffers.
     pub fn replace_body<'p>(
         &mut self,
         side: Side,
         at: BodyAt,
         parts: impl IntoIterator<Item = &'p [u8]>,
     ) -> bool {
+        let buffers = self.body_buffers(side, at);
+        let Some(&target) = buffers.last() else {
+            return false;
+        };
         let (api, ptr) = (self.api, self.ptr);
-        // SAFETY: draining more than a buffer holds drains it; each part outlives its append.
-        unsafe {
-            let size = |which| (api.http_get_body_size)(ptr, which);
-            let target = match at {
-                BodyAt::BufferAndChunk => {
-                    if !self.chunk_is_buffer(side) {
-                        let buffered = size(side.buffered());
-                        if buffered > 0 && !(api.http_drain_body)(ptr, side.buffered(), buffered) {
-                            return false;
-                        }
-                    }
-                    side.received()
-                }
-                BodyAt::Buffer => side.buffered(),
-            };
-            let held = size(target);
-            if held > 0 && !(api.http_drain_body)(ptr, target, held) {
-                return false;
-            }
-            parts
+        let emptied = buffers.iter().all(|&which| {
+            let held = self.buffer_size(which);
+            // SAFETY: draining what the buffer holds.
+            held == 0 || unsafe { (api.http_drain_body)(ptr, which, held) }
+        });
+        // SAFETY: each part outlives its append.
+        emptied
+            && parts
                 .into_iter()
                 .filter(|part| !part.is_empty())
-                .all(|part| (api.http_append_body)(ptr, target, ModuleBuffer::of(part)))
-        }
+                .all(|part| unsafe { (api.http_append_body)(ptr, target, ModuleBuffer::of(part)) })
     }
 
     /// The buffers a body is in, in order: Envoy's buffer, then the chunk just received when
     /// that is not the buffer itself.
-    fn body_buffers(&self, side: Side, at: BodyAt) -> ([u32; 2], usize) {
-        match at {
+    fn body_buffers(&self, side: Side, at: BodyAt) -> BodyBuffers {
+        let (ids, n) = match at {
             BodyAt::BufferAndChunk if self.chunk_is_buffer(side) => ([side.received(); 2], 1),
             BodyAt::BufferAndChunk => ([side.buffered(), side.received()], 2),
             BodyAt::Buffer => ([side.buffered(); 2], 1),
-        }
+        };
+        BodyBuffers { ids, n }
     }
 
     /// Writes `edits` over the body Envoy holds (`len` bytes, as read in this hook) in its own
@@ -271,14 +269,11 @@ impl Stream {
         edits: &Edits,
     ) -> bool {
         let (api, ptr) = (self.api, self.ptr);
-        let (buffers, n) = self.body_buffers(side, at);
-        let buffers = buffers.get(..n).unwrap_or_default();
-        // SAFETY: plain queries.
-        let size = |which: &u32| unsafe { (api.http_get_body_size)(ptr, *which) };
+        let buffers = self.body_buffers(side, at);
         let (Some(first), Some(last)) = (buffers.first(), buffers.last()) else {
             return false;
         };
-        if buffers.iter().map(size).sum::<usize>() != len {
+        if buffers.iter().map(|w| self.buffer_size(*w)).sum::<usize>() != len {
             return false;
         }
         let resize = edit_in_place::resize(edits, len);
@@ -289,7 +284,7 @@ impl Stream {
                 return false;
             }
         }
-        let written = self.with_chunks(buffers, |chunks| {
+        let written = self.with_chunks(&buffers, |chunks| {
             let mut inline: [&mut [u8]; INLINE_CHUNKS] = Default::default();
             let mut spilled;
             let parts = match inline.get_mut(..chunks.len()) {
@@ -313,7 +308,7 @@ impl Stream {
         if resize.shrink == 0 {
             return true;
         }
-        let front = size(first).min(resize.shrink);
+        let front = self.buffer_size(*first).min(resize.shrink);
         // SAFETY: draining at most what each buffer holds.
         unsafe {
             (front == 0 || (api.http_drain_body)(ptr, *first, front))
