@@ -20,7 +20,7 @@
 
 use super::classify::{self, Read, ResponsesSeen};
 use super::{Dialect, Event};
-use memchr::memmem;
+use crate::core::pair_search::PairFinder;
 
 /// What the event is, its content possibly `Other`.
 pub(super) fn event(dialect: Dialect, read: &Read<'_>, seen: &mut ResponsesSeen) -> Event {
@@ -157,37 +157,28 @@ impl ErrorSearch {
 }
 
 const ERROR_KEY: &[u8] = b"\"error\"";
+const SEQUENCE_KEY: &[u8] = b"\"sequence_number\"";
 
 /// The first `"error"` in `bytes`.
 fn find_error(bytes: &[u8]) -> Option<usize> {
-    find_anchored(bytes, ERROR_KEY, &anchors().0, 2)
+    searches().0.find(bytes)
 }
 
-/// The first `needle` in `bytes`, found by its `anchor` (the two bytes at `at` in it) and
-/// checked whole there. A needle's first and last bytes make a poor search in JSON (quotes,
-/// common letters): `memmem` verified a candidate at nearly every quote, about 0.5
-/// instructions a byte on a chat stream (callgrind). The anchors chosen here, `rr` of
-/// `"error"` and `_n` of `"sequence_number"`, are rare in JSON keys and in text, and every
-/// occurrence of the needle holds its anchor, so the first whole match is the first match.
-fn find_anchored(
-    bytes: &[u8],
-    needle: &[u8],
-    anchor: &memmem::Finder<'static>,
-    at: usize,
-) -> Option<usize> {
-    anchor
-        .find_iter(bytes)
-        .filter_map(|hit| hit.checked_sub(at))
-        .find(|&start| bytes.get(start..).is_some_and(|b| b.starts_with(needle)))
-}
-
-/// The anchors of `"error"` and `"sequence_number"` ([`find_anchored`]), built once:
-/// `memmem::find` builds its searcher on every call, which cost more than the search over a
-/// ~250-byte event (callgrind, a 100 KiB chat stream: about 1k instructions per KB of answer).
-fn anchors() -> &'static (memmem::Finder<'static>, memmem::Finder<'static>) {
-    static ANCHORS: std::sync::OnceLock<(memmem::Finder<'static>, memmem::Finder<'static>)> =
-        std::sync::OnceLock::new();
-    ANCHORS.get_or_init(|| (memmem::Finder::new(b"rr"), memmem::Finder::new(b"_n")))
+/// The searches for `"error"` and `"sequence_number"`, each by a pair of its bytes
+/// ([`PairFinder`]), built once. A needle's first and last bytes make a poor search in JSON
+/// (quotes, common letters): `memmem` verified a candidate at nearly every quote, about 0.5
+/// instructions a byte on a chat stream (callgrind). The pairs chosen here, `rr` of `"error"`
+/// and `_n` of `"sequence_number"`, are rare in JSON keys and in text. A search built on every
+/// call cost more than the search over a ~250-byte event (callgrind, a 100 KiB chat stream:
+/// about 1k instructions per KB of answer).
+fn searches() -> &'static (PairFinder, PairFinder) {
+    static SEARCHES: std::sync::OnceLock<(PairFinder, PairFinder)> = std::sync::OnceLock::new();
+    SEARCHES.get_or_init(|| {
+        (
+            PairFinder::new(ERROR_KEY, 2, 3),
+            PairFinder::new(SEQUENCE_KEY, 9, 10),
+        )
+    })
 }
 
 /// Chat's `data: [DONE]`.
@@ -204,12 +195,11 @@ fn object(data: &[u8]) -> bool {
 /// The number after the first `"sequence_number":` in the data of the event `name` (a
 /// top-level key: the events' nested objects carry none), if it is a whole number.
 pub(super) fn sequence_number(name: Option<&[u8]>, data: &[u8]) -> Option<u64> {
-    const KEY: &[u8] = b"\"sequence_number\"";
     let value = match after_type(name, data) {
         Some(value) => value,
         None => {
-            let at = find_anchored(data, KEY, &anchors().1, 9)?;
-            let value = data.get(at + KEY.len()..)?.trim_ascii_start();
+            let at = searches().1.find(data)?;
+            let value = data.get(at + SEQUENCE_KEY.len()..)?.trim_ascii_start();
             value.strip_prefix(b":")?.trim_ascii_start()
         }
     };
@@ -310,10 +300,10 @@ mod tests {
         }
     }
 
-    /// The anchored search finds what a plain `memmem` search finds, on haystacks built from
+    /// The pair searches find what a plain `memmem` search finds, on haystacks built from
     /// pieces of both needles, their anchors and the bytes around them.
     #[test]
-    fn an_anchored_search_finds_the_first_match_as_memmem_does() {
+    fn a_pair_search_finds_the_first_match_as_memmem_does() {
         let pieces: [&[u8]; 12] = [
             b"\"error\"",
             b"\"sequence_number\"",
@@ -334,12 +324,9 @@ mod tests {
             let hay: Vec<u8> = (0..n)
                 .flat_map(|_| pieces[rng.usize(..pieces.len())].iter().copied())
                 .collect();
-            for (needle, anchor, at) in [
-                (ERROR_KEY, &anchors().0, 2),
-                (&b"\"sequence_number\""[..], &anchors().1, 9),
-            ] {
-                let expected = memmem::find(&hay, needle);
-                let found = find_anchored(&hay, needle, anchor, at);
+            for (needle, search) in [(ERROR_KEY, &searches().0), (SEQUENCE_KEY, &searches().1)] {
+                let expected = memchr::memmem::find(&hay, needle);
+                let found = search.find(&hay);
                 assert_eq!(found, expected, "{}", String::from_utf8_lossy(&hay));
             }
         }
