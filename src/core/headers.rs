@@ -146,7 +146,7 @@ impl Headers {
 
     /// [`Headers::get`] as text, if it is UTF-8.
     pub fn get_str(&self, name: &str) -> Option<&str> {
-        self.get(name).and_then(|v| std::str::from_utf8(v).ok())
+        self.get(name).and_then(crate::core::text::utf8)
     }
 
     /// The pairs whose name and value are both UTF-8, as text (for calls that take text).

@@ -68,7 +68,7 @@ fn decode_key(b: &[u8], span: Range<usize>) -> Option<Cow<'_, str>> {
     let inner = b.get(span.start + 1..span.end - 1)?;
     if memchr::memchr(b'\\', inner).is_none() {
         // Already validated by the scan; a key is a few bytes to check again.
-        return std::str::from_utf8(inner).ok().map(Cow::Borrowed);
+        return crate::core::text::utf8(inner).map(Cow::Borrowed);
     }
     serde_json::from_slice::<String>(b.get(span)?)
         .ok()

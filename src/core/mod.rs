@@ -36,6 +36,7 @@ pub mod seal;
 pub mod sse;
 pub mod status_set;
 pub mod stream;
+pub mod text;
 pub mod trace;
 pub mod translate;
 pub mod usage;

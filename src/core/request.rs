@@ -190,7 +190,7 @@ fn model_name<'a>(body: &'a [u8], span: &Range<usize>) -> Result<Cow<'a, str>, E
     // The span was read from a body checked to be UTF-8; a name is a few bytes to check again.
     let text = body
         .get(span.clone())
-        .and_then(|b| std::str::from_utf8(b).ok())
+        .and_then(crate::core::text::utf8)
         .ok_or_else(ErrorReply::model_not_string)?;
     if !text.starts_with('"') {
         return Err(ErrorReply::model_not_string());
@@ -262,7 +262,7 @@ pub fn inspect_multipart<'a>(body: &'a [u8], boundary: &str) -> Result<Inspected
         .ok_or_else(ErrorReply::missing_model)?;
     let model = body
         .get(span.clone())
-        .and_then(|v| std::str::from_utf8(v).ok())
+        .and_then(crate::core::text::utf8)
         .filter(|m| !m.is_empty())
         .ok_or_else(ErrorReply::model_not_string)?;
     let stream = parts

@@ -133,7 +133,7 @@ impl Held {
     /// The answer's `:status` (502 if it has none).
     pub fn status(&self) -> u16 {
         self.header(b":status")
-            .and_then(|v| std::str::from_utf8(v).ok()?.parse::<u16>().ok())
+            .and_then(|v| crate::core::text::utf8(v)?.parse::<u16>().ok())
             .unwrap_or(502)
     }
 
