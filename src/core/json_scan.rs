@@ -1,5 +1,5 @@
 //! A strict scan of a JSON object's top-level members that skips string contents without
-//! decoding them: one SIMD pass ([`string_run`]) finds the next quote, backslash, control byte
+//! decoding them: one SIMD pass ([`simd::plain_run`]) finds the next quote, backslash, control byte
 //! or non-ASCII byte, which is all a string skip needs. The scan also checks the body is UTF-8:
 //! outside strings the grammar admits only ASCII, and inside them each run of non-ASCII bytes
 //! is validated where the pass stops at it (a UTF-8 sequence never holds an ASCII byte), so a
@@ -14,6 +14,7 @@
 //! `None`, and the caller falls back to serde_json, which then gives its own error: a `None`
 //! costs time, never a different answer.
 
+use crate::core::simd;
 use std::borrow::Cow;
 use std::ops::Range;
 
@@ -21,11 +22,9 @@ use std::ops::Range;
 /// its value, from its first byte to just after its last.
 pub type Members<'a> = Vec<(Cow<'a, str>, Range<usize>)>;
 
-mod string_run;
-
-/// The run of plain bytes that starts a JSON string's contents (see [`string_run`]): the
+/// The run of plain bytes that starts a JSON string's contents (see [`simd::plain_run`]): the
 /// Responses id rewriter skips the strings of a line with it too.
-pub use string_run::plain_run as plain_string_run;
+pub use crate::core::simd::plain_run as plain_string_run;
 
 /// The top-level members of `b`, a UTF-8 JSON object with nothing but whitespace around it, or
 /// `None` when it is not one (or holds a key only serde_json can judge).
@@ -158,7 +157,7 @@ fn skip_member_key(b: &[u8], at: usize) -> Option<usize> {
 /// UTF-8 (§8.1).
 fn skip_string(b: &[u8], mut at: usize) -> Option<usize> {
     loop {
-        at += string_run::plain_run(b.get(at..)?);
+        at += simd::plain_run(b.get(at..)?);
         match *b.get(at)? {
             b'"' => return Some(at + 1),
             b'\\' => at = skip_escape(b, at + 1)?,

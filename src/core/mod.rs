@@ -33,6 +33,7 @@ pub mod responses;
 pub mod router_path;
 pub mod routing;
 pub mod seal;
+pub mod simd;
 pub mod sse;
 pub mod status_set;
 pub mod stream;

@@ -294,7 +294,7 @@ fn refuses_what_json_refuses() {
 /// the first `"`, `\`, control byte or non-ASCII byte, on each implementation this host has.
 #[test]
 fn the_plain_run_stops_at_every_stop_byte_at_every_position() {
-    use super::string_run::{plain_run, scalar, words};
+    use crate::core::simd::{plain_run, scalar, words};
     type Run = fn(&[u8]) -> usize;
     #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
     let mut runs: Vec<(&str, Run)> = vec![
@@ -305,9 +305,9 @@ fn the_plain_run_stops_at_every_stop_byte_at_every_position() {
     #[cfg(target_arch = "x86_64")]
     {
         // SAFETY: SSE2 is part of x86_64; AVX2 only where the host has it.
-        runs.push(("sse2", |b| unsafe { super::string_run::x86::sse2(b) }));
+        runs.push(("sse2", |b| unsafe { crate::core::simd::x86::sse2(b) }));
         if std::is_x86_feature_detected!("avx2") {
-            runs.push(("avx2", |b| unsafe { super::string_run::x86::avx2(b) }));
+            runs.push(("avx2", |b| unsafe { crate::core::simd::x86::avx2(b) }));
         }
     }
     let lengths = (0..=40).chain([63, 64, 65, 95, 96, 97, 127, 128, 129, 200]);
@@ -337,7 +337,7 @@ fn the_plain_run_stops_at_every_stop_byte_at_every_position() {
 /// byte-at-a-time one.
 #[test]
 fn every_plain_run_implementation_agrees_on_random_runs() {
-    use super::string_run::{plain_run, scalar, words};
+    use crate::core::simd::{plain_run, scalar, words};
     const EDGES: [u8; 16] = [
         0x00, 0x01, 0x1f, 0x20, 0x21, 0x22, 0x23, 0x5b, 0x5c, 0x5d, 0x7f, 0x80, 0xbf, 0xff, b'a',
         b'a',
@@ -358,9 +358,9 @@ fn every_plain_run_implementation_agrees_on_random_runs() {
         #[cfg(target_arch = "x86_64")]
         {
             // SAFETY: SSE2 is part of x86_64; AVX2 only where the host has it.
-            assert_eq!(unsafe { super::string_run::x86::sse2(&b) }, want, "{b:?}");
+            assert_eq!(unsafe { crate::core::simd::x86::sse2(&b) }, want, "{b:?}");
             if std::is_x86_feature_detected!("avx2") {
-                assert_eq!(unsafe { super::string_run::x86::avx2(&b) }, want, "{b:?}");
+                assert_eq!(unsafe { crate::core::simd::x86::avx2(&b) }, want, "{b:?}");
             }
         }
     }

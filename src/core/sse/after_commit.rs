@@ -156,7 +156,7 @@ impl ErrorSearch {
     }
 }
 
-const ERROR_KEY: &[u8] = b"\"error\"";
+pub(super) const ERROR_KEY: &[u8] = b"\"error\"";
 const SEQUENCE_KEY: &[u8] = b"\"sequence_number\"";
 
 /// The first `"error"` in `bytes`.

@@ -8,6 +8,7 @@
 //! bytes, never on where chunks end, so the events do not depend on the chunking.
 
 use super::after_commit::{self, ErrorSearch, Told};
+use super::chat_run;
 use super::classify::{self, ResponsesSeen};
 use super::{Dialect, Event};
 use memchr::memchr2;
@@ -302,9 +303,21 @@ impl Watcher {
     }
 
     /// A run of chat events of one `data:` line each with no `"error"` in it (a key can't hold
-    /// a line end): its end and length. Apart from [`Self::named_run`]: the `.wasm` ran the
-    /// general reading at about 90 instructions more an event (callgrind, 100 KiB stream).
-    fn chat_run(&mut self, chunk: &[u8], pos: usize) -> (usize, u32, Told) {
+    /// a line end): its end and length. Read by 64-byte blocks where the platform has the
+    /// kernel ([`super::chat_run`]), the rest of the chunk event by event. Apart from
+    /// [`Self::named_run`]: the `.wasm` ran the general reading at about 90 instructions more
+    /// an event (callgrind, 100 KiB stream).
+    pub(super) fn chat_run(&mut self, chunk: &[u8], pos: usize) -> (usize, u32, Told) {
+        let (at, passed, ended) = chat_run::blocks(chunk, pos);
+        let (at, more) = match ended {
+            true => (at, 0),
+            false => self.chat_events(chunk, at),
+        };
+        (at, passed + more, Told::Other)
+    }
+
+    /// [`Self::chat_run`] one event at a time: its end and length.
+    pub(super) fn chat_events(&mut self, chunk: &[u8], pos: usize) -> (usize, u32) {
         let error = self.errors.first_from(chunk, pos);
         let (mut at, mut passed) = (pos, 0u32);
         while let Some(end) = data_event(chunk, at) {
@@ -314,7 +327,7 @@ impl Watcher {
             at = end;
             passed += 1;
         }
-        (at, passed, Told::Other)
+        (at, passed)
     }
 
     /// A run of Messages or Responses events told by their names, whole in the chunk in the
@@ -518,15 +531,24 @@ fn release(buffer: Vec<u8>) -> Vec<u8> {
 /// returned), the `.wasm`'s chat stream ran 30k instructions more a request (callgrind,
 /// 100 KiB: 903,034 -> 933,354).
 fn data_event(chunk: &[u8], pos: usize) -> Option<usize> {
-    let line = chunk.get(pos..)?.strip_prefix(b"data:")?;
-    let value = line.strip_prefix(b" ").unwrap_or(line);
-    if value.first() != Some(&b'{') {
-        return None;
-    }
+    let value = data_object(chunk, pos)?;
     let end = memchr2(b'\n', b'\r', value)?;
-    let line_end = pos + b"data:".len() + (line.len() - value.len()) + end;
+    let line_end = pos + (chunk.len() - pos - value.len()) + end;
     let ended = chunk.get(line_end..line_end + 2) == Some(b"\n\n");
     (ended && line_end - pos <= MAX_LINE).then_some(line_end + 2)
+}
+
+/// The rest of `chunk` from the value of the `data:` line at `pos` (one space after the colon
+/// dropped) when that value starts a JSON object.
+fn data_object(chunk: &[u8], pos: usize) -> Option<&[u8]> {
+    let line = chunk.get(pos..)?.strip_prefix(b"data:")?;
+    let value = line.strip_prefix(b" ").unwrap_or(line);
+    (value.first() == Some(&b'{')).then_some(value)
+}
+
+/// Whether a `data:` line whose value starts a JSON object starts at `pos`.
+pub(super) fn data_object_at(chunk: &[u8], pos: usize) -> bool {
+    data_object(chunk, pos).is_some()
 }
 
 /// The value of a line after its field's `field` bytes (one space after the colon dropped) and

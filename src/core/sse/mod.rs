@@ -14,6 +14,7 @@
 //! and Anthropic's "Streaming Messages" name the events classified here.
 
 mod after_commit;
+mod chat_run;
 mod classify;
 mod lines;
 mod terminal;
