@@ -8,13 +8,11 @@
 //! bytes, never on where chunks end, so the events do not depend on the chunking.
 
 use super::after_commit::{self, ErrorSearch, Told};
-use super::chat_run;
+use super::chat_run::{self, data_event};
 use super::classify::{self, ResponsesSeen};
-use super::{Dialect, Event};
+use super::{Dialect, Event, MAX_LINE};
 use memchr::memchr2;
 
-/// The longest line read: past it, a line's bytes are dropped and its event is oversized.
-pub const MAX_LINE: usize = 1 << 20;
 /// The most data one event keeps (its `data:` lines joined).
 pub const MAX_DATA: usize = 1 << 20;
 /// An event name longer than this is no name this module knows.
@@ -522,33 +520,6 @@ fn release(buffer: Vec<u8>) -> Vec<u8> {
         true => Vec::new(),
         false => buffer,
     }
-}
-
-/// The end (past its blank line) of the event at `pos` in `chunk` if it is one `data:` line
-/// whose value (after one space) starts a JSON object, ended by `\n` and a blank `\n` line,
-/// within `MAX_LINE`: a [`SimpleEvent`] without a name. It reads the `data:` line as
-/// [`simple_event`] does but returns only the end: built on that reading (its data and end
-/// returned), the `.wasm`'s chat stream ran 30k instructions more a request (callgrind,
-/// 100 KiB: 903,034 -> 933,354).
-fn data_event(chunk: &[u8], pos: usize) -> Option<usize> {
-    let value = data_object(chunk, pos)?;
-    let end = memchr2(b'\n', b'\r', value)?;
-    let line_end = pos + (chunk.len() - pos - value.len()) + end;
-    let ended = chunk.get(line_end..line_end + 2) == Some(b"\n\n");
-    (ended && line_end - pos <= MAX_LINE).then_some(line_end + 2)
-}
-
-/// The rest of `chunk` from the value of the `data:` line at `pos` (one space after the colon
-/// dropped) when that value starts a JSON object.
-fn data_object(chunk: &[u8], pos: usize) -> Option<&[u8]> {
-    let line = chunk.get(pos..)?.strip_prefix(b"data:")?;
-    let value = line.strip_prefix(b" ").unwrap_or(line);
-    (value.first() == Some(&b'{')).then_some(value)
-}
-
-/// Whether a `data:` line whose value starts a JSON object starts at `pos`.
-pub(super) fn data_object_at(chunk: &[u8], pos: usize) -> bool {
-    data_object(chunk, pos).is_some()
 }
 
 /// The value of a line after its field's `field` bytes (one space after the colon dropped) and

@@ -21,10 +21,13 @@ mod terminal;
 #[cfg(test)]
 mod tests;
 
-pub use lines::{Watcher, MAX_DATA, MAX_LINE};
+pub use lines::{Watcher, MAX_DATA};
 pub use terminal::terminal_event;
 
 use crate::core::endpoint::Endpoint;
+
+/// The longest line read: past it, a line's bytes are dropped and its event is oversized.
+pub const MAX_LINE: usize = 1 << 20;
 
 /// The streamed LLM API whose events are watched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

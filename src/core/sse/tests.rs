@@ -770,3 +770,115 @@ fn a_watchers_terminal_event_continues_its_responses_stream() {
 }
 
 mod after_commit;
+
+/// One random chat event: mostly plain, sometimes each thing that ends a run.
+fn event(rng: &mut fastrand::Rng, out: &mut Vec<u8>) {
+    let text_len = rng.usize(0..200);
+    let words: [&[u8]; 9] = [
+        b"lorem ",
+        b"sorry ",
+        b"an error ",
+        b"rr",
+        b"\\\"x\\\" ",
+        b"r",
+        b"\\n",
+        b"",
+        b"ok ",
+    ];
+    let mut text = Vec::new();
+    while text.len() < text_len {
+        text.extend_from_slice(words[rng.usize(..words.len())]);
+    }
+    let value = [
+        b"{\"choices\":[{\"delta\":{\"content\":\"".as_slice(),
+        &text,
+        b"\"}}]}",
+    ]
+    .concat();
+    let (head, tail): (&[u8], &[u8]) = match rng.u8(..40) {
+        0 => (b"data: [DONE]", b"\n\n"),
+        1 => (b"event: x", b"\n"),
+        2 => (b": keep-alive", b"\n\n"),
+        3 => (b"data: {\"error\":{\"message\":\"m\"}}", b"\n\n"),
+        4 => (b"data: {\"e\":\"\r\"}", b"\n\n"),
+        5 => (b"data: ", b"\r\n\r\n"),
+        6 => (b"data: ", b"\ndata: {}\n\n"),
+        7 => (b"data: ", b"\n"),
+        n if n % 2 == 0 => (b"data: ", b"\n\n"),
+        _ => (b"data:", b"\n\n"),
+    };
+    out.extend_from_slice(head);
+    if head.starts_with(b"data:") && head.len() <= b"data: ".len() {
+        out.extend_from_slice(&value);
+    }
+    out.extend_from_slice(tail);
+}
+
+/// The run read by blocks passes the events the per-event reading passes and ends where it
+/// ends, from every event start of random chat streams and cut at random ends.
+#[test]
+fn a_run_read_by_blocks_is_the_run_read_by_events() {
+    let mut rng = fastrand::Rng::with_seed(5);
+    let mut compared = 0;
+    for _ in 0..3_000 {
+        let mut stream = Vec::new();
+        let mut starts = Vec::new();
+        for _ in 0..rng.usize(1..30) {
+            starts.push(stream.len());
+            event(&mut rng, &mut stream);
+        }
+        stream.truncate(rng.usize(stream.len() / 2..=stream.len()));
+        for &pos in starts.iter().filter(|&&p| p <= stream.len()) {
+            let by_blocks = Watcher::new(Dialect::ChatCompletions).chat_run(&stream, pos);
+            let by_events = Watcher::new(Dialect::ChatCompletions).chat_events(&stream, pos);
+            assert_eq!(
+                (by_blocks.0, by_blocks.1),
+                by_events,
+                "from {pos}: {}",
+                String::from_utf8_lossy(&stream)
+            );
+            compared += 1;
+        }
+    }
+    assert!(compared > 10_000, "{compared}");
+}
+
+/// A long run of plain events is read by the blocks (where the platform has the kernel),
+/// and stopped before an `"error"` or a `\r` far into it.
+#[test]
+fn a_long_run_stops_before_an_error_or_a_carriage_return() {
+    let plain = b"data: {\"choices\":[{\"delta\":{\"content\":\"sorry, no error here\"}}]}\n\n";
+    for stop in [
+        &b"data: {\"error\":{\"message\":\"m\"}}\n\n"[..],
+        b"data: {\"a\":\"\r\"}\n\n",
+    ] {
+        let mut stream = plain.repeat(40);
+        let before = stream.len();
+        stream.extend_from_slice(stop);
+        stream.extend_from_slice(&plain.repeat(10));
+        let (at, passed, _) = Watcher::new(Dialect::ChatCompletions).chat_run(&stream, 0);
+        assert_eq!((at, passed), (before, 40));
+        let (at, passed, ended) = chat_run::blocks(&stream, 0);
+        if at != 0 {
+            assert!(
+                ended && passed == 40 && at == before,
+                "{at} {passed} {ended}"
+            );
+        }
+    }
+}
+
+/// An event whose `data:` line is longer than `MAX_LINE` ends the run, as the per-event
+/// reading ends it (the framing drops such a line's bytes).
+#[test]
+fn a_line_over_the_bound_ends_the_run() {
+    let plain = b"data: {\"choices\":[]}\n\n";
+    let mut stream = plain.repeat(3);
+    let long_at = stream.len();
+    stream.extend_from_slice(b"data: {\"c\":\"");
+    stream.resize(long_at + MAX_LINE + 1, b'a');
+    stream.extend_from_slice(b"\"}\n\n");
+    stream.extend_from_slice(&plain.repeat(3));
+    let run = Watcher::new(Dialect::ChatCompletions).chat_run(&stream, 0);
+    assert_eq!((run.0, run.1), (long_at, 3));
+}
