@@ -1,9 +1,9 @@
 //! A strict scan of a JSON object's top-level members that skips string contents without
-//! decoding them: one SIMD pass ([`simd::plain_run`]) finds the next quote, backslash, control byte
-//! or non-ASCII byte, which is all a string skip needs. The scan also checks the body is UTF-8:
-//! outside strings the grammar admits only ASCII, and inside them each run of non-ASCII bytes
-//! is validated where the pass stops at it (a UTF-8 sequence never holds an ASCII byte), so a
-//! body it accepts needs no separate UTF-8 pass.
+//! decoding them: one SIMD pass ([`simd::plain_run`]) finds the next quote, backslash, control
+//! byte or non-ASCII byte, which is all a string skip needs. The scan also checks the body is
+//! UTF-8: outside strings the grammar admits only ASCII, and inside them each run of non-ASCII
+//! bytes is validated where the pass stops at it (a UTF-8 sequence never holds an ASCII byte),
+//! so a body it accepts needs no separate UTF-8 pass.
 //!
 //! It accepts exactly what serde_json accepts when it reads the object as keys and borrowed
 //! `RawValue`s (RFC 8259 grammar as serde_json implements it): the same string escapes (a `\u`
