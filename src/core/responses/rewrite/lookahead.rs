@@ -7,10 +7,10 @@
 //! in a few lifecycle events; its text deltas, nearly all of a long answer, hold none. The
 //! keys are searched for in one pass over a chunk ([`first_key`]), and the lines before the
 //! `data:` line that holds the next one go out as they came: a raw newline ends any string,
-//! and a `data:` line starts a new value, so reading them one by one could change neither them nor where
-//! the rewriter stands after them. Callgrind, a 100 KiB Responses stream: reading each text
-//! delta line cost about 1,100 instructions (bit masks of its quotes and brackets with SIMD
-//! cost as much, `memchr2_iter` over its quotes more).
+//! and a `data:` line starts a new value, so reading them one by one could change neither them
+//! nor where the rewriter stands after them. Callgrind, a 100 KiB Responses stream: reading
+//! each text delta line cost about 1,100 instructions (bit masks of its quotes and brackets
+//! with SIMD cost as much, `memchr2_iter` over its quotes more).
 
 use crate::core::pair_search::PairFinder;
 use crate::core::simd;
