@@ -198,7 +198,7 @@ impl Stream {
         let buffers = self.body_buffers(side, at);
         if buffers.len() > 1 {
             // One allocation for both parts.
-            out.reserve(buffers.iter().map(|w| self.buffer_size(*w)).sum());
+            out.reserve(self.buffers_size(&buffers));
         }
         for which in buffers.iter() {
             self.append_chunks(*which, &mut out);
@@ -209,7 +209,12 @@ impl Stream {
     /// The size of a body held so far, in a body hook (the chunk just received included).
     pub fn body_size(&self, side: Side) -> usize {
         let buffers = self.body_buffers(side, BodyAt::BufferAndChunk);
-        buffers.iter().map(|w| self.buffer_size(*w)).sum()
+        self.buffers_size(&buffers)
+    }
+
+    /// The bytes in the body buffers `buffers` together.
+    fn buffers_size(&self, buffers: &[u32]) -> usize {
+        buffers.iter().map(|&which| self.buffer_size(which)).sum()
     }
 
     /// The bytes in the body buffer `which`.
@@ -273,7 +278,7 @@ impl Stream {
         let (Some(first), Some(last)) = (buffers.first(), buffers.last()) else {
             return false;
         };
-        if buffers.iter().map(|w| self.buffer_size(*w)).sum::<usize>() != len {
+        if self.buffers_size(&buffers) != len {
             return false;
         }
         let resize = edit_in_place::resize(edits, len);

@@ -22,8 +22,6 @@ struct Blocks {
     at: usize,
     /// Events passed.
     passed: u32,
-    /// Line ends before this were read (a blank line's `\n` in the next block).
-    next: usize,
     /// An event that is not plain, or a `"error"`, ended the run at `at`.
     ended: bool,
 }
@@ -39,7 +37,6 @@ pub(super) fn blocks(chunk: &[u8], pos: usize) -> (usize, u32, bool) {
     let mut run = Blocks {
         at: pos,
         passed: 0,
-        next: pos,
         ended: false,
     };
     simd::line_blocks(chunk, pos, |block, masks| run.block(chunk, block, masks));
@@ -49,8 +46,9 @@ pub(super) fn blocks(chunk: &[u8], pos: usize) -> (usize, u32, bool) {
 impl Blocks {
     /// Reads one block's line ends and stops in order; `false` once the run ended.
     fn block(&mut self, chunk: &[u8], block: usize, (mut lines, mut stops): LineMasks) -> bool {
-        // Only a blank line's `\n` read with the block before can lie before `next` here.
-        if self.next > block {
+        // Only the blank line's `\n` of the event passed last in the block before can lie
+        // before `at` here.
+        if self.at > block {
             lines &= !1;
         }
         loop {
@@ -87,7 +85,6 @@ impl Blocks {
         }
         self.passed += 1;
         self.at = l + 2;
-        self.next = l + 2;
         data_object_at(chunk, self.at)
     }
 }

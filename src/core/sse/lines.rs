@@ -11,6 +11,7 @@ use super::after_commit::{self, ErrorSearch, Told};
 use super::chat_run::{self, data_event};
 use super::classify::{self, ResponsesSeen};
 use super::{Dialect, Event, MAX_LINE};
+use crate::core::text;
 use memchr::memchr2;
 
 /// The most data one event keeps (its `data:` lines joined).
@@ -65,7 +66,7 @@ impl Default for Pending {
 impl Pending {
     fn name(&self) -> Option<&str> {
         let name = self.name.get(..self.name_len)?;
-        core::str::from_utf8(name).ok().filter(|n| !n.is_empty())
+        text::utf8(name).filter(|n| !n.is_empty())
     }
 
     fn set_name(&mut self, value: &[u8]) {
@@ -551,7 +552,7 @@ fn simple_event(chunk: &[u8], pos: usize) -> Option<SimpleEvent<'_>> {
         Some(line) => {
             let (name, end) = simple_line(line, b"event:".len())?;
             // A name too long to keep, empty or not UTF-8 reads as none: left to the framing.
-            let utf8 = name.is_ascii() || core::str::from_utf8(name).is_ok();
+            let utf8 = text::utf8(name).is_some();
             if name.is_empty() || name.len() > MAX_NAME || !utf8 {
                 return None;
             }
