@@ -44,36 +44,32 @@ pub(super) fn blocks(chunk: &[u8], pos: usize) -> (usize, u32, bool) {
 }
 
 impl Blocks {
-    /// Reads one block's line ends and stops in order; `false` once the run ended.
+    /// Reads one block's line ends and stops in order; `false` once the run ended. An empty
+    /// mask's `trailing_zeros` is 64, past every place in the block: the other mask goes first.
     fn block(&mut self, chunk: &[u8], block: usize, (mut lines, mut stops): LineMasks) -> bool {
         // Only the blank line's `\n` of the event passed last in the block before can lie
         // before `at` here.
         if self.at > block {
             lines &= !1;
         }
-        loop {
-            let line = (lines != 0).then(|| block + lines.trailing_zeros() as usize);
-            let stop = (stops != 0).then(|| block + stops.trailing_zeros() as usize);
-            match (line, stop) {
-                (_, Some(s)) if line.is_none_or(|l| s < l) => {
-                    if !passes(chunk, s) {
-                        self.ended = true;
-                        return false;
-                    }
-                    stops &= stops - 1;
+        while lines | stops != 0 {
+            let (l, s) = (lines.trailing_zeros(), stops.trailing_zeros());
+            if s < l {
+                if !passes(chunk, block + s as usize) {
+                    self.ended = true;
+                    return false;
                 }
-                (Some(l), _) => {
-                    if !self.line_end(chunk, l) {
-                        self.ended = true;
-                        return false;
-                    }
-                    // This line end and its blank line's, if it is in this block.
-                    lines &= lines - 1;
-                    lines &= !(1u64.checked_shl((l + 1 - block) as u32).unwrap_or(0));
+                stops &= stops - 1;
+            } else {
+                if !self.line_end(chunk, block + l as usize) {
+                    self.ended = true;
+                    return false;
                 }
-                (None, _) => return true,
+                // This line end and its blank line's (checked there), if it is in this block.
+                lines &= !(3u64 << l);
             }
         }
+        true
     }
 
     /// The line end at `l` of the event at `at`: passes it if the blank line follows within
@@ -120,7 +116,10 @@ fn data_object(chunk: &[u8], pos: usize) -> Option<&[u8]> {
 
 /// Whether a `data:` line whose value starts a JSON object starts at `pos`.
 fn data_object_at(chunk: &[u8], pos: usize) -> bool {
-    data_object(chunk, pos).is_some()
+    // The form every provider sends first, as two overlapping 4-byte compares natively. (In
+    // `data_object`, the `.wasm`'s per-event reading, V8 made it 26k instructions more a
+    // 100 KiB chat stream: 859,414 -> 885,093.)
+    chunk.get(pos..pos + 7) == Some(b"data: {") || data_object(chunk, pos).is_some()
 }
 
 #[cfg(test)]
