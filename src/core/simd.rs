@@ -92,7 +92,11 @@ pub(crate) mod x86 {
     use super::scalar;
     use std::arch::x86_64::*;
 
-    /// 64 bytes a step in two 32-byte vectors, then 32, then bytes.
+    /// 64 bytes a step with a mask each for the first 256, then 128 a step in four 32-byte
+    /// vectors tested together, then 64 again (which finds the place in the step that
+    /// stopped), then 32, then bytes. Natively under callgrind, 64 a step throughout cost 4.7k
+    /// instructions more on a 100 KB prompt (0.32 a byte against 0.28), and 128 from the first
+    /// byte on 250 more on the 1.5 KB chat, whose strings mostly end in their first blocks.
     #[target_feature(enable = "avx2")]
     pub unsafe fn avx2(b: &[u8]) -> usize {
         let quote = _mm256_set1_epi8(b'"' as i8);
@@ -101,22 +105,43 @@ pub(crate) mod x86 {
         let stops = |at: usize| {
             // SAFETY: the callers keep `at + 32 <= b.len()`.
             let v = unsafe { _mm256_loadu_si256(b.as_ptr().add(at).cast()) };
-            let hit = _mm256_or_si256(
+            _mm256_or_si256(
                 _mm256_or_si256(_mm256_cmpeq_epi8(v, quote), _mm256_cmpeq_epi8(v, slash)),
                 _mm256_cmpgt_epi8(space, v),
-            );
-            _mm256_movemask_epi8(hit) as u32
+            )
+        };
+        let mask = |at: usize| {
+            u64::from(_mm256_movemask_epi8(stops(at)) as u32)
+                | u64::from(_mm256_movemask_epi8(stops(at + 32)) as u32) << 32
         };
         let mut at = 0;
+        // Keys and short values end in their first blocks: a mask each finds the place.
+        while at + 64 <= b.len() && at < 256 {
+            let mask = mask(at);
+            if mask != 0 {
+                return at + mask.trailing_zeros() as usize;
+            }
+            at += 64;
+        }
+        while at + 128 <= b.len() {
+            let any = _mm256_or_si256(
+                _mm256_or_si256(stops(at), stops(at + 32)),
+                _mm256_or_si256(stops(at + 64), stops(at + 96)),
+            );
+            if _mm256_testz_si256(any, any) == 0 {
+                break;
+            }
+            at += 128;
+        }
         while at + 64 <= b.len() {
-            let mask = u64::from(stops(at)) | u64::from(stops(at + 32)) << 32;
+            let mask = mask(at);
             if mask != 0 {
                 return at + mask.trailing_zeros() as usize;
             }
             at += 64;
         }
         if at + 32 <= b.len() {
-            let mask = stops(at);
+            let mask = _mm256_movemask_epi8(stops(at)) as u32;
             if mask != 0 {
                 return at + mask.trailing_zeros() as usize;
             }
@@ -250,7 +275,10 @@ mod wasm {
     use super::scalar;
     use core::arch::wasm32::*;
 
-    /// 64 bytes a step in four 16-byte vectors, then 16, then bytes.
+    /// 64 bytes a step in four 16-byte vectors for the first 256, then 256 a step with one
+    /// test, then 64 again (which finds the place in the step that stopped), then 16, then
+    /// bytes. Under callgrind 256 a step took 13.6k instructions off a 100 KB prompt (128 a
+    /// step 10.3k); from the first byte on, it cost the 1.5 KB chat 1.3k more.
     pub fn simd128(b: &[u8]) -> usize {
         let quote = u8x16_splat(b'"');
         let slash = u8x16_splat(b'\\');
@@ -263,16 +291,44 @@ mod wasm {
                 i8x16_lt(v, space),
             )
         };
-        let mut at = 0;
-        while at + 64 <= b.len() {
+        let quarter = |at: usize| {
             let (w, x, y, z) = (stops(at), stops(at + 16), stops(at + 32), stops(at + 48));
             // One test for the usual case, the exact place only when a byte stops the run.
-            if v128_any_true(v128_or(v128_or(w, x), v128_or(y, z))) {
+            v128_any_true(v128_or(v128_or(w, x), v128_or(y, z))).then(|| {
                 let mask = u64::from(u8x16_bitmask(w))
                     | u64::from(u8x16_bitmask(x)) << 16
                     | u64::from(u8x16_bitmask(y)) << 32
                     | u64::from(u8x16_bitmask(z)) << 48;
-                return at + mask.trailing_zeros() as usize;
+                at + mask.trailing_zeros() as usize
+            })
+        };
+        let mut at = 0;
+        // Keys and short values end in their first blocks.
+        while at + 64 <= b.len() && at < 256 {
+            if let Some(stop) = quarter(at) {
+                return stop;
+            }
+            at += 64;
+        }
+        while at + 256 <= b.len() {
+            let any = |at: usize| {
+                v128_or(
+                    v128_or(stops(at), stops(at + 16)),
+                    v128_or(stops(at + 32), stops(at + 48)),
+                )
+            };
+            let all = v128_or(
+                v128_or(any(at), any(at + 64)),
+                v128_or(any(at + 128), any(at + 192)),
+            );
+            if v128_any_true(all) {
+                break;
+            }
+            at += 256;
+        }
+        while at + 64 <= b.len() {
+            if let Some(stop) = quarter(at) {
+                return stop;
             }
             at += 64;
         }

@@ -310,14 +310,22 @@ fn the_plain_run_stops_at_every_stop_byte_at_every_position() {
             runs.push(("avx2", |b| unsafe { crate::core::simd::x86::avx2(b) }));
         }
     }
-    let lengths = (0..=40).chain([63, 64, 65, 95, 96, 97, 127, 128, 129, 200]);
-    for len in lengths {
+    // Past 256 the AVX2 run steps 128 bytes at a time: every position, the edges of the set.
+    let edges = [0x00, 0x1f, 0x20, b'"', b'\\', 0x7f, 0x80, 0xff];
+    let lengths = (0..=40).chain([63, 64, 65, 95, 96, 97, 127, 128, 129, 200, 255, 256, 257]);
+    let long = [383, 384, 385, 511, 512, 513, 700];
+    for len in lengths.chain(long) {
+        let values: Vec<u8> = if len > 257 {
+            edges.to_vec()
+        } else {
+            (0..=255).collect()
+        };
         let plain = vec![b'a'; len];
         for (name, run) in &runs {
             assert_eq!(run(&plain), len, "{name}: {len} plain bytes");
         }
         for pos in 0..len {
-            for c in 0..=255u8 {
+            for &c in &values {
                 let mut b = plain.clone();
                 if let Some(slot) = b.get_mut(pos) {
                     *slot = c;
