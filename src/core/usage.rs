@@ -9,14 +9,16 @@
 //! kept.
 
 use super::pair_search::PairFinder;
+use super::simd::{self, Pair};
 
 /// Scans response body chunks for the output token count.
 ///
 /// The places that matter are hits of two needles: `_tokens":`, the common end of the four
 /// usage keys, and `t":"`, the common end of the two content markers; the bytes around each
-/// hit tell which key it ends. One pass finds both: memchr's SIMD pair search for an `e`
-/// with a `:` four bytes on (`ANCHOR`), which every hit of either needle has, and which is
-/// rare in streamed JSON where each of those bytes alone is everywhere (two memmem passes,
+/// hit tell which key it ends. One pass finds both: a SIMD pair search for an `e` with a `:`
+/// four bytes on (`ANCHOR`; natively the `n` or `x` after the `e` instead, [`ANCHOR_PAIRS`]),
+/// which every hit of either needle has, and which is rare in streamed JSON where each of
+/// those bytes alone is everywhere (two memmem passes,
 /// one per needle, cost 2.6 instructions a byte of a chat stream, verifying candidates at
 /// nearly every `"` and `:`). A key, its number or a marker's first byte may be split across
 /// chunks: the last bytes of the stream are carried to the next chunk, so the counts do not
@@ -79,13 +81,24 @@ fn anchor_finder() -> &'static PairFinder {
     FINDER.get_or_init(|| PairFinder::new(ANCHOR, 0, 4))
 }
 
-/// The anchors in `buf` at offsets `start..end` (each with its `:` before `end`).
+/// The places `ANCHOR` may start for [`simd::first_of_pairs`]: the byte after its `e` is an
+/// `n` (`_tok[e]ns":`, `"cont[e]nt":`) or an `x` (`"t[e]xt":`), its `:` four bytes on. Fewer
+/// than `ANCHOR`'s own pair finds: not `"obj[e]ct":`, in every chat chunk.
+const ANCHOR_PAIRS: [Pair; 2] = [[(1, b'n'), (4, b':')], [(1, b'x'), (4, b':')]];
+
+/// The anchors in `buf` at offsets `start..end` (each with its `:` before `end`), or places
+/// that only may be: the caller reads the bytes around each. Natively the crate's own pair
+/// pass ([`ANCHOR_PAIRS`]): memchr's search sets up again after every candidate. Elsewhere
+/// memchr's, for `ANCHOR`'s pair.
 fn anchors(buf: &[u8], start: usize, end: usize) -> impl Iterator<Item = usize> + '_ {
     let window = buf.get(start..end).unwrap_or_default();
     let finder = anchor_finder();
     let mut from = 0;
     std::iter::from_fn(move || {
-        let at = from + finder.candidate(window.get(from..)?)?;
+        let at = match simd::first_of_pairs(window, from, &ANCHOR_PAIRS) {
+            Some(found) => found?,
+            None => from + finder.candidate(window.get(from..)?)?,
+        };
         from = at + 1;
         Some(start + at)
     })
